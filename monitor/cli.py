@@ -1,0 +1,115 @@
+"""The `rag-monitor` command line: parses flags, loads settings and wires the stages; no logic."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from monitor.config import ConfigError, Settings, load_settings
+from monitor.decode import Encoding
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Online quality monitor for RAG services.")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+
+
+def _install_stop(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def _load(config: Path | None, overrides: dict[str, object]) -> Settings:
+    try:
+        return load_settings(config, overrides)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file")] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
+    topic: Annotated[str | None, typer.Option(help="input topic of OTLP spans")] = None,
+    group_id: Annotated[str | None, typer.Option(help="consumer group")] = None,
+    encoding: Annotated[Encoding | None, typer.Option(help="wire format of the input topic")] = None,
+    sample_rate: Annotated[float | None, typer.Option(help="share of records judged and written, 0..1")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Prometheus /metrics port (0 = any free)")] = None,
+    results_topic: Annotated[str | None, typer.Option(help="Kafka topic for results")] = None,
+    results_file: Annotated[Path | None, typer.Option(help="JSONL file for results")] = None,
+    dead_letter_topic: Annotated[str | None, typer.Option(help="topic for raw rejected messages")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """The sidecar: consume spans, export metrics, write results. SIGTERM drains and exits 0."""
+    _setup_logging(log_level)
+    settings = _load(
+        config,
+        {
+            "kafka": {
+                "bootstrap_servers": bootstrap_servers,
+                "topic": topic,
+                "group_id": group_id,
+                "encoding": encoding,
+                "dead_letter_topic": dead_letter_topic,
+            },
+            "sampling": {"rate": sample_rate},
+            "metrics": {"port": metrics_port},
+            "results": {"topic": results_topic, "file": results_file},
+        },
+    )
+    asyncio.run(_run(settings))
+
+
+async def _run(settings: Settings) -> None:
+    from monitor.export import MetricsServer
+    from monitor.pipeline import Sidecar
+
+    stop = asyncio.Event()
+    _install_stop(stop)
+    sidecar = Sidecar(settings)
+    server = MetricsServer(sidecar.metrics.registry, settings.metrics.host, settings.metrics.port)
+    try:
+        server.start()
+    except OSError as exc:
+        logging.getLogger("monitor").error("cannot serve metrics on port %d: %s", settings.metrics.port, exc)
+        raise typer.Exit(2) from None
+    try:
+        await sidecar.run(stop)
+    finally:
+        server.stop()
+
+
+@app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="port to listen on (loopback)")] = 9092,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+) -> None:
+    """Run the embedded Kafka-compatible broker (tansu, memory storage) in the foreground."""
+    from monitor.broker import EmbeddedBroker
+
+    b = EmbeddedBroker(port=port, host=host).start()
+    typer.echo(f"broker ready on {b.bootstrap_servers} (memory storage; Ctrl-C stops it)")
+    try:
+        b.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        b.stop()
+
+
+if __name__ == "__main__":
+    app()

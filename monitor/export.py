@@ -1,0 +1,119 @@
+"""Outputs: the results file and topic, the dead-letter topic, and the Prometheus endpoint.
+
+A result is written before the offsets behind it may be committed, so the sinks report success
+only once the line is with the OS (file) or acknowledged by the broker (topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIServer
+
+from aiokafka import AIOKafkaProducer
+from prometheus_client import CollectorRegistry, start_http_server
+
+from monitor.config import KafkaConfig
+
+log = logging.getLogger(__name__)
+
+
+class ResultSink(Protocol):
+    async def write(self, lines: list[bytes]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def encode_line(result: dict[str, Any]) -> bytes:
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+class FileSink:
+    """Appends JSON lines; writes happen in a worker thread so the event loop never waits on disk."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = path.open("ab")
+
+    def _write(self, lines: list[bytes]) -> None:
+        self._fh.write(b"".join(lines))
+        self._fh.flush()
+
+    async def write(self, lines: list[bytes]) -> None:
+        await asyncio.to_thread(self._write, lines)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._fh.close)
+
+
+class KafkaOutput:
+    """One producer for the results topic and the dead-letter topic."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=f"{config.client_id}-out",
+            acks="all",
+            linger_ms=20,
+            max_request_size=config.max_message_bytes + 64 * 1024,
+            **config.extra,
+        )
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def send_many(self, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
+        futures = [await self._producer.send(topic, value=v, key=k) for k, v in items]
+        await asyncio.gather(*futures)
+
+    async def close(self) -> None:
+        await self._producer.stop()
+
+
+class TopicSink:
+    def __init__(self, output: KafkaOutput, topic: str) -> None:
+        self._out = output
+        self._topic = topic
+
+    async def write(self, lines: list[bytes]) -> None:
+        # Keyed by trace id, so a trace's judgements stay ordered within a partition.
+        items = [(_trace_key(line), line.rstrip(b"\n")) for line in lines]
+        await self._out.send_many(self._topic, items)
+
+    async def close(self) -> None:
+        """The shared producer is closed by its owner."""
+
+
+def _trace_key(line: bytes) -> bytes | None:
+    start = line.find(b'"trace_id":"')
+    if start < 0:
+        return None
+    start += len(b'"trace_id":"')
+    return line[start : line.find(b'"', start)]
+
+
+class MetricsServer:
+    """prometheus-client's HTTP server (its own thread): `/metrics` on the configured port."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self._registry = registry
+        self._host = host
+        self._port = port
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> int:
+        self._server, self._thread = start_http_server(self._port, addr=self._host, registry=self._registry)
+        port: int = self._server.server_port
+        log.info("metrics on http://%s:%d/metrics", self._host, port)
+        return port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

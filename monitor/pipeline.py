@@ -1,0 +1,262 @@
+"""The sidecar: wires source → decode → assemble → slice → sample → output, and owns shutdown.
+
+Three tasks share one event loop: the consumer (decode and assembly, the hot path), the writer
+(sampled records to the sinks) and housekeeping (commits and gauges). A bounded queue between the
+consumer and the writer turns a slow sink into back-pressure on Kafka rather than memory growth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from aiokafka import TopicPartition
+
+from monitor.assemble import Assembler, Finished
+from monitor.config import Settings
+from monitor.decode import Encoding, decode
+from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
+from monitor.metrics import Metrics
+from monitor.model import RagRecord, Reject
+from monitor.offsets import MessageRef, OffsetTracker
+from monitor.rejects import Rejections
+from monitor.sample import RateSampler
+from monitor.slices import BoundedLabel
+from monitor.source import KafkaSource
+
+log = logging.getLogger(__name__)
+
+_WRITE_BATCH = 256
+
+
+@dataclass(slots=True)
+class _Sampled:
+    record: RagRecord
+    weight: float  # 1 / inclusion probability
+    refs: list[MessageRef]
+
+
+class Sidecar:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.tracker = OffsetTracker()
+        self.assembler = Assembler(settings.assembly)
+        self.rejections = Rejections(self.metrics)
+        self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
+        self.services = BoundedLabel(
+            settings.slices.services,
+            fallback="other",
+            missing="unknown_service",
+            capacity=settings.slices.max_services,
+            normalize=False,
+        )
+        self.sampler = RateSampler(settings.sampling.rate)
+        self.source = KafkaSource(settings.kafka, self.tracker, self._on_revoked)
+        self._queue: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
+        self._sinks: list[ResultSink] = []
+        self._output: KafkaOutput | None = None
+        self._encoding = Encoding(settings.kafka.encoding)
+        self.records_seen = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set, then drain: emit complete traces, write what is queued,
+        commit, leave the group."""
+        await self._open_outputs(stop)
+        if not await self.source.start(stop):
+            await self._close_outputs()
+            return
+        writer = asyncio.create_task(self._write_loop(), name="ragmon-writer")
+        keeper = asyncio.create_task(self._housekeeping(), name="ragmon-housekeeping")
+        try:
+            await self._consume(stop)
+            for fin in self.assembler.flush(complete_only=True):
+                await self._finish(fin)
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout=self.settings.pipeline.drain_timeout_seconds)
+            except TimeoutError:
+                log.warning("drain timed out with %d records unwritten; they will be re-read", self._queue.qsize())
+        finally:
+            keeper.cancel()
+            writer.cancel()
+            for task in (keeper, writer):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.source.stop()  # final commit
+            await self._close_outputs()
+            log.info("stopped; %d records assembled", self.records_seen)
+
+    async def _open_outputs(self, stop: asyncio.Event) -> None:
+        kafka_cfg = self.settings.kafka
+        results = self.settings.results
+        if results.file is not None:
+            self._sinks.append(FileSink(results.file))
+        if results.topic or kafka_cfg.dead_letter_topic:
+            self._output = KafkaOutput(kafka_cfg)
+            delay = 0.25
+            while not stop.is_set():
+                try:
+                    await self._output.start()
+                    break
+                except Exception as exc:  # the producer raises several KafkaError kinds on connect
+                    log.warning("output producer cannot connect (%s); retrying", type(exc).__name__)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, kafka_cfg.reconnect_backoff_max_seconds)
+            if results.topic:
+                self._sinks.append(TopicSink(self._output, results.topic))
+
+    async def _close_outputs(self) -> None:
+        for sink in self._sinks:
+            await sink.close()
+        if self._output is not None:
+            await self._output.close()
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    async def _consume(self, stop: asyncio.Event) -> None:
+        max_bytes = self.settings.kafka.max_message_bytes
+        encoding = self._encoding
+        assembler = self.assembler
+        tracker = self.tracker
+        while not stop.is_set():
+            batch = await self.source.fetch(timeout_ms=100)
+            now = time.monotonic()
+            wall_ns = time.time_ns()
+            finished: list[Finished] = []
+            for tp, messages in batch.items():
+                for msg in messages:
+                    ref = tracker.track(tp, msg.offset)
+                    value = msg.value
+                    if not value:
+                        self._reject_message(Reject.EMPTY, "message has no value", tp, msg.offset, value, ref)
+                        continue
+                    size = len(value)
+                    if size > max_bytes:
+                        self._reject_message(
+                            Reject.TOO_LARGE, f"{size} bytes > max_message_bytes {max_bytes}", tp, msg.offset,
+                            value, ref,
+                        )
+                        continue
+                    decoded = decode(value, encoding, wall_ns)
+                    if decoded.error is not None:
+                        self._reject_message(decoded.error, decoded.detail, tp, msg.offset, value, ref)
+                        continue
+                    for problem in decoded.problems:
+                        self.rejections.count(problem, decoded.detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
+                    spans = decoded.spans
+                    if spans:
+                        per_span = size // len(spans) + 1
+                        for span in spans:
+                            finished.extend(assembler.add(span, ref, per_span, now))
+                    for record in decoded.records:
+                        ref.acquire()
+                        finished.append(Finished(record.trace_id, record, None, [ref]))
+                    ref.release()
+            finished.extend(assembler.poll(now))
+            for fin in finished:
+                await self._finish(fin)
+
+    def _reject_message(
+        self, reason: Reject, detail: str, tp: TopicPartition, offset: int, value: bytes | None, ref: MessageRef
+    ) -> None:
+        self.rejections.count(reason, detail, f"{tp.topic}/{tp.partition}@{offset}")
+        dlq = self.settings.kafka.dead_letter_topic
+        if dlq and self._output is not None and value is not None:
+            # Held until the broker has the copy: a crash before that re-reads the original.
+            task = asyncio.ensure_future(self._output.send_many(dlq, [(None, value)]))
+            task.add_done_callback(lambda t: _dlq_done(t, ref))
+        else:
+            ref.release()
+
+    async def _finish(self, fin: Finished) -> None:
+        record = fin.record
+        if record is None:
+            if fin.reason is not None:
+                self.rejections.count(fin.reason, f"trace {fin.trace_id}")
+            _release(fin.refs)
+            return
+        if record.replay:
+            # Golden-replay traffic is measured by the replay run, never as production quality.
+            _release(fin.refs)
+            return
+        qt, outside = self.query_types.bound(record.query_type)
+        if outside:
+            self.rejections.count(Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'")
+        record.query_type = qt
+        service, _ = self.services.bound(record.service)
+        m = self.metrics
+        m.records.labels(service=service, query_type=qt).inc()
+        m.retrieved_chunks.labels(service=service, query_type=qt).observe(len(record.chunks))
+        if record.chunks and record.chunks[0].score is not None:
+            m.retrieval_top_score.labels(service=service, query_type=qt).observe(record.chunks[0].score)
+        if record.end_ns:
+            m.record_lag.observe(max(0.0, time.time() - record.end_ns / 1e9))
+        self.records_seen += 1
+        probability = self.sampler.inclusion_probability(record.trace_id)
+        if probability is None or not self._sinks:
+            _release(fin.refs)
+            return
+        await self._queue.put(_Sampled(record, 1.0 / probability, fin.refs))
+
+    # -- writer and housekeeping -------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            items = [await self._queue.get()]
+            while len(items) < _WRITE_BATCH and not self._queue.empty():
+                items.append(self._queue.get_nowait())
+            lines = []
+            for item in items:
+                result = item.record.to_json_dict()
+                result["sampling_weight"] = item.weight
+                lines.append(encode_line(result))
+            await self._write_until_done(lines)
+            for item in items:
+                _release(item.refs)
+                self._queue.task_done()
+
+    async def _write_until_done(self, lines: list[bytes]) -> None:
+        delay = 0.5
+        for sink in self._sinks:
+            while True:
+                try:
+                    await sink.write(lines)
+                    break
+                except Exception as exc:  # a sink error must stall output, never lose it
+                    log.warning("results sink %s failed (%s); retrying in %.1fs", type(sink).__name__, exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+
+    async def _housekeeping(self) -> None:
+        interval = self.settings.kafka.commit_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            m = self.metrics
+            m.open_traces.set(self.assembler.open_traces)
+            m.inflight.set(self._queue.qsize())
+            for partition, lag in (await self.source.lag()).items():
+                m.consumer_lag.labels(partition=str(partition)).set(lag)
+            await self.source.commit()
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        dropped = self.assembler.drop_partitions(set(revoked))
+        # Holds on partitions still owned must go too, or their offsets could never advance.
+        _release(dropped)
+        if dropped:
+            log.info("rebalance: %d open trace holds dropped; the new owner re-reads them", len(dropped))
+
+
+def _release(refs: list[MessageRef]) -> None:
+    for ref in refs:
+        ref.release()
+
+
+def _dlq_done(task: asyncio.Future[None], ref: MessageRef) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("dead-letter write failed: %s", type(task.exception()).__name__)
+    ref.release()

@@ -1,0 +1,50 @@
+"""Bounded label values: whatever spans say, a metric label takes one of a fixed, small set.
+
+Prometheus keeps one series per label combination; one service writing a request id into
+`rag.query_type` would otherwise create a series per request and take the TSDB down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class BoundedLabel:
+    """Maps raw values onto an allow-list, or onto the first `capacity` values seen.
+
+    `fallback` is returned for anything else; `missing` for an absent value.
+    """
+
+    __slots__ = ("_allowed", "_capacity", "_fixed", "_normalize", "fallback", "missing")
+
+    def __init__(
+        self,
+        allowed: Iterable[str] | None,
+        *,
+        fallback: str = "other",
+        missing: str = "unknown",
+        capacity: int = 0,
+        normalize: bool = True,
+    ) -> None:
+        self._normalize = normalize
+        self._fixed = allowed is not None
+        self._allowed: set[str] = {self._norm(v) for v in allowed} if allowed is not None else set()
+        self._capacity = capacity
+        self.fallback = fallback
+        self.missing = missing
+
+    def bound(self, raw: str | None) -> tuple[str, bool]:
+        """The label value for `raw`, and whether `raw` was outside the allowed set."""
+        if not raw:
+            return self.missing, False
+        value = self._norm(raw)
+        if value in self._allowed:
+            return value, False
+        if not self._fixed and len(self._allowed) < self._capacity and len(value) <= 64:
+            self._allowed.add(value)
+            return value, False
+        return self.fallback, True
+
+    def _norm(self, value: str) -> str:
+        value = value.strip()
+        return value.lower().replace("-", "_").replace(" ", "_") if self._normalize else value

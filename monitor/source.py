@@ -1,0 +1,156 @@
+"""The Kafka source: a consumer-group member with manual, at-least-once commits.
+
+Offsets are committed only up to the first message that is not done (see `offsets`), on a timer,
+on rebalance and on shutdown. Starting before the broker is up, or losing it, only delays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsError
+from aiokafka.structs import ConsumerRecord
+
+from monitor.config import KafkaConfig
+from monitor.offsets import OffsetTracker
+
+log = logging.getLogger(__name__)
+
+RevokeHandler = Callable[[set[TopicPartition]], Awaitable[None]]
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, source: KafkaSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        if revoked:
+            await self._source.handle_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))
+
+
+class KafkaSource:
+    def __init__(self, config: KafkaConfig, tracker: OffsetTracker, on_revoked: RevokeHandler) -> None:
+        self._cfg = config
+        self._tracker = tracker
+        self._on_revoked = on_revoked
+        self._consumer: AIOKafkaConsumer | None = None
+        self._committed: dict[TopicPartition, int] = {}
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self._cfg.bootstrap_servers, "client_id": self._cfg.client_id, **self._cfg.extra}
+
+    async def start(self, stop: asyncio.Event) -> bool:
+        """Join the group, retrying with backoff until it works or `stop` is set."""
+        delay = 0.25
+        fetch_limit = self._cfg.max_message_bytes + 64 * 1024
+        while not stop.is_set():
+            consumer = AIOKafkaConsumer(
+                group_id=self._cfg.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset=self._cfg.auto_offset_reset,
+                max_poll_records=self._cfg.max_poll_records,
+                max_partition_fetch_bytes=fetch_limit,
+                fetch_max_bytes=max(fetch_limit, 52_428_800),
+                session_timeout_ms=self._cfg.session_timeout_ms,
+                **self._client_kwargs(),
+            )
+            try:
+                await consumer.start()
+                consumer.subscribe([self._cfg.topic], listener=_Rebalance(self))
+                self._consumer = consumer
+                log.info("consuming %s as group %s", self._cfg.topic, self._cfg.group_id)
+                return True
+            except KafkaError as exc:
+                await consumer.stop()
+                log.warning("Kafka not reachable at %s (%s); retrying in %.1fs", self._cfg.bootstrap_servers,
+                            type(exc).__name__, delay)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+                delay = min(delay * 2, self._cfg.reconnect_backoff_max_seconds)
+        return False
+
+    async def fetch(self, timeout_ms: int) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        assert self._consumer is not None
+        batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = await self._consumer.getmany(
+            timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records
+        )
+        return batch
+
+    async def commit(self, only: set[TopicPartition] | None = None) -> None:
+        """Commit every partition whose done-offset moved since the last successful commit."""
+        if self._consumer is None:
+            return
+        assigned = self._consumer.assignment()
+        offsets = {
+            tp: off
+            for tp, off in self._tracker.committable().items()
+            if isinstance(tp, TopicPartition)
+            and tp in assigned
+            and (only is None or tp in only)
+            and self._committed.get(tp) != off
+        }
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+            self._committed.update(offsets)
+        except CommitFailedError as exc:
+            # The group moved on (rebalance): the new assignment re-reads from the last commit.
+            log.warning("offset commit rejected by the group coordinator: %s", exc)
+        except KafkaError as exc:
+            log.warning("offset commit failed, will retry: %s", type(exc).__name__)
+
+    async def handle_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.commit(only=revoked)
+        await self._on_revoked(revoked)
+        self._tracker.forget(list(revoked))
+        for tp in revoked:
+            self._committed.pop(tp, None)
+
+    async def lag(self) -> dict[int, int]:
+        """Messages behind the high watermark per assigned partition, as last seen in fetches."""
+        if self._consumer is None:
+            return {}
+        out: dict[int, int] = {}
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is None:
+                continue
+            try:
+                pos = await asyncio.wait_for(self._consumer.position(tp), timeout=1.0)
+            except (KafkaError, TimeoutError, AssertionError):
+                continue
+            out[tp.partition] = max(0, high - pos)
+        return out
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self.commit()
+            await self._consumer.stop()
+            self._consumer = None
+
+
+async def ensure_topics(config: KafkaConfig, topics: list[str], partitions: int = 3) -> None:
+    """Create topics that do not exist (the demo and tests; production topics are provisioned)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap_servers, **config.extra)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+        if new:
+            try:
+                await admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        await admin.close()

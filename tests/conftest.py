@@ -1,0 +1,34 @@
+"""Shared fixtures: one real embedded broker per test session, on a free loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.broker import EmbeddedBroker
+from monitor.config import KafkaConfig
+from monitor.source import ensure_topics
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_file=log) as b:
+        yield b
+
+
+@pytest.fixture
+def topic(broker: EmbeddedBroker) -> str:
+    """A fresh 3-partition topic per test, so tests never see each other's messages."""
+    name = f"spans-{uuid.uuid4().hex[:10]}"
+    asyncio.run(ensure_topics(KafkaConfig(bootstrap_servers=broker.bootstrap_servers), [name], partitions=3))
+    return name
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
