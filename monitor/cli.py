@@ -94,6 +94,24 @@ async def _run(settings: Settings) -> None:
 
 
 @app.command()
+def demo(
+    duration: Annotated[float | None, typer.Option(help="seconds to run; default until Ctrl-C")] = None,
+    rate: Annotated[float, typer.Option(help="synthetic RAG requests per second")] = 40.0,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port")] = 9612,
+    results_file: Annotated[Path, typer.Option(help="JSONL results")] = Path(".demo/results.jsonl"),
+    bad_every: Annotated[int, typer.Option(help="one malformed message per N requests (0 = none)")] = 200,
+    seed: Annotated[int, typer.Option(help="workload seed")] = 7,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "WARNING",
+) -> None:
+    """Everything on one machine: embedded broker, synthetic RAG traffic, the sidecar, a live view."""
+    from monitor.demo import DemoOptions, run_demo
+
+    _setup_logging(log_level)
+    opts = DemoOptions(duration, rate, metrics_port, results_file, bad_every, seed)
+    asyncio.run(run_demo(opts))
+
+
+@app.command()
 def broker(
     port: Annotated[int, typer.Option(help="port to listen on (loopback)")] = 9092,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",

@@ -89,6 +89,8 @@ class Sidecar:
                     await task
             await self.source.stop()  # final commit
             await self._close_outputs()
+            self.metrics.open_traces.set(self.assembler.open_traces)
+            self.metrics.inflight.set(self._queue.qsize())
             log.info("stopped; %d records assembled", self.records_seen)
 
     async def _open_outputs(self, stop: asyncio.Event) -> None:

@@ -34,6 +34,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))
+        self._source.assigned.set()
 
 
 class KafkaSource:
@@ -43,6 +44,7 @@ class KafkaSource:
         self._on_revoked = on_revoked
         self._consumer: AIOKafkaConsumer | None = None
         self._committed: dict[TopicPartition, int] = {}
+        self.assigned = asyncio.Event()  # set once the group has given this member partitions
 
     def _client_kwargs(self) -> dict[str, Any]:
         return {"bootstrap_servers": self._cfg.bootstrap_servers, "client_id": self._cfg.client_id, **self._cfg.extra}

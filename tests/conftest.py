@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from monitor.broker import EmbeddedBroker
 from monitor.config import KafkaConfig
@@ -21,11 +21,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
         yield b
 
 
-@pytest.fixture
-def topic(broker: EmbeddedBroker) -> str:
+@pytest_asyncio.fixture
+async def topic(broker: EmbeddedBroker) -> str:
     """A fresh 3-partition topic per test, so tests never see each other's messages."""
     name = f"spans-{uuid.uuid4().hex[:10]}"
-    asyncio.run(ensure_topics(KafkaConfig(bootstrap_servers=broker.bootstrap_servers), [name], partitions=3))
+    await ensure_topics(KafkaConfig(bootstrap_servers=broker.bootstrap_servers), [name], partitions=3)
     return name
 
 

@@ -1,0 +1,624 @@
+"""Decode one Kafka record value into spans (OTLP protobuf / OTLP JSON) or a RAG record (flat JSON).
+
+This is the hot path of the sidecar: protobuf is read with plain field access (no json_format, no
+per-span validation) and attributes are turned into one plain dict per span, which
+`monitor.dialects` maps onto `SpanFacts`. Bad input never raises: it comes back as a `Reject`
+reason, because one poison message must not stop the consumer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from monitor import dialects
+from monitor.model import RagRecord, Reject, SpanFacts
+
+__all__ = ["Decoded", "Encoding", "decode"]
+
+
+class Encoding(StrEnum):
+    AUTO = "auto"
+    OTLP_PROTO = "otlp_proto"
+    OTLP_JSON = "otlp_json"
+    JSON = "json"
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What one message yielded.
+
+    Count `error` (if set) once for the message, plus every entry of `problems` (a dropped field,
+    zeroed times, a dropped span); no loss is in both. A flat record whose query is a list has
+    `bad_attribute` in `problems` and `missing_query` as its error, as a span's would at assembly.
+    """
+
+    spans: list[SpanFacts] = field(default_factory=list)
+    # Flat-JSON records; `query_type` is raw ("" when the producer gave none), not yet bounded.
+    records: list[RagRecord] = field(default_factory=list)
+    error: Reject | None = None
+    detail: str = ""
+    problems: list[Reject] = field(default_factory=list)
+
+
+UNKNOWN_SERVICE = "unknown_service"
+_PAST_NS = 30 * 86400 * 10**9  # spans older than this are clock garbage, not late data
+_FUTURE_NS = 3600 * 10**9  # tolerated producer clock skew
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")  # optional BOM, JSON whitespace
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_HEX = frozenset("0123456789abcdef")
+
+
+def decode(value: bytes, encoding: Encoding, now_ns: int | None = None) -> Decoded:
+    """Decode one record value; `now_ns` (default: the wall clock) bounds plausible span times."""
+    try:
+        return _decode(bytes(value) if not isinstance(value, bytes) else value, encoding, now_ns)
+    except Exception as exc:  # last resort: a decoder bug must not kill the consumer loop
+        return Decoded(error=Reject.DECODE_ERROR, detail=f"unexpected {type(exc).__name__}")
+
+
+def _decode(value: bytes, encoding: Encoding, now_ns: int | None) -> Decoded:
+    if not value:
+        return Decoded(error=Reject.EMPTY, detail="empty message")
+    now = time.time_ns() if now_ns is None else now_ns
+    if encoding == Encoding.OTLP_PROTO:
+        return _from_proto(value, now)
+    if encoding == Encoding.OTLP_JSON or encoding == Encoding.JSON:
+        obj = _parse_json(value)
+        if isinstance(obj, Decoded):
+            return obj
+        if encoding == Encoding.OTLP_JSON:
+            return _from_otlp_json(obj, now)
+        return _from_flat(obj, value, now)
+    if encoding != Encoding.AUTO:
+        return Decoded(error=Reject.DECODE_ERROR, detail=f"unknown encoding {str(encoding)[:40]!r}")
+
+    m = _JSON_START.match(value)
+    start = m.end() if m else 0
+    if start == len(value):
+        return Decoded(error=Reject.EMPTY, detail="blank message")
+    if value[start] != 0x7B:  # "{"
+        return _from_proto(value, now)
+    obj = _parse_json(value)
+    if isinstance(obj, Decoded):
+        # A protobuf can start with b"\n{" (field 1, length 123): only trust "{" at byte 0.
+        if start > 0:
+            alt = _from_proto(value, now)
+            if alt.error is None:
+                return alt
+        return obj
+    if "resourceSpans" in obj or "resource_spans" in obj:
+        return _from_otlp_json(obj, now)
+    return _from_flat(obj, value, now)
+
+
+def _bad_times(start: int, end: int, now: int) -> bool:
+    return end < start or start < now - _PAST_NS or end > now + _FUTURE_NS
+
+
+def _finish(spans: list[SpanFacts], problems: list[Reject], dropped: int, total: int) -> Decoded:
+    if not spans:
+        if dropped:
+            return Decoded(error=Reject.DECODE_ERROR, detail=f"all {dropped} span(s) malformed (ids/shape)")
+        return Decoded(error=Reject.EMPTY, detail="no spans")
+    if dropped:
+        problems.extend([Reject.DECODE_ERROR] * dropped)
+        return Decoded(spans=spans, problems=problems, detail=f"{dropped} of {total} span(s) malformed")
+    return Decoded(spans=spans, problems=problems)
+
+
+# --- OTLP protobuf ------------------------------------------------------------------------------
+
+
+def _from_proto(value: bytes, now: int) -> Decoded:
+    data = TracesData()
+    try:
+        data.ParseFromString(value)
+    except DecodeError as exc:
+        if "UTF-8" in str(exc) or _only_bad_utf8(value):
+            return Decoded(error=Reject.INVALID_UTF8, detail="protobuf string field is not valid UTF-8")
+        return Decoded(error=Reject.DECODE_ERROR, detail="not a TracesData protobuf")
+
+    spans: list[SpanFacts] = []
+    problems: list[Reject] = []
+    dropped = 0
+    total = 0
+    lo = now - _PAST_NS
+    hi = now + _FUTURE_NS
+    merged = dialects.MERGED_EVENTS
+    wants_events = dialects.wants_events
+    apply = dialects.apply
+    for rs in data.resource_spans:
+        service = UNKNOWN_SERVICE
+        for kv in rs.resource.attributes:
+            if kv.key == "service.name":
+                name = kv.value.string_value
+                if name:
+                    service = name
+                else:
+                    problems.append(Reject.BAD_ATTRIBUTE)
+                break
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                total += 1
+                tid = sp.trace_id
+                sid = sp.span_id
+                pid = sp.parent_span_id
+                if (
+                    len(tid) != 16
+                    or len(sid) != 8
+                    or (pid and len(pid) != 8)
+                    or tid == _ZERO_TRACE
+                    or sid == _ZERO_SPAN
+                ):
+                    dropped += 1
+                    continue
+                start = sp.start_time_unix_nano
+                end = sp.end_time_unix_nano
+                facts = SpanFacts(tid.hex(), sid.hex(), pid.hex(), sp.name, service, start, end)
+                if end < start or start < lo or end > hi:
+                    facts.start_ns = facts.end_ns = 0
+                    facts.problems.append(Reject.BAD_TIMESTAMP)
+                attrs = _pb_attrs(sp.attributes)
+                if wants_events(attrs) and len(sp.events):
+                    for ev in sp.events:
+                        if ev.name in merged:
+                            for k, val in _pb_attrs(ev.attributes).items():
+                                attrs.setdefault(k, val)
+                apply(facts, attrs)
+                if facts.problems:
+                    problems.extend(facts.problems)
+                spans.append(facts)
+    return _finish(spans, problems, dropped, total)
+
+
+def _pb_attrs(kvs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        v = kv.value
+        s = v.string_value  # most attributes are strings: one call instead of WhichOneof + read
+        if s:
+            out[kv.key] = s
+        else:
+            which = v.WhichOneof("value")
+            if which is not None:
+                out[kv.key] = _pb_value(v, which)
+    return out
+
+
+def _pb_value(v: Any, which: str) -> Any:
+    if which == "array_value":
+        return [_pb_value(x, w) for x in v.array_value.values if (w := x.WhichOneof("value")) is not None]
+    if which == "kvlist_value":
+        return {
+            kv.key: _pb_value(kv.value, w)
+            for kv in v.kvlist_value.values
+            if (w := kv.value.WhichOneof("value")) is not None
+        }
+    return getattr(v, which)
+
+
+@functools.cache
+def _bytes_mirror() -> Any:
+    """TracesData with every `string` field declared `bytes`: parses whatever fails only on UTF-8."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.resource.v1 import resource_pb2
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    def retype(msgs: Any) -> None:
+        for m in msgs:
+            for f in m.field:
+                if f.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+            retype(m.nested_type)
+
+    pool = descriptor_pool.DescriptorPool()
+    for mod in (common_pb2, resource_pb2, trace_pb2):
+        fdp = descriptor_pb2.FileDescriptorProto()
+        mod.DESCRIPTOR.CopyToProto(fdp)
+        retype(fdp.message_type)
+        pool.Add(fdp)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("opentelemetry.proto.trace.v1.TracesData")
+    )
+
+
+def _only_bad_utf8(value: bytes) -> bool:
+    try:
+        _bytes_mirror()().ParseFromString(value)
+    except Exception:
+        return False
+    return True
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+
+def _parse_json(value: bytes) -> dict[str, Any] | Decoded:
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Decoded(error=Reject.INVALID_UTF8, detail=f"not UTF-8 (byte {exc.start})")
+    if text[:1] == "\ufeff":
+        text = text[1:]
+    if not text.strip():
+        return Decoded(error=Reject.EMPTY, detail="blank message")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Decoded(error=Reject.DECODE_ERROR, detail=f"invalid JSON: {exc.msg} at char {exc.pos}")
+    except (ValueError, RecursionError) as exc:
+        return Decoded(error=Reject.DECODE_ERROR, detail=f"invalid JSON ({type(exc).__name__})")
+    if not isinstance(obj, dict):
+        return Decoded(error=Reject.DECODE_ERROR, detail=f"JSON {type(obj).__name__}, not an object")
+    # "\ud800"-style escapes decode to lone surrogates, which no UTF-8 writer downstream accepts.
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return Decoded(error=Reject.INVALID_UTF8, detail="JSON escapes encode a lone surrogate")
+    return obj
+
+
+def _jget(d: dict[str, Any], camel: str, snake: str) -> Any:
+    v = d.get(camel)
+    return v if v is not None else d.get(snake)
+
+
+def _from_otlp_json(obj: dict[str, Any], now: int) -> Decoded:
+    rss = _jget(obj, "resourceSpans", "resource_spans")
+    if rss is None:
+        return Decoded(error=Reject.EMPTY, detail="no resourceSpans")
+    if not isinstance(rss, list):
+        return Decoded(error=Reject.DECODE_ERROR, detail="resourceSpans is not a list")
+    spans: list[SpanFacts] = []
+    problems: list[Reject] = []
+    dropped = 0
+    total = 0
+    for rs in rss:
+        if not isinstance(rs, dict):
+            dropped += 1
+            continue
+        service = _json_service(rs.get("resource"), problems)
+        sss = _jget(rs, "scopeSpans", "scope_spans")
+        if not isinstance(sss, list):
+            dropped += sss is not None
+            continue
+        for ss in sss:
+            sps = ss.get("spans") if isinstance(ss, dict) else None
+            if not isinstance(sps, list):
+                dropped += sps is not None or not isinstance(ss, dict)
+                continue
+            for sp in sps:
+                total += 1
+                facts = _json_span(sp, service, now)
+                if facts is None:
+                    dropped += 1
+                    continue
+                if facts.problems:
+                    problems.extend(facts.problems)
+                spans.append(facts)
+    return _finish(spans, problems, dropped, total)
+
+
+def _json_service(resource: Any, problems: list[Reject]) -> str:
+    if not isinstance(resource, dict):
+        return UNKNOWN_SERVICE
+    attrs, bad = _json_attrs(resource.get("attributes"))
+    name = attrs.get("service.name")
+    if name is None and not bad:
+        return UNKNOWN_SERVICE
+    if isinstance(name, str) and name:
+        return name
+    problems.append(Reject.BAD_ATTRIBUTE)
+    return UNKNOWN_SERVICE
+
+
+def _json_span(sp: Any, service: str, now: int) -> SpanFacts | None:
+    if not isinstance(sp, dict):
+        return None
+    tid = _json_id(_jget(sp, "traceId", "trace_id"), 16)
+    sid = _json_id(_jget(sp, "spanId", "span_id"), 8)
+    raw_pid = _jget(sp, "parentSpanId", "parent_span_id")
+    pid = "" if raw_pid is None or raw_pid == "" else _json_id(raw_pid, 8, allow_zero=True)
+    if tid is None or sid is None or pid is None:
+        return None
+    name = sp.get("name")
+    start = _json_int(_jget(sp, "startTimeUnixNano", "start_time_unix_nano"))
+    end = _json_int(_jget(sp, "endTimeUnixNano", "end_time_unix_nano"))
+    facts = SpanFacts(tid, sid, pid, name if isinstance(name, str) else "", service, start, end)
+    if _bad_times(start, end, now):
+        facts.start_ns = facts.end_ns = 0
+        facts.problems.append(Reject.BAD_TIMESTAMP)
+    attrs, bad = _json_attrs(sp.get("attributes"))
+    events = sp.get("events") if dialects.wants_events(attrs) else None
+    if isinstance(events, list):
+        for ev in events:
+            if isinstance(ev, dict) and ev.get("name") in dialects.MERGED_EVENTS:
+                ev_attrs, ev_bad = _json_attrs(ev.get("attributes"))
+                bad += ev_bad
+                for k, val in ev_attrs.items():
+                    attrs.setdefault(k, val)
+    if bad:
+        facts.problems.extend([Reject.BAD_ATTRIBUTE] * bad)
+    dialects.apply(facts, attrs)
+    return facts
+
+
+def _json_id(value: Any, nbytes: int, *, allow_zero: bool = False) -> str | None:
+    """Hex id as OTLP/JSON says; base64 (what json_format writes) is accepted as a fallback."""
+    if not isinstance(value, str):
+        return None
+    v = value.lower()
+    if len(v) == 2 * nbytes and _HEX.issuperset(v):
+        return v if allow_zero or v.strip("0") else None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != nbytes or (not allow_zero and not raw.strip(b"\0")):
+        return None
+    return raw.hex()
+
+
+def _json_int(value: Any) -> int:
+    """A 64-bit int as OTLP/JSON writes it (string) or as hand-written JSON does (number); 0 if not."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return 0
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    return 0
+
+
+_BAD: Any = object()
+_MAX_DEPTH = 16
+
+
+def _json_attrs(kvs: Any) -> tuple[dict[str, Any], int]:
+    """OTLP/JSON ``[{key, value: AnyValue}]`` → plain dict, plus how many entries were unusable."""
+    out: dict[str, Any] = {}
+    if kvs is None:
+        return out, 0
+    if not isinstance(kvs, list):
+        return out, 1
+    bad = 0
+    for kv in kvs:
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
+            bad += 1
+            continue
+        val = _json_any(kv.get("value"), 0)
+        if val is _BAD:
+            bad += 1
+        elif val is not None:
+            out[kv["key"]] = val
+    return out, bad
+
+
+def _json_any(v: Any, depth: int) -> Any:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or depth > _MAX_DEPTH:
+        return _BAD
+    for key, x in v.items():
+        handler = _ANY_HANDLERS.get(key)
+        if handler is not None:
+            return handler(x, depth)
+    return None
+
+
+def _any_string(x: Any, depth: int) -> Any:
+    return x if isinstance(x, str) else _BAD
+
+
+def _any_int(x: Any, depth: int) -> Any:
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    if isinstance(x, str):
+        try:
+            return int(x)
+        except ValueError:
+            return _BAD
+    return _BAD
+
+
+def _any_double(x: Any, depth: int) -> Any:
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x)  # also "NaN" / "Infinity", as proto3 JSON writes them
+        except ValueError:
+            return _BAD
+    return _BAD
+
+
+def _any_bool(x: Any, depth: int) -> Any:
+    return x if isinstance(x, bool) else _BAD
+
+
+def _any_bytes(x: Any, depth: int) -> Any:
+    if not isinstance(x, str):
+        return _BAD
+    try:
+        return base64.b64decode(x)
+    except (binascii.Error, ValueError):
+        return _BAD
+
+
+def _any_array(x: Any, depth: int) -> Any:
+    values = x.get("values", []) if isinstance(x, dict) else _BAD
+    if not isinstance(values, list):
+        return _BAD
+    out = []
+    for e in values:
+        val = _json_any(e, depth + 1)
+        if val is _BAD:
+            return _BAD
+        if val is not None:
+            out.append(val)
+    return out
+
+
+def _any_kvlist(x: Any, depth: int) -> Any:
+    values = x.get("values", []) if isinstance(x, dict) else _BAD
+    if not isinstance(values, list):
+        return _BAD
+    out: dict[str, Any] = {}
+    for kv in values:
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
+            return _BAD
+        val = _json_any(kv.get("value"), depth + 1)
+        if val is _BAD:
+            return _BAD
+        if val is not None:
+            out[kv["key"]] = val
+    return out
+
+
+_ANY_HANDLERS: dict[str, Callable[[Any, int], Any]] = {
+    "stringValue": _any_string,
+    "string_value": _any_string,
+    "intValue": _any_int,
+    "int_value": _any_int,
+    "doubleValue": _any_double,
+    "double_value": _any_double,
+    "boolValue": _any_bool,
+    "bool_value": _any_bool,
+    "bytesValue": _any_bytes,
+    "bytes_value": _any_bytes,
+    "arrayValue": _any_array,
+    "array_value": _any_array,
+    "kvlistValue": _any_kvlist,
+    "kvlist_value": _any_kvlist,
+}
+
+
+# --- flat JSON ----------------------------------------------------------------------------------
+
+
+def _from_flat(obj: dict[str, Any], raw: bytes, now: int) -> Decoded:
+    problems: list[Reject] = []
+    query = _flat_text(obj.get("query"), problems)
+    if query is None or not query.strip():
+        return Decoded(
+            error=Reject.MISSING_QUERY, detail="flat record has no usable query", problems=problems
+        )
+    answer = _flat_text(obj.get("answer"), problems)
+    if answer is None:
+        return Decoded(
+            error=Reject.MISSING_ANSWER, detail="flat record has no usable answer", problems=problems
+        )
+
+    trace_id = _flat_id(obj.get("trace_id"), 16, raw, problems)
+    span_id = _flat_id(obj.get("span_id"), 8, trace_id.encode(), problems)
+    service = obj.get("service")
+    if service is not None and not (isinstance(service, str) and service):
+        problems.append(Reject.BAD_ATTRIBUTE)
+        service = None
+    qt = obj.get("query_type")
+    query_type = _flat_text(qt, problems) if qt is not None else None
+    model = obj.get("model")
+    if model is not None and not isinstance(model, str):
+        problems.append(Reject.BAD_ATTRIBUTE)
+        model = None
+    raw_chunks = obj.get("chunks")
+    chunks = []
+    if isinstance(raw_chunks, list):
+        chunks = dialects.chunks_from_items(raw_chunks, problems)
+    elif raw_chunks is not None:
+        problems.append(Reject.BAD_ATTRIBUTE)
+    rp = obj.get("replay")
+    replay = dialects.parse_bool(rp, problems) if rp is not None else False
+
+    start = _seconds_to_ns(obj.get("start"))
+    end = _seconds_to_ns(obj.get("end"))
+    if start or end:
+        if start < 0 or end < 0:
+            bad = True
+        elif start and end:
+            bad = _bad_times(start, end, now)
+        else:
+            bad = _bad_times(start or end, start or end, now)
+        if bad:
+            start = end = 0
+            problems.append(Reject.BAD_TIMESTAMP)
+
+    record = RagRecord(
+        trace_id=trace_id,
+        span_id=span_id,
+        service=service or UNKNOWN_SERVICE,
+        query=query,
+        query_type=query_type or "",
+        chunks=chunks,
+        answer=answer,
+        model=model,
+        start_ns=start,
+        end_ns=end,
+        replay=replay,
+    )
+    return Decoded(records=[record], problems=problems)
+
+
+def _flat_text(value: Any, problems: list[Reject]) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    problems.append(Reject.BAD_ATTRIBUTE)
+    return None
+
+
+def _flat_id(value: Any, nbytes: int, seed: bytes, problems: list[Reject]) -> str:
+    """The producer's id if it is hex (UUID dashes allowed), else a stable hash of it or of `seed`.
+
+    Hashing keeps redelivered messages (same bytes) and reused producer ids on one trace id.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str) and value.strip():
+        v = value.strip().lower().replace("-", "")
+        if len(v) == 2 * nbytes and _HEX.issuperset(v):
+            return v
+        seed = value.encode("utf-8", "surrogatepass")
+    elif value is not None and value != "":
+        problems.append(Reject.BAD_ATTRIBUTE)
+    return hashlib.blake2b(seed, digest_size=nbytes).hexdigest()
+
+
+def _seconds_to_ns(value: Any) -> int:
+    """Epoch seconds → ns; 0 when absent, -1 when present but not a usable number."""
+    if value is None:
+        return 0
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        f = float(value)
+    elif isinstance(value, str):
+        try:
+            f = float(value)
+        except ValueError:
+            return -1
+    else:
+        return -1
+    if not math.isfinite(f) or f <= 0:
+        return -1
+    return int(f * 1e9)

@@ -1,0 +1,179 @@
+"""`rag-monitor demo`: the whole product on one machine, with no external service.
+
+An embedded broker, a synthetic RAG workload written as OTLP protobuf (what the Collector's
+kafkaexporter writes), the sidecar consuming it, `/metrics` served, and a live terminal view read
+from the same Prometheus registry that a scrape sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from monitor.broker import EmbeddedBroker, free_port
+from monitor.config import Settings, load_settings
+from monitor.export import MetricsServer
+from monitor.pipeline import Sidecar
+from monitor.source import ensure_topics
+from monitor.workload import WorkloadConfig, iter_workload, produce
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    duration: float | None  # seconds; None = until Ctrl-C
+    rate: float  # traces per second
+    metrics_port: int
+    results_file: Path
+    bad_every: int  # one malformed message per this many traces (0 = none)
+    seed: int
+
+
+def _summary(registry: CollectorRegistry) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float]]:
+    """Per query type, rejected reasons, and process gauges, straight from the registry."""
+    per_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    rejected: dict[str, float] = {}
+    gauges: dict[str, float] = defaultdict(float)
+    for family in registry.collect():
+        for s in family.samples:
+            qt = s.labels.get("query_type")
+            if s.name == "ragmon_records_total" and qt:
+                per_type[qt]["records"] += s.value
+            elif s.name == "ragmon_retrieved_chunks_sum" and qt:
+                per_type[qt]["chunks_sum"] += s.value
+            elif s.name == "ragmon_retrieval_top_score_sum" and qt:
+                per_type[qt]["top_sum"] += s.value
+            elif s.name == "ragmon_retrieval_top_score_count" and qt:
+                per_type[qt]["top_n"] += s.value
+            elif s.name == "ragmon_rejected_total" and s.value:
+                rejected[s.labels["reason"]] = s.value
+            elif s.name in ("ragmon_open_traces", "ragmon_consumer_lag_messages", "ragmon_inflight_judgements"):
+                gauges[s.name] += s.value
+            elif s.name == "ragmon_record_lag_seconds_sum":
+                gauges["lag_sum"] = s.value
+            elif s.name == "ragmon_record_lag_seconds_count":
+                gauges["lag_n"] = s.value
+    return per_type, rejected, gauges
+
+
+def _render(registry: CollectorRegistry, produced: int, started: float, opts: DemoOptions, url: str) -> Group:
+    per_type, rejected, gauges = _summary(registry)
+    table = Table(title="RAG records by query type (production traffic)", expand=False)
+    for col in ("query type", "records", "chunks / request", "mean top score"):
+        table.add_column(col, justify="right" if col != "query type" else "left")
+    total = 0.0
+    for qt in sorted(per_type):
+        row = per_type[qt]
+        n = row["records"]
+        total += n
+        table.add_row(
+            qt,
+            f"{n:.0f}",
+            f"{row['chunks_sum'] / n:.1f}" if n else "-",
+            f"{row['top_sum'] / row['top_n']:.2f}" if row["top_n"] else "-",
+        )
+    elapsed = time.monotonic() - started
+    lag = gauges["lag_sum"] / gauges["lag_n"] if gauges.get("lag_n") else 0.0
+    status = Text.assemble(
+        ("traces produced ", "dim"), f"{produced}",
+        ("   records ", "dim"), f"{total:.0f}",
+        ("   open traces ", "dim"), f"{gauges['ragmon_open_traces']:.0f}",
+        ("   consumer lag ", "dim"), f"{gauges['ragmon_consumer_lag_messages']:.0f}",
+        ("   mean record lag ", "dim"), f"{lag:.2f}s",
+        ("   elapsed ", "dim"), f"{elapsed:.0f}s",
+    )
+    rej = Text("rejected: " + (", ".join(f"{k}={v:.0f}" for k, v in sorted(rejected.items())) or "none"), "yellow")
+    foot = Text(f"metrics: {url}    results: {opts.results_file}    Ctrl-C stops", "dim")
+    return Group(table, status, rej, foot)
+
+
+async def _producer(bootstrap: str, topic: str, opts: DemoOptions, counter: list[int], stop: asyncio.Event) -> None:
+    """Traffic at the requested rate through one producer, with an occasional malformed message."""
+    rng = random.Random(opts.seed)
+
+    def stream() -> Iterator[tuple[bytes | None, bytes]]:
+        for truths, messages in iter_workload(10**9, seed=opts.seed, batch=1, config=WorkloadConfig(rps=opts.rate)):
+            if stop.is_set():
+                return
+            counter[0] += len(truths)
+            for m in messages:
+                yield m.key, m.value
+            if opts.bad_every and rng.random() < 1 / opts.bad_every:
+                yield None, os.urandom(rng.randint(10, 300))
+
+    await produce(bootstrap, topic, stream(), rate=opts.rate)
+
+
+async def run_demo(opts: DemoOptions, console: Console | None = None) -> Settings:
+    console = console or Console()
+    with EmbeddedBroker() as broker:
+        settings = load_settings(
+            None,
+            {
+                "kafka": {"bootstrap_servers": broker.bootstrap_servers, "commit_interval_seconds": 1.0},
+                "assembly": {"grace_seconds": 0.5},
+                "sampling": {"rate": 1.0},
+                "metrics": {"host": "127.0.0.1", "port": opts.metrics_port},
+                "results": {"file": str(opts.results_file)},
+            },
+        )
+        await ensure_topics(settings.kafka, [settings.kafka.topic], partitions=3)
+        sidecar = Sidecar(settings)
+        server = MetricsServer(sidecar.metrics.registry, settings.metrics.host, settings.metrics.port)
+        try:
+            port = server.start()
+        except OSError:
+            port = MetricsServer(sidecar.metrics.registry, settings.metrics.host, free_port()).start()
+        url = f"http://127.0.0.1:{port}/metrics"
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        produced = [0]
+        started = time.monotonic()
+        sidecar_stop = asyncio.Event()
+        side_task = asyncio.create_task(sidecar.run(sidecar_stop))
+        # Joining the group takes a few seconds; traffic sent before that would show as lag.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=30)
+        prod_task = asyncio.create_task(_producer(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop))
+        try:
+            with Live(console=console, refresh_per_second=2, transient=False) as live:
+                while not stop.is_set():
+                    if opts.duration is not None and time.monotonic() - started >= opts.duration:
+                        stop.set()
+                    if prod_task.done() or side_task.done():
+                        stop.set()
+                    live.update(_render(sidecar.metrics.registry, produced[0], started, opts, url))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=0.5)
+                await prod_task
+                await asyncio.sleep(settings.assembly.grace_seconds + 0.5)  # let the last traces land
+                sidecar_stop.set()
+                await side_task
+                live.update(_render(sidecar.metrics.registry, produced[0], started, opts, url))
+        finally:
+            server.stop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        per_type, _, _ = _summary(sidecar.metrics.registry)
+        records = sum(r["records"] for r in per_type.values())
+        console.print()
+        console.print(f"demo done: {produced[0]} traces produced, {records:.0f} records, results in {opts.results_file}")
+        return settings

@@ -1,0 +1,124 @@
+"""Helpers for tests that run the sidecar against the real embedded broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from monitor.config import Settings, load_settings
+from monitor.pipeline import Sidecar
+
+
+def settings_for(bootstrap: str, topic: str, results: Path | None, **sections: dict[str, Any]) -> Settings:
+    base: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": bootstrap, "topic": topic, "group_id": f"g-{topic}",
+                  "commit_interval_seconds": 0.3},
+        "assembly": {"grace_seconds": 0.2, "timeout_seconds": 3.0},
+        "sampling": {"rate": 1.0},
+        "results": {"file": str(results) if results else None},
+    }
+    for name, values in sections.items():
+        base.setdefault(name, {}).update(values)
+    return load_settings(None, base)
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Sidecar]:
+    """The sidecar in this event loop; stopped (drained) on exit, and its errors re-raised."""
+    sidecar = Sidecar(settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(sidecar.run(stop))
+    try:
+        await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=30)
+        yield sidecar
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=60)
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def result_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def result_ids(path: Path) -> set[str]:
+    return {r["trace_id"] for r in result_lines(path)}
+
+
+def sample(sidecar: Sidecar, name: str, **labels: str) -> float:
+    value = sidecar.metrics.registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+async def committed_total(bootstrap: str, topic: str, group: str, partitions: int = 3) -> int:
+    """Sum of the group's committed offsets: the number of messages it has finished."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        total = 0
+        for p in range(partitions):
+            off = await consumer.committed(TopicPartition(topic, p))
+            total += off or 0
+        return total
+    finally:
+        await consumer.stop()
+
+
+def sdk_trace(spans: list[tuple[str, dict[str, Any]]], service: str = "svc", **times: int) -> tuple[str, bytes]:
+    """One trace made by the real OpenTelemetry SDK: the first span is the root, the others its
+    children; returns (trace id hex, OTLP protobuf bytes as the kafkaexporter writes them)."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests")
+    (root_name, root_attrs), children = spans[0], spans[1:]
+    start = times.get("start_ns")
+    with tracer.start_as_current_span(root_name, attributes=root_attrs, start_time=start) as root:
+        for name, attrs in children:
+            with tracer.start_as_current_span(name, attributes=attrs, start_time=start):
+                pass
+        trace_id = f"{root.get_span_context().trace_id:032x}"
+        if "end_ns" in times:
+            root.end(end_time=times["end_ns"])
+    provider.shutdown()
+    return trace_id, bytes(encode_spans(exporter.get_finished_spans()).SerializeToString())
+
+
+def to_otlp_json(value: bytes) -> bytes:
+    """OTLP protobuf → OTLP/JSON as the Collector writes it (hex ids, int64 as strings)."""
+    import base64
+
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+    doc = MessageToDict(TracesData.FromString(value))
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for sp in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in sp:
+                        sp[key] = base64.b64decode(sp[key]).hex()
+    return json.dumps(doc).encode()
