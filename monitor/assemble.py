@@ -68,7 +68,9 @@ class Assembler:
             trace.refs.append(ref)
         trace.nbytes += size
         self._bytes += size
-        if span.role is SpanRole.ROOT and not span.parent_span_id and not trace.root_seen:
+        # Any parentless span is the root, whatever its role: a trace that is a lone LLM call
+        # must not wait for the timeout.
+        if not span.parent_span_id and not trace.root_seen:
             trace.root_seen = True
             self._root_ready.append((now + self._cfg.grace_seconds, tid))
         out: list[Finished] = []
@@ -146,7 +148,9 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             llms.append(s)
     llms.sort(key=lambda s: s.end_ns)
 
-    query = _first(root.query if root else None, *(s.query for s in retrievers), *(s.query for s in rerankers))
+    query = _first(
+        root.query if root else None, *(s.query for s in retrievers), *(s.query for s in rerankers)
+    )
     query = query or _first(*(s.query for s in llms))
     if not query:
         return None, Reject.MISSING_QUERY

@@ -25,7 +25,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedBroker:
     """A `tansu` broker process on loopback; a context manager that waits until it accepts."""
 
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_file: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, host: str = "127.0.0.1", log_file: Path | None = None
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self._log_file = log_file
@@ -55,14 +57,18 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"tansu broker exited with code {self._proc.returncode} on port {self.port}")
+                raise RuntimeError(
+                    f"tansu broker exited with code {self._proc.returncode} on port {self.port}"
+                )
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.2):
                     return self
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"tansu broker did not accept connections on {self.bootstrap_servers} in {timeout}s")
+        raise RuntimeError(
+            f"tansu broker did not accept connections on {self.bootstrap_servers} in {timeout}s"
+        )
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -47,7 +47,9 @@ def run(
     topic: Annotated[str | None, typer.Option(help="input topic of OTLP spans")] = None,
     group_id: Annotated[str | None, typer.Option(help="consumer group")] = None,
     encoding: Annotated[Encoding | None, typer.Option(help="wire format of the input topic")] = None,
-    sample_rate: Annotated[float | None, typer.Option(help="share of records judged and written, 0..1")] = None,
+    sample_rate: Annotated[
+        float | None, typer.Option(help="share of records judged and written, 0..1")
+    ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus /metrics port (0 = any free)")] = None,
     results_topic: Annotated[str | None, typer.Option(help="Kafka topic for results")] = None,
     results_file: Annotated[Path | None, typer.Option(help="JSONL file for results")] = None,

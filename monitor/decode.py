@@ -111,15 +111,25 @@ def _bad_times(start: int, end: int, now: int) -> bool:
     return end < start or start < now - _PAST_NS or end > now + _FUTURE_NS
 
 
-def _finish(spans: list[SpanFacts], problems: list[Reject], dropped: int, total: int) -> Decoded:
+def _finish(spans: list[SpanFacts], problems: list[Reject], dropped: int) -> Decoded:
     if not spans:
         if dropped:
             return Decoded(error=Reject.DECODE_ERROR, detail=f"all {dropped} span(s) malformed (ids/shape)")
         return Decoded(error=Reject.EMPTY, detail="no spans")
     if dropped:
         problems.extend([Reject.DECODE_ERROR] * dropped)
-        return Decoded(spans=spans, problems=problems, detail=f"{dropped} of {total} span(s) malformed")
-    return Decoded(spans=spans, problems=problems)
+    return Decoded(spans=spans, problems=problems, detail=_summary(problems, len(spans) + dropped))
+
+
+def _summary(problems: list[Reject], n_spans: int = 0) -> str:
+    """For the log line that counts each problem: which reasons, how many, out of how many spans."""
+    if not problems:
+        return ""
+    counts: dict[str, int] = {}
+    for p in problems:
+        counts[p.value] = counts.get(p.value, 0) + 1
+    text = ", ".join(f"{k} x{n}" for k, n in counts.items())
+    return f"{text} in {n_spans} span(s)" if n_spans else text
 
 
 # --- OTLP protobuf ------------------------------------------------------------------------------
@@ -137,7 +147,6 @@ def _from_proto(value: bytes, now: int) -> Decoded:
     spans: list[SpanFacts] = []
     problems: list[Reject] = []
     dropped = 0
-    total = 0
     lo = now - _PAST_NS
     hi = now + _FUTURE_NS
     merged = dialects.MERGED_EVENTS
@@ -155,7 +164,6 @@ def _from_proto(value: bytes, now: int) -> Decoded:
                 break
         for ss in rs.scope_spans:
             for sp in ss.spans:
-                total += 1
                 tid = sp.trace_id
                 sid = sp.span_id
                 pid = sp.parent_span_id
@@ -184,7 +192,7 @@ def _from_proto(value: bytes, now: int) -> Decoded:
                 if facts.problems:
                     problems.extend(facts.problems)
                 spans.append(facts)
-    return _finish(spans, problems, dropped, total)
+    return _finish(spans, problems, dropped)
 
 
 def _pb_attrs(kvs: Any) -> dict[str, Any]:
@@ -254,7 +262,12 @@ def _parse_json(value: bytes) -> dict[str, Any] | Decoded:
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return Decoded(error=Reject.INVALID_UTF8, detail=f"not UTF-8 (byte {exc.start})")
+        # JSON with a bad byte in it is invalid_utf8; binary garbage that starts with "{" is not JSON.
+        try:
+            json.loads(value.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            return Decoded(error=Reject.DECODE_ERROR, detail=f"not JSON (not UTF-8 at byte {exc.start})")
+        return Decoded(error=Reject.INVALID_UTF8, detail=f"JSON is not UTF-8 (byte {exc.start})")
     if text[:1] == "\ufeff":
         text = text[1:]
     if not text.strip():
@@ -290,7 +303,6 @@ def _from_otlp_json(obj: dict[str, Any], now: int) -> Decoded:
     spans: list[SpanFacts] = []
     problems: list[Reject] = []
     dropped = 0
-    total = 0
     for rs in rss:
         if not isinstance(rs, dict):
             dropped += 1
@@ -306,7 +318,6 @@ def _from_otlp_json(obj: dict[str, Any], now: int) -> Decoded:
                 dropped += sps is not None or not isinstance(ss, dict)
                 continue
             for sp in sps:
-                total += 1
                 facts = _json_span(sp, service, now)
                 if facts is None:
                     dropped += 1
@@ -314,7 +325,7 @@ def _from_otlp_json(obj: dict[str, Any], now: int) -> Decoded:
                 if facts.problems:
                     problems.extend(facts.problems)
                 spans.append(facts)
-    return _finish(spans, problems, dropped, total)
+    return _finish(spans, problems, dropped)
 
 
 def _json_service(resource: Any, problems: list[Reject]) -> str:
@@ -577,7 +588,7 @@ def _from_flat(obj: dict[str, Any], raw: bytes, now: int) -> Decoded:
         end_ns=end,
         replay=replay,
     )
-    return Decoded(records=[record], problems=problems)
+    return Decoded(records=[record], problems=problems, detail=_summary(problems))
 
 
 def _flat_text(value: Any, problems: list[Reject]) -> str | None:
@@ -619,6 +630,6 @@ def _seconds_to_ns(value: Any) -> int:
             return -1
     else:
         return -1
-    if not math.isfinite(f) or f <= 0:
+    if not 0 < f < 1e12:  # also NaN; an epoch in seconds past year 33000 is not a time
         return -1
     return int(f * 1e9)

@@ -45,7 +45,9 @@ class DemoOptions:
     seed: int
 
 
-def _summary(registry: CollectorRegistry) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float]]:
+def _summary(
+    registry: CollectorRegistry,
+) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float]]:
     """Per query type, rejected reasons, and process gauges, straight from the registry."""
     per_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     rejected: dict[str, float] = {}
@@ -63,7 +65,11 @@ def _summary(registry: CollectorRegistry) -> tuple[dict[str, dict[str, float]], 
                 per_type[qt]["top_n"] += s.value
             elif s.name == "ragmon_rejected_total" and s.value:
                 rejected[s.labels["reason"]] = s.value
-            elif s.name in ("ragmon_open_traces", "ragmon_consumer_lag_messages", "ragmon_inflight_judgements"):
+            elif s.name in (
+                "ragmon_open_traces",
+                "ragmon_consumer_lag_messages",
+                "ragmon_inflight_judgements",
+            ):
                 gauges[s.name] += s.value
             elif s.name == "ragmon_record_lag_seconds_sum":
                 gauges["lag_sum"] = s.value
@@ -91,24 +97,36 @@ def _render(registry: CollectorRegistry, produced: int, started: float, opts: De
     elapsed = time.monotonic() - started
     lag = gauges["lag_sum"] / gauges["lag_n"] if gauges.get("lag_n") else 0.0
     status = Text.assemble(
-        ("traces produced ", "dim"), f"{produced}",
-        ("   records ", "dim"), f"{total:.0f}",
-        ("   open traces ", "dim"), f"{gauges['ragmon_open_traces']:.0f}",
-        ("   consumer lag ", "dim"), f"{gauges['ragmon_consumer_lag_messages']:.0f}",
-        ("   mean record lag ", "dim"), f"{lag:.2f}s",
-        ("   elapsed ", "dim"), f"{elapsed:.0f}s",
+        ("traces produced ", "dim"),
+        f"{produced}",
+        ("   records ", "dim"),
+        f"{total:.0f}",
+        ("   open traces ", "dim"),
+        f"{gauges['ragmon_open_traces']:.0f}",
+        ("   consumer lag ", "dim"),
+        f"{gauges['ragmon_consumer_lag_messages']:.0f}",
+        ("   mean record lag ", "dim"),
+        f"{lag:.2f}s",
+        ("   elapsed ", "dim"),
+        f"{elapsed:.0f}s",
     )
-    rej = Text("rejected: " + (", ".join(f"{k}={v:.0f}" for k, v in sorted(rejected.items())) or "none"), "yellow")
+    rej = Text(
+        "rejected: " + (", ".join(f"{k}={v:.0f}" for k, v in sorted(rejected.items())) or "none"), "yellow"
+    )
     foot = Text(f"metrics: {url}    results: {opts.results_file}    Ctrl-C stops", "dim")
     return Group(table, status, rej, foot)
 
 
-async def _producer(bootstrap: str, topic: str, opts: DemoOptions, counter: list[int], stop: asyncio.Event) -> None:
+async def _producer(
+    bootstrap: str, topic: str, opts: DemoOptions, counter: list[int], stop: asyncio.Event
+) -> None:
     """Traffic at the requested rate through one producer, with an occasional malformed message."""
     rng = random.Random(opts.seed)
 
     def stream() -> Iterator[tuple[bytes | None, bytes]]:
-        for truths, messages in iter_workload(10**9, seed=opts.seed, batch=1, config=WorkloadConfig(rps=opts.rate)):
+        for truths, messages in iter_workload(
+            10**9, seed=opts.seed, batch=1, config=WorkloadConfig(rps=opts.rate)
+        ):
             if stop.is_set():
                 return
             counter[0] += len(truths)
@@ -152,7 +170,9 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
         # Joining the group takes a few seconds; traffic sent before that would show as lag.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=30)
-        prod_task = asyncio.create_task(_producer(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop))
+        prod_task = asyncio.create_task(
+            _producer(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop)
+        )
         try:
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 while not stop.is_set():
@@ -175,5 +195,7 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
         per_type, _, _ = _summary(sidecar.metrics.registry)
         records = sum(r["records"] for r in per_type.values())
         console.print()
-        console.print(f"demo done: {produced[0]} traces produced, {records:.0f} records, results in {opts.results_file}")
+        console.print(
+            f"demo done: {produced[0]} traces produced, {records:.0f} records, results in {opts.results_file}"
+        )
         return settings

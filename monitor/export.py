@@ -59,7 +59,9 @@ class KafkaOutput:
             client_id=f"{config.client_id}-out",
             acks="all",
             linger_ms=20,
-            max_request_size=config.max_message_bytes + 64 * 1024,
+            # Rejected messages can be larger than max_message_bytes (that is why they were
+            # rejected); the dead-letter topic's max.message.bytes must allow this much.
+            max_request_size=4 * config.max_message_bytes,
             **config.extra,
         )
 

@@ -28,7 +28,10 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.records = Counter(
-            f"{PREFIX}records", "RAG records assembled from production traffic", ["service", "query_type"], registry=r
+            f"{PREFIX}records",
+            "RAG records assembled from production traffic",
+            ["service", "query_type"],
+            registry=r,
         )
         self.rejected = Counter(
             f"{PREFIX}rejected", "Inputs rejected or fields dropped, by reason", ["reason"], registry=r
@@ -53,7 +56,9 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
-        self.open_traces = Gauge(f"{PREFIX}open_traces", "Traces waiting for spans in the assembler", registry=r)
+        self.open_traces = Gauge(
+            f"{PREFIX}open_traces", "Traces waiting for spans in the assembler", registry=r
+        )
         self.consumer_lag = Gauge(
             f"{PREFIX}consumer_lag_messages",
             "Messages between the consumer position and the partition's high watermark",

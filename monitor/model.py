@@ -34,7 +34,9 @@ class Reject(StrEnum):
     MISSING_ANSWER = "missing_answer"
     EVICTED = "evicted"  # open-trace capacity reached: oldest trace dropped
     LATE_SPAN = "late_span"  # span of a trace already emitted
-    QUERY_TYPE_UNKNOWN = "query_type_not_allowed"  # rag.query_type outside the allow-list (mapped, not dropped)
+    QUERY_TYPE_UNKNOWN = (
+        "query_type_not_allowed"  # rag.query_type outside the allow-list (mapped, not dropped)
+    )
 
 
 @dataclass(slots=True)

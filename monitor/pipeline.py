@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import TopicPartition
 
@@ -78,9 +79,13 @@ class Sidecar:
             for fin in self.assembler.flush(complete_only=True):
                 await self._finish(fin)
             try:
-                await asyncio.wait_for(self._queue.join(), timeout=self.settings.pipeline.drain_timeout_seconds)
+                await asyncio.wait_for(
+                    self._queue.join(), timeout=self.settings.pipeline.drain_timeout_seconds
+                )
             except TimeoutError:
-                log.warning("drain timed out with %d records unwritten; they will be re-read", self._queue.qsize())
+                log.warning(
+                    "drain timed out with %d records unwritten; they will be re-read", self._queue.qsize()
+                )
         finally:
             keeper.cancel()
             writer.cancel()
@@ -125,50 +130,87 @@ class Sidecar:
         encoding = self._encoding
         assembler = self.assembler
         tracker = self.tracker
-        while not stop.is_set():
-            batch = await self.source.fetch(timeout_ms=100)
-            now = time.monotonic()
-            wall_ns = time.time_ns()
-            finished: list[Finished] = []
-            for tp, messages in batch.items():
-                for msg in messages:
-                    ref = tracker.track(tp, msg.offset)
-                    value = msg.value
-                    if not value:
-                        self._reject_message(Reject.EMPTY, "message has no value", tp, msg.offset, value, ref)
-                        continue
-                    size = len(value)
-                    if size > max_bytes:
-                        self._reject_message(
-                            Reject.TOO_LARGE, f"{size} bytes > max_message_bytes {max_bytes}", tp, msg.offset,
-                            value, ref,
-                        )
-                        continue
-                    decoded = decode(value, encoding, wall_ns)
-                    if decoded.error is not None:
-                        self._reject_message(decoded.error, decoded.detail, tp, msg.offset, value, ref)
-                        continue
-                    for problem in decoded.problems:
-                        self.rejections.count(problem, decoded.detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
-                    spans = decoded.spans
-                    if spans:
-                        per_span = size // len(spans) + 1
-                        for span in spans:
-                            finished.extend(assembler.add(span, ref, per_span, now))
-                    for record in decoded.records:
-                        ref.acquire()
-                        finished.append(Finished(record.trace_id, record, None, [ref]))
-                    ref.release()
-            finished.extend(assembler.poll(now))
-            for fin in finished:
-                await self._finish(fin)
+        stopping = asyncio.ensure_future(stop.wait())
+        fetch: asyncio.Future[dict[TopicPartition, list[Any]]] | None = None
+        try:
+            while not stop.is_set():
+                if fetch is None:
+                    fetch = asyncio.ensure_future(self.source.fetch(timeout_ms=100))
+                # The assembler's clock keeps ticking even while a rebalance holds the fetch.
+                await asyncio.wait((fetch, stopping), timeout=0.2, return_when=asyncio.FIRST_COMPLETED)
+                batch: dict[TopicPartition, list[Any]] = {}
+                if fetch.done():
+                    batch, fetch = fetch.result(), None
+                await self._process(batch, max_bytes, encoding, assembler, tracker)
+        finally:
+            stopping.cancel()
+            if fetch is not None:
+                # Whatever it brings is uncommitted, so the next owner reads it again.
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await fetch
+
+    async def _process(
+        self,
+        batch: dict[TopicPartition, list[Any]],
+        max_bytes: int,
+        encoding: Encoding,
+        assembler: Assembler,
+        tracker: OffsetTracker,
+    ) -> None:
+        """Decode and assemble one fetched batch (possibly empty), then emit what is due."""
+        now = time.monotonic()
+        wall_ns = time.time_ns()
+        finished: list[Finished] = []
+        for tp, messages in batch.items():
+            for msg in messages:
+                ref = tracker.track(tp, msg.offset)
+                value = msg.value
+                if not value:
+                    self._reject_message(Reject.EMPTY, "message has no value", tp, msg.offset, value, ref)
+                    continue
+                size = len(value)
+                if size > max_bytes:
+                    self._reject_message(
+                        Reject.TOO_LARGE,
+                        f"{size} bytes > max_message_bytes {max_bytes}",
+                        tp,
+                        msg.offset,
+                        value,
+                        ref,
+                    )
+                    continue
+                decoded = decode(value, encoding, wall_ns)
+                if decoded.error is not None:
+                    self._reject_message(decoded.error, decoded.detail, tp, msg.offset, value, ref)
+                    continue
+                for problem in decoded.problems:
+                    self.rejections.count(problem, decoded.detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
+                spans = decoded.spans
+                if spans:
+                    per_span = size // len(spans) + 1
+                    for span in spans:
+                        finished.extend(assembler.add(span, ref, per_span, now))
+                for record in decoded.records:
+                    ref.acquire()
+                    finished.append(Finished(record.trace_id, record, None, [ref]))
+                ref.release()
+        finished.extend(assembler.poll(now))
+        for fin in finished:
+            await self._finish(fin)
 
     def _reject_message(
-        self, reason: Reject, detail: str, tp: TopicPartition, offset: int, value: bytes | None, ref: MessageRef
+        self,
+        reason: Reject,
+        detail: str,
+        tp: TopicPartition,
+        offset: int,
+        value: bytes | None,
+        ref: MessageRef,
     ) -> None:
         self.rejections.count(reason, detail, f"{tp.topic}/{tp.partition}@{offset}")
         dlq = self.settings.kafka.dead_letter_topic
-        if dlq and self._output is not None and value is not None:
+        if dlq and self._output is not None and value is not None:  # b"" too: it is what was sent
             # Held until the broker has the copy: a crash before that re-reads the original.
             task = asyncio.ensure_future(self._output.send_many(dlq, [(None, value)]))
             task.add_done_callback(lambda t: _dlq_done(t, ref))
@@ -188,7 +230,9 @@ class Sidecar:
             return
         qt, outside = self.query_types.bound(record.query_type)
         if outside:
-            self.rejections.count(Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'")
+            self.rejections.count(
+                Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'"
+            )
         record.query_type = qt
         service, _ = self.services.bound(record.service)
         m = self.metrics
@@ -230,7 +274,9 @@ class Sidecar:
                     await sink.write(lines)
                     break
                 except Exception as exc:  # a sink error must stall output, never lose it
-                    log.warning("results sink %s failed (%s); retrying in %.1fs", type(sink).__name__, exc, delay)
+                    log.warning(
+                        "results sink %s failed (%s); retrying in %.1fs", type(sink).__name__, exc, delay
+                    )
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 30.0)
 

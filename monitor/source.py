@@ -7,6 +7,7 @@ on rebalance and on shutdown. Starting before the broker is up, or losing it, on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,7 +48,11 @@ class KafkaSource:
         self.assigned = asyncio.Event()  # set once the group has given this member partitions
 
     def _client_kwargs(self) -> dict[str, Any]:
-        return {"bootstrap_servers": self._cfg.bootstrap_servers, "client_id": self._cfg.client_id, **self._cfg.extra}
+        return {
+            "bootstrap_servers": self._cfg.bootstrap_servers,
+            "client_id": self._cfg.client_id,
+            **self._cfg.extra,
+        }
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
@@ -62,6 +67,8 @@ class KafkaSource:
                 max_partition_fetch_bytes=fetch_limit,
                 fetch_max_bytes=max(fetch_limit, 52_428_800),
                 session_timeout_ms=self._cfg.session_timeout_ms,
+                heartbeat_interval_ms=max(100, self._cfg.session_timeout_ms // 3),
+                metadata_max_age_ms=30_000,
                 **self._client_kwargs(),
             )
             try:
@@ -72,16 +79,20 @@ class KafkaSource:
                 return True
             except KafkaError as exc:
                 await consumer.stop()
-                log.warning("Kafka not reachable at %s (%s); retrying in %.1fs", self._cfg.bootstrap_servers,
-                            type(exc).__name__, delay)
-                try:
+                log.warning(
+                    "Kafka not reachable at %s (%s); retrying in %.1fs",
+                    self._cfg.bootstrap_servers,
+                    type(exc).__name__,
+                    delay,
+                )
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
                 delay = min(delay * 2, self._cfg.reconnect_backoff_max_seconds)
         return False
 
     async def fetch(self, timeout_ms: int) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        """Up to max_poll_records messages. May take far longer than `timeout_ms` while the group
+        (re)joins (seen: 30 s), so callers must not tie their clock to it."""
         assert self._consumer is not None
         batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records
@@ -135,10 +146,17 @@ class KafkaSource:
             out[tp.partition] = max(0, high - pos)
         return out
 
-    async def stop(self) -> None:
-        if self._consumer is not None:
-            await self.commit()
-            await self._consumer.stop()
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Final commit and leave the group; bounded, since the broker may be gone for good."""
+        if self._consumer is None:
+            return
+        try:
+            async with asyncio.timeout(grace_seconds):
+                await self.commit()
+                await self._consumer.stop()
+        except TimeoutError:
+            log.warning("Kafka silent for %.0fs at shutdown; uncommitted work will be re-read", grace_seconds)
+        finally:
             self._consumer = None
 
 
@@ -150,9 +168,7 @@ async def ensure_topics(config: KafkaConfig, topics: list[str], partitions: int 
         existing = set(await admin.list_topics())
         new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
         if new:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # a concurrent creator won
                 await admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
     finally:
         await admin.close()

@@ -18,8 +18,12 @@ from monitor.pipeline import Sidecar
 
 def settings_for(bootstrap: str, topic: str, results: Path | None, **sections: dict[str, Any]) -> Settings:
     base: dict[str, Any] = {
-        "kafka": {"bootstrap_servers": bootstrap, "topic": topic, "group_id": f"g-{topic}",
-                  "commit_interval_seconds": 0.3},
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "topic": topic,
+            "group_id": f"g-{topic}",
+            "commit_interval_seconds": 0.3,
+        },
         "assembly": {"grace_seconds": 0.2, "timeout_seconds": 3.0},
         "sampling": {"rate": 1.0},
         "results": {"file": str(results) if results else None},
@@ -43,11 +47,11 @@ async def running(settings: Settings) -> AsyncIterator[Sidecar]:
         await asyncio.wait_for(task, timeout=60)
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
+async def eventually(check: Callable[[], bool], within: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + within
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.1)
 
 
@@ -80,10 +84,11 @@ async def committed_total(bootstrap: str, topic: str, group: str, partitions: in
         await consumer.stop()
 
 
-def sdk_trace(spans: list[tuple[str, dict[str, Any]]], service: str = "svc", **times: int) -> tuple[str, bytes]:
+def sdk_trace(
+    spans: list[tuple[str, dict[str, Any]]], service: str = "svc", **times: int
+) -> tuple[str, bytes]:
     """One trace made by the real OpenTelemetry SDK: the first span is the root, the others its
     children; returns (trace id hex, OTLP protobuf bytes as the kafkaexporter writes them)."""
-    from opentelemetry import trace as trace_api
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -96,7 +101,9 @@ def sdk_trace(spans: list[tuple[str, dict[str, Any]]], service: str = "svc", **t
     tracer = provider.get_tracer("tests")
     (root_name, root_attrs), children = spans[0], spans[1:]
     start = times.get("start_ns")
-    with tracer.start_as_current_span(root_name, attributes=root_attrs, start_time=start) as root:
+    with tracer.start_as_current_span(
+        root_name, attributes=root_attrs, start_time=start, end_on_exit="end_ns" not in times
+    ) as root:
         for name, attrs in children:
             with tracer.start_as_current_span(name, attributes=attrs, start_time=start):
                 pass

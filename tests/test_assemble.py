@@ -10,15 +10,29 @@ from monitor.offsets import OffsetTracker
 
 def span(tid: str, sid: str, parent: str = "", role: SpanRole = SpanRole.OTHER, **kw: object) -> SpanFacts:
     return SpanFacts(
-        trace_id=tid, span_id=sid, parent_span_id=parent, name=sid, service="svc", start_ns=1, end_ns=2,
-        role=role, **kw,  # type: ignore[arg-type]
+        trace_id=tid,
+        span_id=sid,
+        parent_span_id=parent,
+        name=sid,
+        service="svc",
+        start_ns=1,
+        end_ns=2,
+        role=role,
+        **kw,  # type: ignore[arg-type]
     )
 
 
 def rag_spans(tid: str) -> list[SpanFacts]:
     return [
         span(tid, "r", role=SpanRole.ROOT, query="q?", answer="a.", query_type="lookup"),
-        span(tid, "ret", "r", SpanRole.RETRIEVER, query="q?", chunks=[Chunk("c1", "x", 0.9), Chunk("c2", "y", 0.5)]),
+        span(
+            tid,
+            "ret",
+            "r",
+            SpanRole.RETRIEVER,
+            query="q?",
+            chunks=[Chunk("c1", "x", 0.9), Chunk("c2", "y", 0.5)],
+        ),
         span(tid, "llm", "r", SpanRole.LLM, answer="a.", model="m1"),
     ]
 

@@ -15,7 +15,9 @@ def test_file_env_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     cfg.write_text("kafka:\n  topic: from_file\n  group_id: g_file\nsampling:\n  rate: 0.2\n")
     monkeypatch.setenv("RAGMON_KAFKA__GROUP_ID", "g_env")
     monkeypatch.setenv("RAGMON_KAFKA__BOOTSTRAP_SERVERS", "env:9092")
-    s = load_settings(cfg, {"kafka": {"bootstrap_servers": "flag:1", "topic": None}, "sampling": {"rate": None}})
+    s = load_settings(
+        cfg, {"kafka": {"bootstrap_servers": "flag:1", "topic": None}, "sampling": {"rate": None}}
+    )
     assert s.kafka.topic == "from_file"
     assert s.kafka.group_id == "g_env"  # env beats the file
     assert s.kafka.bootstrap_servers == "flag:1"  # flags beat env

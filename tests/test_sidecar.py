@@ -5,13 +5,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support import eventually, result_ids, result_lines, running, sample, sdk_trace, settings_for, to_otlp_json
+from support import (
+    eventually,
+    result_ids,
+    result_lines,
+    running,
+    sample,
+    sdk_trace,
+    settings_for,
+    to_otlp_json,
+)
 
 from monitor.broker import EmbeddedBroker
 from monitor.workload import generate, produce
 
 
-async def test_every_layout_and_wire_format_becomes_records(broker: EmbeddedBroker, topic: str, tmp_path: Path) -> None:
+async def test_every_layout_and_wire_format_becomes_records(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
     per_trace = generate(30, seed=1, mode="per_trace")
     batched = generate(30, seed=2, mode="batched", batch=7)
     split = generate(30, seed=3, mode="split", batch=10)  # children before roots, traces interleaved
@@ -20,8 +31,18 @@ async def test_every_layout_and_wire_format_becomes_records(broker: EmbeddedBrok
     pairs = per_trace.pairs() + batched.pairs() + split.pairs()
     pairs += [(k, to_otlp_json(v)) for k, v in as_json.pairs()]
     pairs += [
-        (None, json.dumps({"trace_id": t.trace_id, "query": t.query, "answer": t.answer, "query_type": t.query_type,
-                           "chunks": [{"id": c, "content": "text", "score": 0.5} for c in t.chunk_ids]}).encode())
+        (
+            None,
+            json.dumps(
+                {
+                    "trace_id": t.trace_id,
+                    "query": t.query,
+                    "answer": t.answer,
+                    "query_type": t.query_type,
+                    "chunks": [{"id": c, "content": "text", "score": 0.5} for c in t.chunk_ids],
+                }
+            ).encode(),
+        )
         for t in flat
     ]
     truths = {t.trace_id: t for w in (per_trace, batched, split, as_json) for t in w.traces}
@@ -44,31 +65,61 @@ async def test_every_layout_and_wire_format_becomes_records(broker: EmbeddedBrok
     for t in truths.values():
         by_type[t.query_type] = by_type.get(t.query_type, 0) + 1
     for qt, n in by_type.items():
-        counted = sum(sample(sidecar, "ragmon_records_total", service=s, query_type=qt) for s in ("rag-demo", "unknown_service"))
+        counted = sum(
+            sample(sidecar, "ragmon_records_total", service=s, query_type=qt)
+            for s in ("rag-demo", "unknown_service")
+        )
         assert counted >= n  # at-least-once: never fewer
     assert sample(sidecar, "ragmon_rejected_total", reason="decode_error") == 0
 
 
 async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, tmp_path: Path) -> None:
-    genai_docs = json.dumps([{"id": "g1", "score": 0.9, "content": "Paris is the capital."}, {"id": "g2", "score": 0.4}])
+    genai_docs = json.dumps(
+        [{"id": "g1", "score": 0.9, "content": "Paris is the capital."}, {"id": "g2", "score": 0.4}]
+    )
     genai_id, genai = sdk_trace(
         [
             ("invoke_agent rag", {"gen_ai.operation.name": "invoke_agent", "rag.query_type": "lookup"}),
-            ("retrieval", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "Capital of France?",
-                           "gen_ai.retrieval.documents": genai_docs}),
-            ("chat", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m-genai",
-                      "gen_ai.output.messages": json.dumps(
-                          [{"role": "assistant", "parts": [{"type": "text", "content": "Paris."}]}])}),
+            (
+                "retrieval",
+                {
+                    "gen_ai.operation.name": "retrieval",
+                    "gen_ai.retrieval.query.text": "Capital of France?",
+                    "gen_ai.retrieval.documents": genai_docs,
+                },
+            ),
+            (
+                "chat",
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": "m-genai",
+                    "gen_ai.output.messages": json.dumps(
+                        [{"role": "assistant", "parts": [{"type": "text", "content": "Paris."}]}]
+                    ),
+                },
+            ),
         ],
         service="svc-genai",
     )
     legacy_id, legacy = sdk_trace(
         [
-            ("workflow", {"traceloop.span.kind": "workflow",
-                          "traceloop.entity.input": json.dumps({"inputs": {"question": "Who wrote Hamlet?"}}),
-                          "traceloop.entity.output": json.dumps({"outputs": {"answer": "Shakespeare."}})}),
-            ("openai.chat", {"gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "Who wrote Hamlet?",
-                             "gen_ai.completion.0.content": "Shakespeare.", "gen_ai.request.model": "m-legacy"}),
+            (
+                "workflow",
+                {
+                    "traceloop.span.kind": "workflow",
+                    "traceloop.entity.input": json.dumps({"inputs": {"question": "Who wrote Hamlet?"}}),
+                    "traceloop.entity.output": json.dumps({"outputs": {"answer": "Shakespeare."}}),
+                },
+            ),
+            (
+                "openai.chat",
+                {
+                    "gen_ai.prompt.0.role": "user",
+                    "gen_ai.prompt.0.content": "Who wrote Hamlet?",
+                    "gen_ai.completion.0.content": "Shakespeare.",
+                    "gen_ai.request.model": "m-legacy",
+                },
+            ),
         ],
         service="svc-traceloop",
     )
@@ -78,7 +129,17 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
         await eventually(lambda: {genai_id, legacy_id} <= result_ids(results))
     got = {r["trace_id"]: r for r in result_lines(results)}
     g = got[genai_id]
-    assert (g["query"], g["answer"], g["model"], g["service"]) == ("Capital of France?", "Paris.", "m-genai", "svc-genai")
+    assert (g["query"], g["answer"], g["model"], g["service"]) == (
+        "Capital of France?",
+        "Paris.",
+        "m-genai",
+        "svc-genai",
+    )
     assert [c["id"] for c in g["chunks"]] == ["g1", "g2"] and g["query_type"] == "lookup"
     t = got[legacy_id]
-    assert (t["query"], t["answer"], t["model"], t["query_type"]) == ("Who wrote Hamlet?", "Shakespeare.", "m-legacy", "unknown")
+    assert (t["query"], t["answer"], t["model"], t["query_type"]) == (
+        "Who wrote Hamlet?",
+        "Shakespeare.",
+        "m-legacy",
+        "unknown",
+    )

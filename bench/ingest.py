@@ -1,0 +1,516 @@
+"""Ingest benchmark: raw `aiokafka` consumption vs the sidecar with judging off, same topic, same run.
+
+Fills a topic on the embedded broker with the workload's OpenInference traces (three spans each,
+~2 KB of retrieved chunk text per trace, OTLP protobuf as the Collector writes it), then drains it
+
+  (a) raw: an `AIOKafkaConsumer` in a fresh group, `getmany` until every message is in, no
+      processing, with the consumer settings `monitor.source.KafkaSource` uses;
+  (b) sidecar: `monitor.pipeline.Sidecar` in a fresh group, sample rate 0 (no judging, no output),
+      so every span is decoded and assembled and every record counted.
+
+Both figures are Kafka messages per second. The clock starts when the first non-empty fetch
+returns, so the group join (~15 s with tansu) is excluded, and that first batch is not counted.
+(b) stops when `ragmon_records_total`, read from the sidecar's registry, holds every trace, with
+`assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted ("to last decode" is
+the rate up to the turn of the consumer loop that processed the last message). Each side runs in
+its own subprocess (this file with `--role raw|sidecar`), so each peak RSS (`ru_maxrss`) is its
+own; the broker is a separate process and not counted. CPU µs/msg is process CPU time over the
+same window, a figure CPU steal on shared machines disturbs less than wall-clock rates.
+
+Goal (the ingest issue): sidecar/raw >= 0.7, and peak RSS < 250 MiB while 1M spans drain.
+
+    python bench/ingest.py                            # 333,334 traces = 1,000,002 spans
+    python bench/ingest.py --quick --repeat 3 --json quick.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FULL_TRACES = 333_334  # x3 spans = 1,000,002
+QUICK_TRACES = 30_000
+SPANS_PER_TRACE = 3
+BATCH = 10  # traces per message in "batched" mode (the workload's default)
+GRACE_SECONDS = 0.05
+RSS_LIMIT_MIB = 250.0
+GOAL_RATIO = 0.7
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement, shared by both roles
+
+
+@dataclass(slots=True)
+class Clock:
+    """Counts fetched messages; the clock runs from the first non-empty fetch."""
+
+    expect: int
+    started: float = field(default_factory=time.perf_counter)
+    first: float | None = None  # when the first non-empty fetch returned
+    first_cpu: float = 0.0  # process CPU time then
+    first_batch: int = 0  # messages of that fetch: fetched before the clock started, not counted
+    fetched: int = 0
+    last_fetch: float | None = None  # when the fetch holding the last expected message returned
+    waited: float = 0.0  # seconds spent awaiting fetches between the first and the last
+
+    def batch(self, n: int) -> None:
+        if not n:
+            return
+        now = time.perf_counter()
+        if self.first is None:
+            self.first, self.first_batch, self.first_cpu = now, n, time.process_time()
+        self.fetched += n
+        if self.fetched >= self.expect and self.last_fetch is None:
+            self.last_fetch = now
+
+    @property
+    def join_seconds(self) -> float:
+        return (self.first or self.started) - self.started
+
+    def rate(self, end: float | None) -> float:
+        """Messages per second from the first fetch to `end`."""
+        if self.first is None or end is None or end <= self.first:
+            return 0.0
+        return (self.fetched - self.first_batch) / (end - self.first)
+
+    def cpu_us_per_msg(self) -> float:
+        """Process CPU time per counted message since the first fetch."""
+        n = self.fetched - self.first_batch
+        return (time.process_time() - self.first_cpu) / n * 1e6 if n > 0 else 0.0
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+# --------------------------------------------------------------------------------------------
+# (a) raw aiokafka
+
+
+async def run_raw(args: argparse.Namespace) -> dict[str, Any]:
+    """Drain the topic with a bare consumer. Only `aiokafka` is imported, so the RSS is its own."""
+    from aiokafka import AIOKafkaConsumer
+
+    kwargs: dict[str, Any] = json.loads(args.consumer)
+    max_records = kwargs["max_poll_records"]
+    consumer = AIOKafkaConsumer(
+        group_id=args.group, bootstrap_servers=args.bootstrap, client_id="ingest-bench-raw", **kwargs
+    )
+    clock = Clock(args.expect_messages)
+    deadline = time.monotonic() + args.timeout
+    await consumer.start()
+    try:
+        consumer.subscribe([args.topic])
+        while clock.fetched < clock.expect and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            batch = await consumer.getmany(timeout_ms=100, max_records=max_records)
+            if clock.first is not None:
+                clock.waited += time.perf_counter() - t0
+            clock.batch(sum(len(msgs) for msgs in batch.values()))
+        cpu = clock.cpu_us_per_msg()
+    finally:
+        await consumer.stop()
+    return {
+        "role": "raw",
+        "fetched": clock.fetched,
+        "complete": clock.fetched >= clock.expect,
+        "join_seconds": clock.join_seconds,
+        "drain_seconds": (clock.last_fetch or 0.0) - (clock.first or 0.0),
+        "msgs_per_s": clock.rate(clock.last_fetch),
+        "cpu_us_per_msg": cpu,
+        "fetch_wait_seconds": clock.waited,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# (b) the sidecar
+
+
+def sidecar_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "kafka": {
+            "bootstrap_servers": args.bootstrap,
+            "topic": args.topic,
+            "group_id": args.group,
+            "client_id": "ingest-bench-sidecar",
+            "encoding": args.encoding,
+        },
+        "assembly": {"grace_seconds": GRACE_SECONDS},
+        "sampling": {"rate": 0.0},
+        "results": {"file": None, "topic": None},
+    }
+
+
+def metric_total(registry: Any, sample: str) -> float:
+    """Sum of one sample name (e.g. `ragmon_records_total`) over all its label sets."""
+    return float(sum(s.value for m in registry.collect() for s in m.samples if s.name == sample))
+
+
+async def run_sidecar(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the real pipeline in this process, timed through its own `source.fetch` calls."""
+    import logging
+
+    from monitor.config import load_settings
+    from monitor.pipeline import Sidecar
+
+    logging.basicConfig(level=logging.WARNING)
+    sidecar = Sidecar(load_settings(None, sidecar_overrides(args)))
+    registry = sidecar.metrics.registry
+    clock = Clock(args.expect_messages)
+    stop = asyncio.Event()
+    marks: dict[str, float] = {}
+    inner = sidecar.source.fetch
+
+    async def timed_fetch(timeout_ms: int) -> Any:
+        # One call per consumer-loop turn: on entry, everything fetched so far has been processed.
+        if clock.fetched >= clock.expect:
+            now = time.perf_counter()
+            marks.setdefault("decoded", now)
+            if metric_total(registry, "ragmon_records_total") >= args.expect_traces:
+                marks["records"] = now
+                marks["cpu"] = clock.cpu_us_per_msg()
+                stop.set()
+        t0 = time.perf_counter()
+        batch = await inner(timeout_ms=timeout_ms)
+        if clock.first is not None and clock.last_fetch is None:
+            clock.waited += time.perf_counter() - t0
+        clock.batch(sum(len(msgs) for msgs in batch.values()))
+        return batch
+
+    sidecar.source.fetch = timed_fetch  # type: ignore[method-assign]
+    task = asyncio.create_task(sidecar.run(stop))
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=args.timeout)
+    except TimeoutError:
+        stop.set()
+    await task
+    end = marks.get("records")
+    return {
+        "role": "sidecar",
+        "fetched": clock.fetched,
+        "records": metric_total(registry, "ragmon_records_total"),
+        "rejected": metric_total(registry, "ragmon_rejected_total"),
+        "complete": end is not None,
+        "join_seconds": clock.join_seconds,
+        "drain_seconds": (end or 0.0) - (clock.first or 0.0),
+        "msgs_per_s": clock.rate(end),
+        "msgs_per_s_decoded": clock.rate(marks.get("decoded")),
+        "cpu_us_per_msg": marks.get("cpu", 0.0),
+        "fetch_wait_seconds": clock.waited,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Orchestration: broker, fill, alternate the two roles
+
+
+@dataclass(slots=True)
+class Fill:
+    messages: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+def _counted(pairs: Iterator[tuple[bytes | None, bytes]], fill: Fill) -> Iterator[tuple[bytes | None, bytes]]:
+    for key, value in pairs:
+        fill.messages += 1
+        fill.bytes += len(value)
+        yield key, value
+
+
+async def fill_topic(bootstrap: str, topic: str, args: argparse.Namespace) -> Fill:
+    """Create the topic and produce the workload into it, generating as it sends."""
+    from monitor.config import KafkaConfig
+    from monitor.source import ensure_topics
+    from monitor.workload import produce, trace_messages
+
+    await ensure_topics(KafkaConfig(bootstrap_servers=bootstrap), [topic], partitions=args.partitions)
+    fill = Fill()
+    t0 = time.perf_counter()
+    pairs = trace_messages(args.traces, seed=args.seed, mode=args.mode, batch=BATCH)
+    acked = await produce(bootstrap, topic, _counted(pairs, fill))
+    fill.seconds = time.perf_counter() - t0
+    if acked != fill.messages:
+        raise RuntimeError(f"produced {fill.messages} messages but {acked} were acknowledged")
+    return fill
+
+
+def context_bytes_per_trace(args: argparse.Namespace) -> float:
+    """Mean UTF-8 bytes of retrieved chunk text per trace, over one cycle of the request pool."""
+    from monitor.workload import WorkloadConfig, iter_workload, load_corpus
+
+    chunks = load_corpus().chunks
+    n = min(args.traces, WorkloadConfig().pool_size)
+    sizes = [
+        sum(len(chunks[c].text.encode()) for c in t.chunk_ids)
+        for truths, _ in iter_workload(n, seed=args.seed, mode="per_trace")
+        for t in truths
+    ]
+    return statistics.fmean(sizes)
+
+
+def raw_consumer_settings() -> dict[str, Any]:
+    """The keyword arguments `KafkaSource.start` (monitor/source.py) gives `AIOKafkaConsumer`.
+
+    Captured from the real code with a stand-in consumer class that records them and fails to
+    connect, so (a) keeps matching (b) whatever source.py changes. The per-role identity
+    (group, bootstrap, client id) is left out: the raw role sets its own.
+    """
+    import logging
+
+    from aiokafka.errors import KafkaConnectionError
+
+    from monitor import source
+    from monitor.config import load_settings
+    from monitor.offsets import OffsetTracker
+
+    captured: dict[str, Any] = {}
+    stop = asyncio.Event()
+
+    class Capture:
+        def __init__(self, *topics: str, **kwargs: Any) -> None:
+            captured.update(kwargs)
+
+        async def start(self) -> None:
+            stop.set()  # ends KafkaSource.start's retry loop
+            raise KafkaConnectionError("settings captured")
+
+        async def stop(self) -> None:
+            pass
+
+    async def no_revoke(revoked: set[Any]) -> None:
+        pass
+
+    src = source.KafkaSource(load_settings(None, {}).kafka, OffsetTracker(), no_revoke)
+    namespace = vars(source)
+    real, namespace["AIOKafkaConsumer"] = namespace["AIOKafkaConsumer"], Capture
+    quiet = logging.getLogger(source.__name__)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the stand-in's refusal would be logged as a warning
+    try:
+        asyncio.run(src.start(stop))
+    finally:
+        namespace["AIOKafkaConsumer"] = real
+        quiet.setLevel(level)
+    if "max_poll_records" not in captured:
+        raise RuntimeError("could not capture the sidecar's consumer settings from monitor/source.py")
+    for key in ("group_id", "bootstrap_servers", "client_id"):
+        captured.pop(key, None)
+    return captured
+
+
+def run_role(role: str, argv: list[str], timeout: float) -> dict[str, Any]:
+    """One side of the measurement in a fresh interpreter; its last stdout line is the result."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--role", role, *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"--role {role} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not result["complete"]:
+        raise RuntimeError(f"--role {role} did not drain the topic in {timeout:.0f}s: {result}")
+    return result
+
+
+def machine() -> dict[str, Any]:
+    import aiokafka
+    from google.protobuf.internal import api_implementation
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "aiokafka": aiokafka.__version__,
+        "protobuf_backend": api_implementation.Type(),
+    }
+
+
+def code_fingerprint() -> str:
+    """SHA-256 (12 hex) over the `monitor` package's sources: which code the figures are for."""
+    import hashlib
+    from pathlib import Path
+
+    import monitor
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(monitor.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def measure(
+    args: argparse.Namespace, bootstrap: str, topic: str, fill: Fill
+) -> dict[str, list[dict[str, Any]]]:
+    """Run (a) then (b), `--repeat` times, each in a fresh consumer group."""
+    common = ["--bootstrap", bootstrap, "--topic", topic, "--timeout", str(args.timeout)]
+    common += ["--expect-messages", str(fill.messages), "--expect-traces", str(args.traces)]
+    role_args = {
+        "raw": ["--consumer", json.dumps(raw_consumer_settings())],
+        "sidecar": ["--encoding", args.encoding],
+    }
+    runs: dict[str, list[dict[str, Any]]] = {"raw": [], "sidecar": []}
+    for r in range(args.repeat):
+        for role in ("raw", "sidecar"):
+            group = ["--group", f"bench-{role}-{r}-{uuid.uuid4().hex[:6]}"]
+            res = run_role(role, common + group + role_args[role], args.timeout)
+            runs[role].append(res)
+            extra = f" (to last decode {res['msgs_per_s_decoded']:,.0f})" if role == "sidecar" else ""
+            _say(
+                f"  run {r + 1}/{args.repeat} {role:7s}: {res['msgs_per_s']:>8,.0f} msgs/s{extra}, "
+                f"{res['cpu_us_per_msg']:.0f} CPU µs/msg, join {res['join_seconds']:.1f} s, "
+                f"drain {res['drain_seconds']:.1f} s, fetch wait {res['fetch_wait_seconds']:.1f} s, "
+                f"peak RSS {res['peak_rss_mib']:.0f} MiB"
+            )
+    return runs
+
+
+def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
+    from monitor.broker import EmbeddedBroker
+
+    command = shlex.join([sys.executable, *sys.argv])
+    info = machine()
+    _say(
+        f"machine: {info['nproc']} CPU ({info['cpu']}), Python {info['python']}, "
+        f"aiokafka {info['aiokafka']}, protobuf backend {info['protobuf_backend']}"
+    )
+    context = context_bytes_per_trace(args)
+    topic = f"bench_{uuid.uuid4().hex[:8]}"
+    with EmbeddedBroker() as broker:
+        _say(f"filling {topic} ({args.partitions} partitions): {args.traces:,} traces, mode {args.mode}")
+        fill = asyncio.run(fill_topic(broker.bootstrap_servers, topic, args))
+        _say(
+            f"filled: {fill.messages:,} messages, {fill.bytes / 1e6:,.1f} MB in {fill.seconds:.1f} s "
+            f"({fill.messages / fill.seconds:,.0f} msgs/s, {fill.bytes / 1e6 / fill.seconds:.1f} MB/s)"
+        )
+        runs = measure(args, broker.bootstrap_servers, topic, fill)
+
+    def median(role: str, key: str) -> float:
+        return float(statistics.median(x[key] for x in runs[role]))
+
+    raw, side = median("raw", "msgs_per_s"), median("sidecar", "msgs_per_s")
+    report = {
+        "command": command,
+        "machine": info,
+        "monitor_sha256": code_fingerprint(),
+        "params": {k: v for k, v in vars(args).items() if v is not None and k not in {"json"}},
+        "messages": fill.messages,
+        "traces": args.traces,
+        "spans": args.traces * SPANS_PER_TRACE,
+        "mean_message_bytes": fill.bytes / fill.messages,
+        "context_bytes_per_trace": context,
+        "fill": {**asdict(fill), "msgs_per_s": fill.messages / fill.seconds},
+        "raw_msgs_per_s": raw,
+        "sidecar_msgs_per_s": side,
+        "sidecar_msgs_per_s_to_last_decode": median("sidecar", "msgs_per_s_decoded"),
+        "ratio": side / raw if raw else 0.0,
+        "cpu_us_per_msg": {
+            "raw": median("raw", "cpu_us_per_msg"),
+            "sidecar": median("sidecar", "cpu_us_per_msg"),
+        },
+        "peak_rss_mib": {role: max(x["peak_rss_mib"] for x in runs[role]) for role in runs},
+        "runs": runs,
+    }
+    print_table(report)
+    return report
+
+
+def print_table(rep: dict[str, Any]) -> None:
+    rss, cpu, m = rep["peak_rss_mib"], rep["cpu_us_per_msg"], rep["machine"]
+    ratio_ok = "ok" if rep["ratio"] >= GOAL_RATIO else f"below the {GOAL_RATIO} goal"
+    rss_ok = "ok" if max(rss.values()) < RSS_LIMIT_MIB else f"over {RSS_LIMIT_MIB:.0f} MiB"
+    spans_per_s = rep["sidecar_msgs_per_s"] * rep["spans"] / rep["messages"]
+    rows = [
+        ("messages / spans", f"{rep['messages']:,} / {rep['spans']:,}"),
+        ("mean message bytes", f"{rep['mean_message_bytes']:,.0f}"),
+        ("chunk context bytes / trace", f"{rep['context_bytes_per_trace']:,.0f}"),
+        ("fill", f"{rep['fill']['msgs_per_s']:,.0f} msgs/s"),
+        ("(a) raw aiokafka", f"{rep['raw_msgs_per_s']:,.0f} msgs/s"),
+        ("(b) sidecar, judging off", f"{rep['sidecar_msgs_per_s']:,.0f} msgs/s ({spans_per_s:,.0f} spans/s)"),
+        ("(b) to last decode", f"{rep['sidecar_msgs_per_s_to_last_decode']:,.0f} msgs/s"),
+        ("ratio (b)/(a)", f"{rep['ratio']:.2f}  [{ratio_ok}]"),
+        ("CPU µs/msg raw / sidecar", f"{cpu['raw']:.0f} / {cpu['sidecar']:.0f}"),
+        ("peak RSS raw / sidecar", f"{rss['raw']:.0f} / {rss['sidecar']:.0f} MiB  [{rss_ok}]"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    _say(f"\nmedians of {rep['params']['repeat']} run(s); {m['nproc']} CPU, Python {m['python']}")
+    for key, value in rows:
+        _say(f"  {key:<{width}}  {value}")
+    _say(f"monitor sources sha256: {rep['monitor_sha256']}")
+    _say(f"command: {rep['command']}")
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--traces", type=int, help=f"traces to produce (default {FULL_TRACES:,})")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_TRACES:,} traces")
+    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument(
+        "--mode", choices=("per_trace", "batched"), default="per_trace", help=f"1 or {BATCH} traces a message"
+    )
+    p.add_argument(
+        "--repeat", type=int, default=1, help="run (a) and (b) alternately R times; report medians"
+    )
+    p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--encoding", choices=("auto", "otlp_proto"), default="auto", help="sidecar decoder")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain")
+    # Internal: one side of the measurement, in its own process.
+    p.add_argument("--role", choices=("raw", "sidecar"), help=argparse.SUPPRESS)
+    for name in ("--bootstrap", "--topic", "--group", "--consumer"):
+        p.add_argument(name, help=argparse.SUPPRESS)
+    p.add_argument("--expect-messages", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--expect-traces", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.traces is None:
+        args.traces = QUICK_TRACES if args.quick else FULL_TRACES
+    if min(args.traces, args.partitions, args.repeat) < 1:
+        p.error("--traces, --partitions and --repeat must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.role is not None:
+        run = run_raw if args.role == "raw" else run_sidecar
+        print(json.dumps(asyncio.run(run(args))))
+        return 0
+    report = orchestrate(args)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

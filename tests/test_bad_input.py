@@ -1,0 +1,140 @@
+"""Bad input through the real broker: counted by reason, dead-lettered, never a crash or a stall."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from support import (
+    committed_total,
+    eventually,
+    result_ids,
+    result_lines,
+    running,
+    sample,
+    sdk_trace,
+    settings_for,
+)
+
+from monitor.broker import EmbeddedBroker
+from monitor.config import KafkaConfig
+from monitor.source import ensure_topics
+from monitor.workload import generate, produce
+
+ROOT = {"openinference.span.kind": "CHAIN"}
+
+
+async def test_every_bad_input_class_is_counted_and_nothing_stalls(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    bs = broker.bootstrap_servers
+    dlq = f"{topic}-dlq"
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [dlq], partitions=1)
+    good = generate(20, seed=11)
+    whole = good.messages[0].value
+    whole_message_rejects: list[tuple[str, bytes]] = [
+        ("decode_error", os.urandom(500)),
+        ("decode_error", whole[: len(whole) // 2]),  # truncated protobuf
+        ("decode_error", b'{"resourceSpans": ['),  # invalid JSON
+        ("decode_error", b"[1, 2, 3]"),  # JSON, but not an object
+        ("invalid_utf8", b'{"query": "caf\xe9 \xff", "answer": "x"}'),
+        ("empty", b""),
+        ("too_large", b"\x0a" + os.urandom(10 * 1024 * 1024)),  # a 10 MB message
+    ]
+    _, missing_answer = sdk_trace([("rag", {**ROOT, "input.value": "a question with no answer"})])
+    _, list_query = sdk_trace([("rag", {**ROOT, "input.value": ["not", "a", "string"], "output.value": "x"})])
+    bad_score_id, bad_score = sdk_trace(
+        [
+            ("rag", {**ROOT, "input.value": "q?", "output.value": "a."}),
+            (
+                "retrieve",
+                {
+                    "openinference.span.kind": "RETRIEVER",
+                    "retrieval.documents.0.document.id": "d1",
+                    "retrieval.documents.0.document.score": "high",
+                },
+            ),
+        ]
+    )
+    old_id, old = sdk_trace(
+        [("rag", {**ROOT, "input.value": "q?", "output.value": "a."})], start_ns=10**9, end_ns=2 * 10**9
+    )
+    flood = [
+        sdk_trace([("rag", {**ROOT, "input.value": "q", "output.value": "a", "rag.query_type": f"qt-{i}"})])
+        for i in range(150)
+    ]
+    span_level = [missing_answer, list_query, bad_score, old, *(v for _, v in flood)]
+
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(bs, topic, results, kafka={"dead_letter_topic": dlq})
+    async with running(settings) as sidecar:
+        producer = AIOKafkaProducer(bootstrap_servers=bs, max_request_size=12 * 1024 * 1024)
+        await producer.start()
+        try:
+            for _, value in whole_message_rejects:
+                await producer.send_and_wait(topic, value)
+        finally:
+            await producer.stop()
+        await produce(bs, topic, [(None, v) for v in span_level])
+        await produce(bs, topic, good.pairs())  # good traffic after the poison must still flow
+        expected = {t.trace_id for t in good.traces} | {bad_score_id, old_id} | {tid for tid, _ in flood}
+        await eventually(lambda: result_ids(results) >= expected, what="good records after bad input")
+        total_messages = len(whole_message_rejects) + len(span_level) + len(good.messages)
+        group = settings.kafka.group_id
+        committed = [0]
+
+        async def poll_committed() -> None:
+            committed[0] = await committed_total(bs, topic, group)
+
+        for _ in range(100):
+            await poll_committed()
+            if committed[0] == total_messages:
+                break
+            await __import__("asyncio").sleep(0.2)
+        assert committed[0] == total_messages, "a bad message stalled the committed offset"
+
+        def rejected(reason: str) -> float:
+            return sample(sidecar, "ragmon_rejected_total", reason=reason)
+
+        for reason in ("decode_error", "invalid_utf8", "empty", "too_large"):
+            want = sum(1 for r, _ in whole_message_rejects if r == reason)
+            assert rejected(reason) == want, reason
+        assert rejected("missing_answer") == 1
+        assert rejected("missing_query") == 1  # the list-valued query was dropped...
+        assert rejected("bad_attribute") >= 2  # ...and counted, as was the non-numeric score
+        assert rejected("bad_timestamp") >= 1
+        assert rejected("query_type_not_allowed") == 150
+
+    # Label values stay inside the allow-list whatever spans said.
+    label_values = {
+        s.labels["query_type"]
+        for fam in sidecar.metrics.registry.collect()
+        for s in fam.samples
+        if s.name == "ragmon_records_total"
+    }
+    assert label_values <= set(settings.slices.query_types)
+    assert "other" in label_values
+    got = {r["trace_id"]: r for r in result_lines(results)}
+    assert got[bad_score_id]["chunks"] == [{"id": "d1", "content": None, "score": None}]
+    assert got[old_id]["start"] is None  # absurd times dropped, record kept
+
+    # Every whole-message reject is in the dead-letter topic, byte for byte.
+    consumer = AIOKafkaConsumer(
+        dlq,
+        bootstrap_servers=bs,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        seen: list[bytes] = []
+        while len(seen) < len(whole_message_rejects):
+            batch = await consumer.getmany(timeout_ms=2000)
+            if not batch:
+                break
+            seen += [m.value for msgs in batch.values() for m in msgs]
+    finally:
+        await consumer.stop()
+    assert sorted(seen) == sorted(v for _, v in whole_message_rejects)

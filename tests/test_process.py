@@ -1,0 +1,190 @@
+"""The `rag-monitor run` process: SIGKILL and restart lose nothing, SIGTERM drains and exits 0,
+the broker may be down at start or restart, and /metrics is valid Prometheus exposition."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from support import committed_total, eventually, result_ids, running, sample, settings_for
+
+from monitor.broker import EmbeddedBroker, free_port
+from monitor.config import KafkaConfig
+from monitor.export import MetricsServer
+from monitor.pipeline import Sidecar
+from monitor.source import ensure_topics
+from monitor.workload import generate, produce
+
+
+def start_sidecar(bs: str, topic: str, results: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    environ = {
+        **os.environ,
+        "RAGMON_ASSEMBLY__GRACE_SECONDS": "0.2",
+        "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.2",
+        **env,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "monitor.cli",
+        "run",
+        "--bootstrap-servers",
+        bs,
+        "--topic",
+        topic,
+        "--group-id",
+        f"g-{topic}",
+        "--sample-rate",
+        "1.0",
+        "--results-file",
+        str(results),
+        "--metrics-port",
+        "0",
+    ]
+    return subprocess.Popen(cmd, env=environ, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+async def test_sigkill_mid_stream_then_restart_loses_no_trace(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    bs = broker.bootstrap_servers
+    work = generate(1500, seed=21, mode="split", batch=25)  # open traces span several messages
+    ids = {t.trace_id for t in work.traces}
+    results, log = tmp_path / "results.jsonl", tmp_path / "sidecar.log"
+    proc = start_sidecar(bs, topic, results, log)
+    try:
+        await eventually(lambda: "assigned partitions" in log.read_text(), within=60, what="group join")
+        feeder = asyncio.create_task(produce(bs, topic, work.pairs(), rate=250))
+        await eventually(
+            lambda: len(result_ids(results)) >= len(ids) // 4, within=60, what="a quarter written"
+        )
+        assert not feeder.done(), "the kill must happen mid-stream"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        written_before = len(result_ids(results))
+        assert written_before < len(ids)
+        await feeder
+        proc = start_sidecar(bs, topic, results, log)
+        await eventually(lambda: result_ids(results) >= ids, within=90, what="every trace after restart")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert result_ids(results) == ids
+
+
+async def test_sigterm_drains_open_traces_commits_and_exits_zero(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    bs = broker.bootstrap_servers
+    work = generate(200, seed=22, mode="split", batch=20)
+    results, log = tmp_path / "results.jsonl", tmp_path / "sidecar.log"
+    # A grace period longer than the test: every trace is still open when SIGTERM comes.
+    proc = start_sidecar(
+        bs, topic, results, log, RAGMON_ASSEMBLY__GRACE_SECONDS="600", RAGMON_ASSEMBLY__TIMEOUT_SECONDS="900"
+    )
+    try:
+        await eventually(lambda: "assigned partitions" in log.read_text(), within=60, what="group join")
+        await produce(bs, topic, work.pairs())
+        await asyncio.sleep(3)  # consumed, held open by the grace period
+        assert result_ids(results) == set()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert result_ids(results) == {t.trace_id for t in work.traces}
+    assert await committed_total(bs, topic, f"g-{topic}") == len(work.messages)
+
+
+async def test_broker_down_at_start_and_restarted(tmp_path: Path) -> None:
+    port = free_port()
+    bs = f"127.0.0.1:{port}"
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(
+        bs, "spans", results, kafka={"reconnect_backoff_max_seconds": 1.0, "session_timeout_ms": 6000}
+    )
+    sidecar = Sidecar(settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(sidecar.run(stop))
+    try:
+        await asyncio.sleep(2)  # the sidecar retries while nothing listens
+        assert not task.done()
+        first, second = generate(20, seed=31), generate(60, seed=32)
+        with EmbeddedBroker(port=port):
+            await ensure_topics(KafkaConfig(bootstrap_servers=bs), ["spans"])
+            await produce(bs, "spans", first.pairs())
+            await eventually(lambda: result_ids(results) >= {t.trace_id for t in first.traces}, within=60)
+        # A restart. The embedded broker keeps everything in memory, so the new one has lost the
+        # log and the committed offsets (a real broker keeps both): what can be checked here is
+        # that the sidecar survives, rejoins and consumes what is produced after the restart.
+        with EmbeddedBroker(port=port):
+            await ensure_topics(KafkaConfig(bootstrap_servers=bs), ["spans"])
+            await produce(bs, "spans", second.pairs())
+            second_ids = {t.trace_id for t in second.traces}
+            await eventually(
+                lambda: bool(result_ids(results) & second_ids), within=60, what="records after restart"
+            )
+            assert not task.done()
+            stop.set()
+            await asyncio.wait_for(task, timeout=60)
+    finally:
+        stop.set()
+        if not task.done():
+            task.cancel()
+    task.result()  # no exception escaped
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool comes with `make test` (Debian prometheus)"
+)
+async def test_metrics_endpoint_is_valid_exposition(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    bs = broker.bootstrap_servers
+    work = generate(60, seed=41)
+    async with running(settings_for(bs, topic, None, sampling={"rate": 0.0})) as sidecar:
+        server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", 0)
+        port = server.start()
+        try:
+            await produce(bs, topic, work.pairs())
+            await eventually(
+                lambda: (
+                    sum(
+                        s.value
+                        for f in sidecar.metrics.registry.collect()
+                        for s in f.samples
+                        if s.name == "ragmon_records_total"
+                    )
+                    >= 60
+                )
+            )
+            await asyncio.sleep(1.0)  # one housekeeping pass for the gauges
+            body = await asyncio.to_thread(
+                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            )
+        finally:
+            server.stop()
+        lookup = sum(1 for t in work.traces if t.query_type == "lookup")
+        assert sample(sidecar, "ragmon_records_total", service="rag-demo", query_type="lookup") == lookup
+    text = body.decode()
+    for name in (
+        "ragmon_records_total",
+        "ragmon_rejected_total",
+        "ragmon_retrieved_chunks_bucket",
+        "ragmon_retrieval_top_score_bucket",
+        "ragmon_record_lag_seconds_bucket",
+        "ragmon_open_traces",
+        "ragmon_consumer_lag_messages",
+    ):
+        assert name in text, name
+    check = await asyncio.to_thread(
+        subprocess.run, ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
