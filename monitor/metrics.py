@@ -7,6 +7,8 @@ the demo can run several pipelines in one process without label collisions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.model import Reject
@@ -19,6 +21,15 @@ CHUNK_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 # Span end → record counted: dominated by the assembly grace period and consumer lag.
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSeries:
+    """The record-level children of one (service, query_type), resolved once."""
+
+    records: Counter
+    chunks: Histogram
+    top_score: Histogram
 
 
 class Metrics:
@@ -71,3 +82,11 @@ class Metrics:
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)
+
+    def record_series(self, service: str, query_type: str) -> RecordSeries:
+        labels = {"service": service, "query_type": query_type}
+        return RecordSeries(
+            self.records.labels(**labels),
+            self.retrieved_chunks.labels(**labels),
+            self.retrieval_top_score.labels(**labels),
+        )
