@@ -26,8 +26,8 @@ demo: $(STAMP)
 	$(BIN)/rag-monitor demo $(DEMO_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check monitor tests bench examples
-	$(BIN)/ruff format --check monitor tests bench examples
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 	$(BIN)/mypy monitor
 
 test: $(STAMP) debs lint
