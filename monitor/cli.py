@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import typer
 
 from monitor.config import ConfigError, Settings, load_settings
 from monitor.decode import Encoding
+
+JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Online quality monitor for RAG services.")
 
@@ -54,9 +57,11 @@ def run(
     results_topic: Annotated[str | None, typer.Option(help="Kafka topic for results")] = None,
     results_file: Annotated[Path | None, typer.Option(help="JSONL file for results")] = None,
     dead_letter_topic: Annotated[str | None, typer.Option(help="topic for raw rejected messages")] = None,
+    judge: Annotated[JudgeBackend | None, typer.Option(help="judge backend (default lexical)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
-    """The sidecar: consume spans, export metrics, write results. SIGTERM drains and exits 0."""
+    """The sidecar: consume spans, judge a sample, export metrics, write results.
+    SIGTERM drains and exits 0."""
     _setup_logging(log_level)
     settings = _load(
         config,
@@ -69,11 +74,16 @@ def run(
                 "dead_letter_topic": dead_letter_topic,
             },
             "sampling": {"rate": sample_rate},
+            "judge": {"backend": judge},
             "metrics": {"port": metrics_port},
             "results": {"topic": results_topic, "file": results_file},
         },
     )
-    asyncio.run(_run(settings))
+    try:
+        asyncio.run(_run(settings))
+    except ValueError as exc:  # a judge that cannot start (no API key, bad option)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 async def _run(settings: Settings) -> None:
@@ -93,6 +103,60 @@ async def _run(settings: Settings) -> None:
         await sidecar.run(stop)
     finally:
         server.stop()
+
+
+@app.command()
+def calibrate(
+    labels: Annotated[Path, typer.Option("--labels", help="JSONL of human-labelled records")],
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config (judge section)")] = None,
+    judge: Annotated[JudgeBackend | None, typer.Option(help="judge backend (default lexical)")] = None,
+    report: Annotated[Path | None, typer.Option(help="write the report as JSON")] = None,
+    metrics_file: Annotated[
+        Path | None,
+        typer.Option(help="write ragmon_judge_agreement_kappa for node_exporter's textfile collector"),
+    ] = None,
+) -> None:
+    """Judge against human labels: agreement, Cohen's kappa and the confusion matrix per check.
+    Exit 0 when every kappa is >= 0.6, 1 when the judge is not reliable, 2 on bad input."""
+    from prometheus_client import write_to_textfile
+
+    from monitor.judge import create_judge
+    from monitor.judge.calibrate import format_report, load_labels, run_calibration
+    from monitor.metrics import Metrics
+
+    _setup_logging("WARNING")
+    settings = _load(config, {"judge": {"backend": judge}})
+    backend = settings.judge.backend
+    if backend == "none":
+        typer.echo("error: calibrate needs a judge backend", err=True)
+        raise typer.Exit(2)
+    try:
+        items = load_labels(labels)
+        j = create_judge(backend, settings.judge.options)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    async def go() -> Any:
+        try:
+            result, _ = await run_calibration(j, items, concurrency=settings.judge.workers)
+            return result
+        finally:
+            await j.aclose()
+
+    result = asyncio.run(go())
+    typer.echo(format_report(result))
+    if report is not None:
+        report.write_text(json.dumps(result.to_json_dict(), indent=2))
+    if metrics_file is not None:
+        m = Metrics()
+        for check, r in result.checks.items():
+            if r.kappa is not None:
+                m.judge.agreement_kappa.labels(check=check).set(r.kappa)
+        write_to_textfile(str(metrics_file), m.registry)
+    if result.warning:
+        typer.echo("WARNING: the judge is not reliable on at least one check (kappa < 0.6)", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

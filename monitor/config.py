@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -80,6 +80,15 @@ class SlicesConfig(_Section):
         return v
 
 
+class JudgeConfig(_Section):
+    backend: Literal["lexical", "anthropic", "openai", "none"] = "lexical"
+    workers: int = Field(8, gt=0, description="judgements in flight at once")
+    # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
+    # prices... (monitor/judge/base.py LLMJudgeConfig). Prefer api_key_file or the environment
+    # variable over a key in this file.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class SamplingConfig(_Section):
     rate: float = Field(0.05, ge=0, le=1)
 
@@ -106,6 +115,7 @@ class Settings(BaseSettings):
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
     slices: SlicesConfig = Field(default_factory=SlicesConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)

@@ -45,6 +45,15 @@ class DemoOptions:
     seed: int
 
 
+_JUDGED = {
+    "ragmon_claims_total": "claims",
+    "ragmon_claims_supported_total": "supported",
+    "ragmon_unanswerable_total": "unanswerable",
+    "ragmon_unanswerable_hallucinated_total": "hallucinated",
+    "ragmon_refusals_total": "refusals",
+}
+
+
 def _summary(
     registry: CollectorRegistry,
 ) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float]]:
@@ -63,6 +72,10 @@ def _summary(
                 per_type[qt]["top_sum"] += s.value
             elif s.name == "ragmon_retrieval_top_score_count" and qt:
                 per_type[qt]["top_n"] += s.value
+            elif qt and s.name == "ragmon_judged_total" and s.labels.get("check") == "unanswerable":
+                per_type[qt]["judged"] += s.value  # every successful judgement has this check
+            elif qt and s.name in _JUDGED:
+                per_type[qt][_JUDGED[s.name]] += s.value
             elif s.name == "ragmon_rejected_total" and s.value:
                 rejected[s.labels["reason"]] = s.value
             elif s.name in (
@@ -80,9 +93,23 @@ def _summary(
 
 def _render(registry: CollectorRegistry, produced: int, started: float, opts: DemoOptions, url: str) -> Group:
     per_type, rejected, gauges = _summary(registry)
-    table = Table(title="RAG records by query type (production traffic)", expand=False)
-    for col in ("query type", "records", "chunks / request", "mean top score"):
-        table.add_column(col, justify="right" if col != "query type" else "left")
+    table = Table(
+        title="RAG records by query type — retrieval (left) and generation, judged offline (right)",
+        expand=False,
+    )
+    columns = (
+        "type",
+        "records",
+        "chunks",
+        "top score",
+        "judged",
+        "faithful",
+        "unansw.",
+        "halluc.",
+        "refusals",
+    )
+    for col in columns:
+        table.add_column(col, justify="right" if col != "type" else "left", no_wrap=True)
     total = 0.0
     for qt in sorted(per_type):
         row = per_type[qt]
@@ -93,6 +120,11 @@ def _render(registry: CollectorRegistry, produced: int, started: float, opts: De
             f"{n:.0f}",
             f"{row['chunks_sum'] / n:.1f}" if n else "-",
             f"{row['top_sum'] / row['top_n']:.2f}" if row["top_n"] else "-",
+            f"{row['judged']:.0f}",
+            f"{row['supported'] / row['claims']:.1%}" if row["claims"] else "-",
+            f"{row['unanswerable']:.0f}",
+            f"{row['hallucinated']:.0f}",
+            f"{row['refusals']:.0f}",
         )
     elapsed = time.monotonic() - started
     lag = gauges["lag_sum"] / gauges["lag_n"] if gauges.get("lag_n") else 0.0
@@ -164,12 +196,15 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         produced = [0]
-        started = time.monotonic()
         sidecar_stop = asyncio.Event()
         side_task = asyncio.create_task(sidecar.run(sidecar_stop))
         # Joining the group takes a few seconds; traffic sent before that would show as lag.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=30)
+        with (
+            console.status("starting: sidecar joining the consumer group…"),
+            contextlib.suppress(TimeoutError),
+        ):
+            await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=60)
+        started = time.monotonic()
         prod_task = asyncio.create_task(
             _producer(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop)
         )

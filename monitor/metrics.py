@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from monitor.judge.model import Judgement
 from monitor.model import Reject
 
 PREFIX = "ragmon_"
@@ -79,6 +80,7 @@ class Metrics:
         self.inflight = Gauge(
             f"{PREFIX}inflight_judgements", "Sampled records queued or being judged and written", registry=r
         )
+        self.judge = JudgeMetrics(r)
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)
@@ -90,3 +92,108 @@ class Metrics:
             self.retrieved_chunks.labels(**labels),
             self.retrieval_top_score.labels(**labels),
         )
+
+
+# Judge latency: the lexical judge answers in microseconds, LLM judges in seconds.
+JUDGE_LATENCY_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+UNIT_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+RELEVANCE_BUCKETS = (1.0, 2.0, 3.0)
+
+
+class JudgeMetrics:
+    """Judgement-level metrics of design.md: what the judge said, and what judging cost."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        sq = ["service", "query_type"]
+        self.judged = Counter(f"{PREFIX}judged", "Records judged, per check", [*sq, "check"], registry=r)
+        self.skipped = Counter(
+            f"{PREFIX}judge_skipped", "Sampled records not judged, by reason", [*sq, "reason"], registry=r
+        )
+        self.claims = Counter(f"{PREFIX}claims", "Atomic claims extracted from answers", sq, registry=r)
+        self.claims_supported = Counter(
+            f"{PREFIX}claims_supported", "Claims supported by a retrieved chunk", sq, registry=r
+        )
+        self.unanswerable = Counter(
+            f"{PREFIX}unanswerable", "Judged records whose context could not answer the query", sq, registry=r
+        )
+        self.hallucinated = Counter(
+            f"{PREFIX}unanswerable_hallucinated",
+            "Unanswerable records answered anyway instead of admitting uncertainty",
+            sq,
+            registry=r,
+        )
+        self.refusals = Counter(
+            f"{PREFIX}refusals", "Answers admitting uncertainty (refusals)", sq, registry=r
+        )
+        self.false_refusals = Counter(
+            f"{PREFIX}false_refusals", "Refusals although the context held the answer", sq, registry=r
+        )
+        self.faithfulness = Histogram(
+            f"{PREFIX}faithfulness_score",
+            "Supported claims / claims, per judged answer that makes claims",
+            sq,
+            buckets=UNIT_BUCKETS,
+            registry=r,
+        )
+        self.relevance = Histogram(
+            f"{PREFIX}answer_relevance_score",
+            "Answer relevance, 1-3",
+            sq,
+            buckets=RELEVANCE_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            f"{PREFIX}judge_requests",
+            "Judgements attempted, by outcome",
+            ["backend", "model", "outcome"],
+            registry=r,
+        )
+        self.tokens = Counter(f"{PREFIX}judge_tokens", "Judge tokens billed", ["model", "type"], registry=r)
+        self.cost = Counter(
+            f"{PREFIX}judge_cost_usd", "Judge cost from the price table", ["model"], registry=r
+        )
+        self.latency = Histogram(
+            f"{PREFIX}judge_latency_seconds",
+            "Judge service time per judgement",
+            ["backend"],
+            buckets=JUDGE_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.agreement_kappa = Gauge(
+            f"{PREFIX}judge_agreement_kappa",
+            "Cohen's kappa of the judge against human labels",
+            ["check"],
+            registry=r,
+        )
+
+    def observe(self, j: Judgement, service: str) -> None:
+        """Cost and outcome always; verdicts only for a successful judgement (never averaged in
+        as zeros when the judge failed)."""
+        self.requests.labels(backend=j.backend, model=j.model, outcome=j.outcome.value).inc()
+        self.latency.labels(backend=j.backend).observe(j.latency_s)
+        for kind, n in j.tokens.as_dict().items():
+            if n:
+                self.tokens.labels(model=j.model, type=kind).inc(n)
+        if j.cost_usd:
+            self.cost.labels(model=j.model).inc(j.cost_usd)
+        if not j.ok:
+            return
+        labels = {"service": service, "query_type": j.query_type}
+        for check in j.checks():
+            self.judged.labels(check=check, **labels).inc()
+        if j.claims:
+            self.claims.labels(**labels).inc(len(j.claims))
+            self.claims_supported.labels(**labels).inc(sum(c.supported for c in j.claims))
+        if j.faithfulness is not None:
+            self.faithfulness.labels(**labels).observe(j.faithfulness)
+        if j.answerable_from_context is False:
+            self.unanswerable.labels(**labels).inc()
+            if j.hallucinated:
+                self.hallucinated.labels(**labels).inc()
+        if j.answer_admits_uncertainty:
+            self.refusals.labels(**labels).inc()
+            if j.false_refusal:
+                self.false_refusals.labels(**labels).inc()
+        if j.answer_relevance is not None:
+            self.relevance.labels(**labels).observe(j.answer_relevance)

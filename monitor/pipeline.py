@@ -21,6 +21,7 @@ from monitor.assemble import Assembler, Finished
 from monitor.config import Settings
 from monitor.decode import Encoding, decode
 from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
+from monitor.judge import Judge, create_judge, skip_reason
 from monitor.metrics import Metrics, RecordSeries
 from monitor.model import RagRecord, Reject
 from monitor.offsets import MessageRef, OffsetTracker
@@ -39,6 +40,8 @@ class _Sampled:
     record: RagRecord
     weight: float  # 1 / inclusion probability
     refs: list[MessageRef]
+    service: str  # the bounded label value
+    line: bytes = b""  # the results line, once judged
 
 
 class Sidecar:
@@ -59,6 +62,9 @@ class Sidecar:
         self.sampler = RateSampler(settings.sampling.rate)
         self.source = KafkaSource(settings.kafka, self.tracker, self._on_revoked)
         self._queue: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
+        self._judged: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
+        jc = settings.judge
+        self.judge: Judge | None = None if jc.backend == "none" else create_judge(jc.backend, jc.options)
         self._sinks: list[ResultSink] = []
         self._output: KafkaOutput | None = None
         self._encoding = Encoding(settings.kafka.encoding)
@@ -81,6 +87,10 @@ class Sidecar:
         if not await self.source.start(stop):
             await self._close_outputs()
             return
+        workers = [
+            asyncio.create_task(self._judge_loop(), name=f"ragmon-judge-{i}")
+            for i in range(self.settings.judge.workers)
+        ]
         writer = asyncio.create_task(self._write_loop(), name="ragmon-writer")
         keeper = asyncio.create_task(self._housekeeping(), name="ragmon-housekeeping")
         try:
@@ -88,23 +98,23 @@ class Sidecar:
             for fin in self.assembler.flush(complete_only=True):
                 await self._finish(fin)
             try:
-                await asyncio.wait_for(
-                    self._queue.join(), timeout=self.settings.pipeline.drain_timeout_seconds
-                )
+                async with asyncio.timeout(self.settings.pipeline.drain_timeout_seconds):
+                    await self._queue.join()
+                    await self._judged.join()
             except TimeoutError:
-                log.warning(
-                    "drain timed out with %d records unwritten; they will be re-read", self._queue.qsize()
-                )
+                unwritten = self._queue.qsize() + self._judged.qsize()
+                log.warning("drain timed out with %d records unwritten; they will be re-read", unwritten)
         finally:
-            keeper.cancel()
-            writer.cancel()
-            for task in (keeper, writer):
+            for task in (keeper, writer, *workers):
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if self.judge is not None:
+                await self.judge.aclose()
             await self.source.stop()  # final commit
             await self._close_outputs()
             self.metrics.open_traces.set(self.assembler.open_traces)
-            self.metrics.inflight.set(self._queue.qsize())
+            self.metrics.inflight.set(self._queue.qsize() + self._judged.qsize())
             log.info("stopped; %d records assembled", self.records_seen)
 
     async def _open_outputs(self, stop: asyncio.Event) -> None:
@@ -260,27 +270,44 @@ class Sidecar:
             self.metrics.record_lag.observe(max(0.0, time.time() - record.end_ns / 1e9))
         self.records_seen += 1
         probability = self.sampler.inclusion_probability(record.trace_id)
-        if probability is None or not self._sinks:
+        if probability is None or (self.judge is None and not self._sinks):
             _release(fin.refs)
             return
-        await self._queue.put(_Sampled(record, 1.0 / probability, fin.refs))
+        await self._queue.put(_Sampled(record, 1.0 / probability, fin.refs, service))
 
     # -- writer and housekeeping -------------------------------------------------------------
 
+    async def _judge_loop(self) -> None:
+        """One of `judge.workers` tasks: judge, count, hand the results line to the writer."""
+        while True:
+            item = await self._queue.get()
+            result = item.record.to_json_dict()
+            result["sampling_weight"] = item.weight
+            if self.judge is not None:
+                skip = skip_reason(item.record)
+                if skip is not None:
+                    self.metrics.judge.skipped.labels(
+                        service=item.service, query_type=item.record.query_type, reason=skip
+                    ).inc()
+                    result["judge_skipped"] = skip
+                else:
+                    judgement = await self.judge.judge(item.record, sampling_weight=item.weight)
+                    self.metrics.judge.observe(judgement, item.service)
+                    result.update(judgement.to_json_dict())
+            item.line = encode_line(result)
+            await self._judged.put(item)
+            self._queue.task_done()
+
     async def _write_loop(self) -> None:
         while True:
-            items = [await self._queue.get()]
-            while len(items) < _WRITE_BATCH and not self._queue.empty():
-                items.append(self._queue.get_nowait())
-            lines = []
-            for item in items:
-                result = item.record.to_json_dict()
-                result["sampling_weight"] = item.weight
-                lines.append(encode_line(result))
-            await self._write_until_done(lines)
+            items = [await self._judged.get()]
+            while len(items) < _WRITE_BATCH and not self._judged.empty():
+                items.append(self._judged.get_nowait())
+            if self._sinks:
+                await self._write_until_done([item.line for item in items])
             for item in items:
                 _release(item.refs)
-                self._queue.task_done()
+                self._judged.task_done()
 
     async def _write_until_done(self, lines: list[bytes]) -> None:
         delay = 0.5
@@ -302,7 +329,7 @@ class Sidecar:
             await asyncio.sleep(interval)
             m = self.metrics
             m.open_traces.set(self.assembler.open_traces)
-            m.inflight.set(self._queue.qsize())
+            m.inflight.set(self._queue.qsize() + self._judged.qsize())
             for partition, lag in (await self.source.lag()).items():
                 m.consumer_lag.labels(partition=str(partition)).set(lag)
             await self.source.commit()

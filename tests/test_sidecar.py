@@ -72,6 +72,26 @@ async def test_every_layout_and_wire_format_becomes_records(
         assert counted >= n  # at-least-once: never fewer
     assert sample(sidecar, "ragmon_rejected_total", reason="decode_error") == 0
 
+    # Every record was judged (offline lexical judge, the default) with claim-level verdicts.
+    spans_truth = {t.trace_id: t for w in (per_trace, batched, split, as_json) for t in w.traces}
+    outcomes: dict[str, list[dict[str, object]]] = {}
+    for r in lines:
+        if r["trace_id"] in spans_truth:
+            assert r["judge"]["backend"] == "lexical" and r["error"] is None
+            outcomes.setdefault(spans_truth[r["trace_id"]].outcome, []).append(r)
+    assert all(r["faithfulness"] == 1.0 for r in outcomes["grounded"])
+    assert all(r["faithfulness"] < 1.0 for r in outcomes.get("ungrounded", []))  # type: ignore[operator]
+    for r in outcomes.get("refusal", []):
+        assert r["faithfulness"] is None and r["answer_admits_uncertainty"] and not r["hallucinated"]
+    claims = sum(len(r["claims"]) for rs in outcomes.values() for r in rs)  # type: ignore[arg-type]
+    metric_claims = sum(
+        s.value
+        for f in sidecar.metrics.registry.collect()
+        for s in f.samples
+        if s.name == "ragmon_claims_total"
+    )
+    assert metric_claims >= claims > 0
+
 
 async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, tmp_path: Path) -> None:
     genai_docs = json.dumps(

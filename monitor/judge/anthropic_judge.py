@@ -1,0 +1,171 @@
+"""LLM judge on the Anthropic Messages API, through the official `anthropic` SDK.
+
+Structured output by a *forced tool*: the request offers one tool whose input schema is the
+judgement schema and sets ``tool_choice`` to it, so the reply is a ``tool_use`` block with JSON
+input rather than prose to parse. The judge instructions are a system block marked
+``cache_control: ephemeral``: they (and the tool definition before them) are the same on every
+request, so the API can bill them as cache reads. Note that the API caches nothing below a model's
+minimum cacheable prompt length (several thousand tokens for Haiku models); with this short prompt
+expect ``cache_read`` to stay 0 unless the instructions grow — the marker then costs nothing.
+
+Retries of 408/409/429/5xx and timeouts are the SDK's (``max_retries``; it honours ``retry-after``
+and ``retry-after-ms``); a per-judgement deadline bounds the total, including those waits. A tool
+input that fails validation gets one repair request (the model's own tool call answered with an
+``is_error`` tool result naming the problem) before the judgement is ``invalid_output``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+from anthropic.types import MessageParam, ToolParam, ToolUseBlock
+
+from monitor.judge.base import (
+    SYSTEM_PROMPT,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    CallState,
+    LLMJudgeBase,
+    LLMJudgeConfig,
+    RecordMeta,
+    Redactor,
+    build_prompt,
+    outcome_for_status,
+    output_schema,
+    parse_output,
+    repair_message,
+)
+from monitor.judge.model import Judgement, JudgeOutcome, TokenUsage
+from monitor.model import RagRecord
+
+__all__ = ["DEFAULT_ANTHROPIC_MODEL", "AnthropicJudge", "AnthropicJudgeConfig"]
+
+DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
+
+
+class AnthropicJudgeConfig(LLMJudgeConfig):
+    """`base_url` None: the SDK's choice (``ANTHROPIC_BASE_URL``, else the public API).
+    Key: `api_key`, else `api_key_file`, else ``ANTHROPIC_API_KEY``."""
+
+    model: str = DEFAULT_ANTHROPIC_MODEL
+
+
+class AnthropicJudge(LLMJudgeBase):
+    name = "anthropic"
+
+    def __init__(self, config: AnthropicJudgeConfig | None = None) -> None:
+        config = config or AnthropicJudgeConfig()
+        key = config.resolve_api_key("ANTHROPIC_API_KEY")
+        if key is None:
+            raise ValueError("no Anthropic API key: set ANTHROPIC_API_KEY, or api_key / api_key_file")
+        super().__init__(config, Redactor([key]))
+        # An explicit key: the SDK then consults no other credential source (profiles, federation).
+        self._client = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=config.base_url,
+            timeout=config.timeout_seconds,
+            max_retries=config.max_retries,
+            # No SDK spans of the judge's own calls: a monitor whose process exports traces to the
+            # topic it reads would otherwise ingest its judge as gen_ai traffic.
+            open_telemetry=False,
+        )
+        self._tool: ToolParam = {
+            "name": TOOL_NAME,
+            "description": TOOL_DESCRIPTION,
+            "input_schema": output_schema(),
+        }
+        self._system: list[Any] = [
+            {"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}
+        ]
+
+    def __repr__(self) -> str:
+        return f"AnthropicJudge(model={self.model!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _run(self, record: RagRecord, state: CallState, meta: RecordMeta) -> Judgement:
+        cfg = self.config
+        prompt = build_prompt(record, max_chunks=cfg.max_chunks, max_chunk_chars=cfg.max_chunk_chars)
+        messages: list[MessageParam] = [{"role": "user", "content": prompt.user}]
+        problem = ""
+        for attempt in range(2):  # the judgement, then at most one repair
+            state.requests += 1
+            try:
+                msg = await self._client.messages.create(
+                    model=cfg.model,
+                    max_tokens=cfg.max_tokens,
+                    system=self._system,
+                    messages=messages,
+                    tools=[self._tool],
+                    tool_choice={"type": "tool", "name": TOOL_NAME},
+                )
+            except anthropic.APITimeoutError:
+                return self._fail(
+                    JudgeOutcome.TIMEOUT,
+                    f"request timed out after {cfg.timeout_seconds:g}s ({cfg.max_retries} retries)",
+                    meta,
+                    state,
+                )
+            except anthropic.APIStatusError as exc:
+                outcome = outcome_for_status(exc.status_code)
+                detail = f"HTTP {exc.status_code}"
+                if exc.type:
+                    detail += f" {exc.type}"
+                if exc.api_message:
+                    detail += f": {exc.api_message[:200]}"
+                return self._fail(outcome, detail, meta, state)
+            except anthropic.APIConnectionError as exc:
+                return self._fail(JudgeOutcome.CONNECTION_ERROR, type(exc).__name__, meta, state)
+            except anthropic.AnthropicError as exc:  # credentials, response validation: never the text
+                return self._fail(JudgeOutcome.CLIENT_ERROR, type(exc).__name__, meta, state)
+
+            u = msg.usage
+            state.tokens.add(
+                TokenUsage(
+                    input=u.input_tokens,
+                    output=u.output_tokens,
+                    cache_read=u.cache_read_input_tokens or 0,
+                    cache_write=u.cache_creation_input_tokens or 0,
+                )
+            )
+            tool = next((b for b in msg.content if isinstance(b, ToolUseBlock) and b.name == TOOL_NAME), None)
+            if tool is None:
+                state.raw = [b.model_dump(mode="json") for b in msg.content]
+                problem = f"no call of the tool {TOOL_NAME} (stop_reason {msg.stop_reason})"
+            else:
+                state.raw = tool.input
+                if msg.stop_reason == "max_tokens":
+                    problem = f"the output was cut at max_tokens={cfg.max_tokens}; use fewer, shorter claims"
+                else:
+                    output, problem = parse_output(tool.input, prompt.chunk_ids)
+                    if output is not None:
+                        return self._ok(output, meta, state)
+            if attempt == 0:
+                messages = self._repair(prompt.user, tool, problem)
+        return self._fail(JudgeOutcome.INVALID_OUTPUT, problem, meta, state)
+
+    @staticmethod
+    def _repair(user: str, tool: ToolUseBlock | None, problem: str) -> list[MessageParam]:
+        """The repair conversation: the model's own tool call, answered by an error result."""
+        if tool is None:
+            return [{"role": "user", "content": f"{user}\n\n{repair_message(problem)}"}]
+        return [
+            {"role": "user", "content": user},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": tool.id, "name": tool.name, "input": tool.input}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": tool.id,
+                        "is_error": True,
+                        "content": repair_message(problem),
+                    }
+                ],
+            },
+        ]
