@@ -83,6 +83,12 @@ class SlicesConfig(_Section):
 class JudgeConfig(_Section):
     backend: Literal["lexical", "anthropic", "openai", "none"] = "lexical"
     workers: int = Field(8, gt=0, description="judgements in flight at once")
+    repeat_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of judged records judged a second time to expose judge instability",
+    )
     # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
     # prices... (monitor/judge/base.py LLMJudgeConfig). Prefer api_key_file or the environment
     # variable over a key in this file.

@@ -160,6 +160,13 @@ class JudgeMetrics:
             buckets=JUDGE_LATENCY_BUCKETS,
             registry=r,
         )
+        self.disagreements = Counter(
+            f"{PREFIX}judge_disagreements",
+            "Checks on which two judgements of the same record disagreed (repeat_fraction)",
+            ["check"],
+            registry=r,
+        )
+        self.repeats = Counter(f"{PREFIX}judge_repeats", "Records judged a second time", registry=r)
         self.agreement_kappa = Gauge(
             f"{PREFIX}judge_agreement_kappa",
             "Cohen's kappa of the judge against human labels",

@@ -22,11 +22,12 @@ from monitor.config import Settings
 from monitor.decode import Encoding, decode
 from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
 from monitor.judge import Judge, create_judge, skip_reason
+from monitor.judge.calibrate import disagreements
 from monitor.metrics import Metrics, RecordSeries
 from monitor.model import RagRecord, Reject
 from monitor.offsets import MessageRef, OffsetTracker
 from monitor.rejects import Rejections
-from monitor.sample import RateSampler
+from monitor.sample import RateSampler, trace_fraction
 from monitor.slices import BoundedLabel
 from monitor.source import KafkaSource
 
@@ -64,6 +65,7 @@ class Sidecar:
         self._queue: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
         self._judged: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
         jc = settings.judge
+        self._repeat = jc.repeat_fraction
         self.judge: Judge | None = None if jc.backend == "none" else create_judge(jc.backend, jc.options)
         self._sinks: list[ResultSink] = []
         self._output: KafkaOutput | None = None
@@ -294,6 +296,13 @@ class Sidecar:
                     judgement = await self.judge.judge(item.record, sampling_weight=item.weight)
                     self.metrics.judge.observe(judgement, item.service)
                     result.update(judgement.to_json_dict())
+                    if self._repeat and trace_fraction(item.record.trace_id + ":repeat") < self._repeat:
+                        again = await self.judge.judge(item.record, sampling_weight=item.weight)
+                        differ = disagreements(judgement, again)
+                        self.metrics.judge.repeats.inc()
+                        for check in differ:
+                            self.metrics.judge.disagreements.labels(check=check).inc()
+                        result["repeat_disagreements"] = differ
             item.line = encode_line(result)
             await self._judged.put(item)
             self._queue.task_done()

@@ -144,9 +144,13 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
         service="svc-traceloop",
     )
     results = tmp_path / "r.jsonl"
-    async with running(settings_for(broker.bootstrap_servers, topic, results)):
+    settings = settings_for(broker.bootstrap_servers, topic, results, judge={"repeat_fraction": 1.0})
+    async with running(settings) as sidecar:
         await produce(broker.bootstrap_servers, topic, [(None, genai), (None, legacy)])
         await eventually(lambda: {genai_id, legacy_id} <= result_ids(results))
+    # Judged twice: the deterministic lexical judge agrees with itself.
+    assert sample(sidecar, "ragmon_judge_repeats_total") == 2
+    assert all(r["repeat_disagreements"] == [] for r in result_lines(results))
     got = {r["trace_id"]: r for r in result_lines(results)}
     g = got[genai_id]
     assert (g["query"], g["answer"], g["model"], g["service"]) == (
