@@ -68,6 +68,11 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+        self.replay_records = Counter(
+            f"{PREFIX}replay_records",
+            "Golden-replay records (rag.replay=true), excluded from production metrics",
+            registry=r,
+        )
         self.open_traces = Gauge(
             f"{PREFIX}open_traces", "Traces waiting for spans in the assembler", registry=r
         )

@@ -252,6 +252,7 @@ class Sidecar:
             return
         if record.replay:
             # Golden-replay traffic is measured by the replay run, never as production quality.
+            self.metrics.replay_records.inc()
             _release(fin.refs)
             return
         qt, outside = self.query_types.bound(record.query_type)
