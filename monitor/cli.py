@@ -16,6 +16,7 @@ from monitor.config import ConfigError, Settings, load_settings
 from monitor.decode import Encoding
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
+DemoSource = Literal["auto", "service", "synthetic"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Online quality monitor for RAG services.")
 
@@ -167,13 +168,16 @@ def demo(
     results_file: Annotated[Path, typer.Option(help="JSONL results")] = Path(".demo/results.jsonl"),
     bad_every: Annotated[int, typer.Option(help="one malformed message per N requests (0 = none)")] = 200,
     seed: Annotated[int, typer.Option(help="workload seed")] = 7,
+    source: Annotated[
+        DemoSource, typer.Option(help="traffic: the example RAG service over HTTP, or spans written directly")
+    ] = "auto",
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "WARNING",
 ) -> None:
     """Everything on one machine: embedded broker, synthetic RAG traffic, the sidecar, a live view."""
     from monitor.demo import DemoOptions, run_demo
 
     _setup_logging(log_level)
-    opts = DemoOptions(duration, rate, metrics_port, results_file, bad_every, seed)
+    opts = DemoOptions(duration, rate, metrics_port, results_file, bad_every, seed, source)
     asyncio.run(run_demo(opts))
 
 

@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import signal
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -43,6 +44,8 @@ class DemoOptions:
     results_file: Path
     bad_every: int  # one malformed message per this many traces (0 = none)
     seed: int
+    source: str = "auto"  # "service": the example RAG service over HTTP; "synthetic": spans written directly
+    invent_rate: float = 0.15  # the example service's share of answers with an invented fact
 
 
 _JUDGED = {
@@ -170,6 +173,69 @@ async def _producer(
     await produce(bootstrap, topic, stream(), rate=opts.rate)
 
 
+def _example_service_dir() -> Path | None:
+    """The checkout's `examples/` (not installed with the package): `make demo` runs from it."""
+    here = Path.cwd()
+    return here if (here / "examples" / "rag_service" / "app.py").exists() else None
+
+
+async def _service_traffic(
+    bootstrap: str, topic: str, opts: DemoOptions, counter: list[int], stop: asyncio.Event, root: Path
+) -> None:
+    """Start the instrumented example service (spans → Kafka) and query it at the requested rate
+    with the corpus questions, every query type included; malformed messages go straight to Kafka."""
+    import httpx
+
+    from monitor.workload import load_corpus
+
+    port = free_port()
+    log_path = opts.results_file.parent / "example-service.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "examples.rag_service", "--port", str(port), "--kafka", bootstrap,
+        "--topic", topic, "--invent-rate", str(opts.invent_rate), "--flush-interval-ms", "200",
+    ]  # fmt: skip
+    with log_path.open("ab") as log_file:
+        proc = await asyncio.create_subprocess_exec(*cmd, cwd=root, stdout=log_file, stderr=log_file)
+    url = f"http://127.0.0.1:{port}"
+    questions = list(load_corpus().questions)
+    rng = random.Random(opts.seed)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
+            for _ in range(300):  # wait for the service: BM25 index and uvicorn start
+                try:
+                    if (await client.get("/healthz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.returncode is not None:
+                    raise RuntimeError(f"example service exited; see {log_path}")
+                await asyncio.sleep(0.1)
+            junk: list[tuple[bytes | None, bytes]] = []
+            t0 = time.monotonic()
+            while not stop.is_set():
+                q = rng.choice(questions)
+                body = {"query": q.query, "query_type": q.query_type}
+                with contextlib.suppress(httpx.HTTPError):
+                    await client.post("/query", json=body)
+                    counter[0] += 1
+                if opts.bad_every and rng.random() < 1 / opts.bad_every:
+                    junk.append((None, os.urandom(rng.randint(10, 300))))
+                    await produce(bootstrap, topic, junk)
+                    junk.clear()
+                delay = t0 + counter[0] / opts.rate - time.monotonic()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=delay)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)  # flushes its queued spans, then exits
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=15)
+            except TimeoutError:
+                proc.kill()
+
+
 async def run_demo(opts: DemoOptions, console: Console | None = None) -> Settings:
     console = console or Console()
     with EmbeddedBroker() as broker:
@@ -205,9 +271,15 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
         ):
             await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=60)
         started = time.monotonic()
-        prod_task = asyncio.create_task(
-            _producer(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop)
+        root = _example_service_dir() if opts.source in ("auto", "service") else None
+        if opts.source == "service" and root is None:
+            raise RuntimeError("--source service needs the checkout's examples/ in the working directory")
+        traffic = (
+            _service_traffic(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop, root)
+            if root is not None
+            else _producer(broker.bootstrap_servers, settings.kafka.topic, opts, produced, stop)
         )
+        prod_task = asyncio.create_task(traffic)
         try:
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 while not stop.is_set():
