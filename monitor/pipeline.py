@@ -1,8 +1,8 @@
 """The sidecar: wires source → decode → assemble → slice → sample → output, and owns shutdown.
 
-Three tasks share one event loop: the consumer (decode and assembly, the hot path), the writer
-(sampled records to the sinks) and housekeeping (commits and gauges). A bounded queue between the
-consumer and the writer turns a slow sink into back-pressure on Kafka rather than memory growth.
+Tasks share one event loop: the consumer (decode and assembly, the hot path), judge workers, the
+writer (results to the sinks) and housekeeping (commits and gauges). Bounded queues between them turn
+a slow judge or sink into back-pressure on Kafka rather than memory growth.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from monitor.assemble import Assembler, Finished
 from monitor.config import Settings
 from monitor.decode import Encoding, decode
 from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
-from monitor.judge import Judge, create_judge, skip_reason
+from monitor.judge import Judge, Judgement, JudgeOutcome, create_judge, skip_reason
 from monitor.judge.calibrate import disagreements
 from monitor.metrics import Metrics, RecordSeries
 from monitor.model import RagRecord, Reject
@@ -294,11 +294,11 @@ class Sidecar:
                     ).inc()
                     result["judge_skipped"] = skip
                 else:
-                    judgement = await self.judge.judge(item.record, sampling_weight=item.weight)
+                    judgement = await self._judge_safely(item)
                     self.metrics.judge.observe(judgement, item.service)
                     result.update(judgement.to_json_dict())
                     if self._repeat and trace_fraction(item.record.trace_id + ":repeat") < self._repeat:
-                        again = await self.judge.judge(item.record, sampling_weight=item.weight)
+                        again = await self._judge_safely(item)
                         differ = disagreements(judgement, again)
                         self.metrics.judge.repeats.inc()
                         for check in differ:
@@ -307,6 +307,25 @@ class Sidecar:
             item.line = encode_line(result)
             await self._judged.put(item)
             self._queue.task_done()
+
+    async def _judge_safely(self, item: _Sampled) -> Judgement:
+        """Judges report their own failures; a bug in one must still cost one judgement, not a
+        worker (a dead worker would stall the queue and, behind it, the partition)."""
+        assert self.judge is not None
+        try:
+            return await self.judge.judge(item.record, sampling_weight=item.weight)
+        except Exception as exc:
+            log.exception("judge %s failed unexpectedly on trace %s", self.judge.name, item.record.trace_id)
+            return Judgement.failed(
+                JudgeOutcome.INTERNAL_ERROR,
+                f"unexpected {type(exc).__name__}",
+                trace_id=item.record.trace_id,
+                query_type=item.record.query_type,
+                service=item.record.service,
+                backend=self.judge.name,
+                model=self.judge.model,
+                sampling_weight=item.weight,
+            )
 
     async def _write_loop(self) -> None:
         while True:

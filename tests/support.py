@@ -34,9 +34,14 @@ def settings_for(bootstrap: str, topic: str, results: Path | None, **sections: d
 
 
 @asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Sidecar]:
-    """The sidecar in this event loop; stopped (drained) on exit, and its errors re-raised."""
+async def running(
+    settings: Settings, prepare: Callable[[Sidecar], None] | None = None
+) -> AsyncIterator[Sidecar]:
+    """The sidecar in this event loop; stopped (drained) on exit, and its errors re-raised.
+    `prepare` may swap a stage (e.g. the judge) before it starts."""
     sidecar = Sidecar(settings)
+    if prepare is not None:
+        prepare(sidecar)
     stop = asyncio.Event()
     task = asyncio.create_task(sidecar.run(stop))
     try:

@@ -19,6 +19,9 @@ from support import (
 
 from monitor.broker import EmbeddedBroker
 from monitor.config import KafkaConfig
+from monitor.judge import Judgement
+from monitor.model import RagRecord
+from monitor.pipeline import Sidecar
 from monitor.source import ensure_topics
 from monitor.workload import generate, produce
 
@@ -68,7 +71,26 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
 
     results = tmp_path / "results.jsonl"
     settings = settings_for(bs, topic, results, kafka={"dead_letter_topic": dlq})
-    async with running(settings) as sidecar:
+
+    def buggy_judge(sidecar: Sidecar) -> None:
+        """A judge with a bug on one record: that judgement fails, the pipeline goes on."""
+        real = sidecar.judge
+        assert real is not None
+
+        class Buggy:
+            name, model = real.name, real.model
+
+            async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
+                if record.trace_id == old_id:
+                    raise RuntimeError("judge bug")
+                return await real.judge(record, sampling_weight=sampling_weight)
+
+            async def aclose(self) -> None:
+                await real.aclose()
+
+        sidecar.judge = Buggy()
+
+    async with running(settings, buggy_judge) as sidecar:
         producer = AIOKafkaProducer(bootstrap_servers=bs, max_request_size=12 * 1024 * 1024)
         await producer.start()
         try:
@@ -118,6 +140,17 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
     got = {r["trace_id"]: r for r in result_lines(results)}
     assert got[bad_score_id]["chunks"] == [{"id": "d1", "content": None, "score": None}]
     assert got[old_id]["start"] is None  # absurd times dropped, record kept
+    assert got[old_id]["error"] == "unexpected RuntimeError" and got[old_id]["faithfulness"] is None
+    assert (
+        sample(
+            sidecar,
+            "ragmon_judge_requests_total",
+            backend="lexical",
+            model="lexical-v1",
+            outcome="internal_error",
+        )
+        == 1
+    )
 
     # Every whole-message reject is in the dead-letter topic, byte for byte.
     consumer = AIOKafkaConsumer(
