@@ -199,5 +199,13 @@ def broker(
         b.stop()
 
 
+def _register_subcommands() -> None:
+    from monitor.golden.cli import register
+
+    register(app)
+
+
+_register_subcommands()
+
 if __name__ == "__main__":
     app()

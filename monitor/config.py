@@ -18,7 +18,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from monitor.budget import BudgetPolicy
 from monitor.decode import Encoding
+from monitor.estimate import EstimatePolicy
+from monitor.sample import SamplingPolicy
 
 DEFAULT_QUERY_TYPES = (
     "lookup",
@@ -70,6 +73,7 @@ class SlicesConfig(_Section):
     query_types: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERY_TYPES))
     services: list[str] | None = Field(None, description="allow-list; default: first max_services seen")
     max_services: int = Field(20, gt=0)
+    classify: bool = Field(True, description="rule-based query type when spans carry no rag.query_type")
 
     @field_validator("query_types")
     @classmethod
@@ -89,14 +93,26 @@ class JudgeConfig(_Section):
         le=1,
         description="share of judged records judged a second time to expose judge instability",
     )
+    budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
     # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
     # prices... (monitor/judge/base.py LLMJudgeConfig). Prefer api_key_file or the environment
     # variable over a key in this file.
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class SamplingConfig(_Section):
-    rate: float = Field(0.05, ge=0, le=1)
+class GoldenConfig(_Section):
+    """Scheduled golden replay inside `rag-monitor run`; off unless `file` and `target` are set."""
+
+    file: Path | None = None
+    target: str | None = Field(None, description="http(s) URL of the RAG service, or module:function")
+    interval_seconds: float = Field(3600.0, gt=0)
+    k: int = Field(5, gt=0)
+    baseline: Path | None = None
+    concurrency: int = Field(8, gt=0)
+
+
+class SamplingConfig(SamplingPolicy):
+    """Per-query-type rates, priority signals and per-window floors (monitor/sample.py)."""
 
 
 class MetricsConfig(_Section):
@@ -122,6 +138,8 @@ class Settings(BaseSettings):
     slices: SlicesConfig = Field(default_factory=SlicesConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    golden: GoldenConfig = Field(default_factory=GoldenConfig)
+    estimates: EstimatePolicy = Field(default_factory=EstimatePolicy)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)

@@ -68,6 +68,21 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+        self.faithfulness_window = Gauge(
+            f"{PREFIX}faithfulness_window_ratio",
+            "Weighted faithfulness over the estimate window, with confidence bounds",
+            ["query_type", "bound"],
+            registry=r,
+        )
+        self.hallucination_window = Gauge(
+            f"{PREFIX}hallucination_rate_window_ratio",
+            "Weighted share of judged records hallucinated over the window, with confidence bounds",
+            ["query_type", "bound"],
+            registry=r,
+        )
+        self.window_samples = Gauge(
+            f"{PREFIX}window_samples", "Judged records in the estimate window", ["query_type"], registry=r
+        )
         self.replay_records = Counter(
             f"{PREFIX}replay_records",
             "Golden-replay records (rag.replay=true), excluded from production metrics",

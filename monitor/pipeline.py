@@ -13,21 +13,28 @@ import gc
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import TopicPartition
 
+if TYPE_CHECKING:
+    from monitor.golden import GoldenGauges
+
 from monitor.assemble import Assembler, Finished
+from monitor.budget import JudgeBudget, upper_bound
+from monitor.classify import QueryClassifier
 from monitor.config import Settings
 from monitor.decode import Encoding, decode
+from monitor.estimate import WindowEstimator
 from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
 from monitor.judge import Judge, Judgement, JudgeOutcome, create_judge, skip_reason
+from monitor.judge.base import LLMJudgeConfig, price_for
 from monitor.judge.calibrate import disagreements
 from monitor.metrics import Metrics, RecordSeries
 from monitor.model import RagRecord, Reject
 from monitor.offsets import MessageRef, OffsetTracker
 from monitor.rejects import Rejections
-from monitor.sample import RateSampler, trace_fraction
+from monitor.sample import Sampler, trace_fraction
 from monitor.slices import BoundedLabel
 from monitor.source import KafkaSource
 
@@ -60,13 +67,20 @@ class Sidecar:
             capacity=settings.slices.max_services,
             normalize=False,
         )
-        self.sampler = RateSampler(settings.sampling.rate)
+        self.classifier = QueryClassifier(settings.slices.query_types) if settings.slices.classify else None
+        self.sampler = Sampler(settings.sampling)
+        self.budget = JudgeBudget(settings.judge.budget) if settings.judge.budget.enabled else None
+        self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
         self.source = KafkaSource(settings.kafka, self.tracker, self._on_revoked)
         self._queue: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
         self._judged: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
         jc = settings.judge
         self._repeat = jc.repeat_fraction
-        self.judge: Judge | None = None if jc.backend == "none" else create_judge(jc.backend, jc.options)
+        options = jc.options
+        if jc.backend in ("anthropic", "openai"):
+            # The workers are the in-flight bound; the backend's own semaphore must not halve it.
+            options = {"max_concurrency": jc.workers, **options}
+        self.judge: Judge | None = None if jc.backend == "none" else create_judge(jc.backend, options)
         self._sinks: list[ResultSink] = []
         self._output: KafkaOutput | None = None
         self._encoding = Encoding(settings.kafka.encoding)
@@ -74,6 +88,11 @@ class Sidecar:
         # observation itself, and both label sets are bounded, so the cache is too.
         self._series: dict[tuple[str, str], RecordSeries] = {}
         self.records_seen = 0
+        self.golden_gauges: GoldenGauges | None = None
+        if settings.golden.file is not None and settings.golden.target:
+            from monitor.golden import GoldenGauges
+
+            self.golden_gauges = GoldenGauges(self.metrics.registry)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -95,6 +114,9 @@ class Sidecar:
         ]
         writer = asyncio.create_task(self._write_loop(), name="ragmon-writer")
         keeper = asyncio.create_task(self._housekeeping(), name="ragmon-housekeeping")
+        golden = self.settings.golden
+        if golden.file is not None and golden.target:
+            workers.append(asyncio.create_task(self._golden_loop(), name="ragmon-golden"))
         try:
             await self._consume(stop)
             for fin in self.assembler.flush(complete_only=True):
@@ -255,6 +277,8 @@ class Sidecar:
             self.metrics.replay_records.inc()
             _release(fin.refs)
             return
+        if not record.query_type and self.classifier is not None:
+            record.query_type = self.classifier(record.query)
         qt, outside = self.query_types.bound(record.query_type)
         if outside:
             self.rejections.count(
@@ -272,7 +296,7 @@ class Sidecar:
         if record.end_ns:
             self.metrics.record_lag.observe(max(0.0, time.time() - record.end_ns / 1e9))
         self.records_seen += 1
-        probability = self.sampler.inclusion_probability(record.trace_id)
+        probability = self.sampler.decide(record, time.time())
         if probability is None or (self.judge is None and not self._sinks):
             _release(fin.refs)
             return
@@ -288,25 +312,55 @@ class Sidecar:
             result["sampling_weight"] = item.weight
             if self.judge is not None:
                 skip = skip_reason(item.record)
-                if skip is not None:
+                judgement = None if skip is not None else await self._judge_within_budget(item)
+                if judgement is None:
+                    skip = skip or "budget"
+                    if skip == "budget":
+                        self.sampler.unsample(item.record.query_type)  # the floor tries again
                     self.metrics.judge.skipped.labels(
                         service=item.service, query_type=item.record.query_type, reason=skip
                     ).inc()
                     result["judge_skipped"] = skip
                 else:
-                    judgement = await self._judge_safely(item)
                     self.metrics.judge.observe(judgement, item.service)
+                    self.estimator.observe(judgement)
                     result.update(judgement.to_json_dict())
                     if self._repeat and trace_fraction(item.record.trace_id + ":repeat") < self._repeat:
-                        again = await self._judge_safely(item)
-                        differ = disagreements(judgement, again)
-                        self.metrics.judge.repeats.inc()
-                        for check in differ:
-                            self.metrics.judge.disagreements.labels(check=check).inc()
-                        result["repeat_disagreements"] = differ
+                        # Same budget, and the first thing to give up when it runs short.
+                        again = await self._judge_within_budget(item)
+                        if again is not None:
+                            differ = disagreements(judgement, again)
+                            self.metrics.judge.repeats.inc()
+                            for check in differ:
+                                self.metrics.judge.disagreements.labels(check=check).inc()
+                            result["repeat_disagreements"] = differ
             item.line = encode_line(result)
             await self._judged.put(item)
             self._queue.task_done()
+
+    async def _judge_within_budget(self, item: _Sampled) -> Judgement | None:
+        """A judgement, or None when the budget cannot cover its upper-bound cost."""
+        if self.budget is None:
+            return await self._judge_safely(item)
+        grant = self.budget.try_acquire(*self._judge_cost_bound(item.record))
+        if grant is None:
+            return None
+        judgement = await self._judge_safely(item)
+        self.budget.settle(grant, sum(judgement.tokens.as_dict().values()), judgement.cost_usd)
+        return judgement
+
+    def _judge_cost_bound(self, record: RagRecord) -> tuple[int, float]:
+        """Upper bounds of one judgement's tokens and USD, so a budget is never overrun."""
+        cfg = getattr(self.judge, "config", None)
+        if not isinstance(cfg, LLMJudgeConfig):
+            return 0, 0.0  # an offline judge costs nothing but still counts against calls/minute
+        return upper_bound(
+            record,
+            max_output_tokens=cfg.max_tokens,
+            price=price_for(cfg.model, cfg.prices),
+            max_chunks=cfg.max_chunks,
+            max_chunk_chars=cfg.max_chunk_chars,
+        )
 
     async def _judge_safely(self, item: _Sampled) -> Judgement:
         """Judges report their own failures; a bug in one must still cost one judgement, not a
@@ -362,6 +416,59 @@ class Sidecar:
             for partition, lag in (await self.source.lag()).items():
                 m.consumer_lag.labels(partition=str(partition)).set(lag)
             await self.source.commit()
+            self._export_estimates()
+
+    def _export_estimates(self) -> None:
+        m = self.metrics
+        for qt, snap in self.estimator.snapshot().items():
+            m.window_samples.labels(query_type=qt).set(snap.samples)
+            for gauge, est in (
+                (m.faithfulness_window, snap.faithfulness),
+                (m.hallucination_window, snap.hallucination_rate),
+            ):
+                for bound in ("estimate", "lower", "upper"):
+                    if est is None:  # no sample in the window: no number, rather than a stale or NaN one
+                        with contextlib.suppress(KeyError):
+                            gauge.remove(qt, bound)
+                    else:
+                        gauge.labels(query_type=qt, bound=bound).set(getattr(est, bound))
+
+    async def _golden_loop(self) -> None:
+        """Replay the golden set every interval, on exactly one replica: the owner of partition 0
+        of the input topic (ownership follows the consumer group, so failover is free)."""
+        from monitor.golden import BaselineError, ReplayFailed, load_baseline, load_golden, run_replay
+
+        cfg = self.settings.golden
+        assert cfg.file is not None and cfg.target is not None
+        leader = TopicPartition(self.settings.kafka.topic, 0)
+        while True:
+            await asyncio.sleep(cfg.interval_seconds)
+            if not self.source.owns(leader):
+                continue
+            try:
+                check = await asyncio.to_thread(load_golden, cfg.file)
+                if not check.ok:
+                    log.error(
+                        "golden file %s has errors: %s", cfg.file, "; ".join(map(str, check.errors[:3]))
+                    )
+                    continue
+                baseline = await asyncio.to_thread(load_baseline, cfg.baseline) if cfg.baseline else None
+                report = await run_replay(
+                    check.rows,
+                    cfg.target,
+                    k=cfg.k,
+                    judge=self.judge,
+                    concurrency=cfg.concurrency,
+                    baseline=baseline,
+                    golden_sha256=check.sha256,
+                    golden_path=str(cfg.file),
+                    gauges=self.golden_gauges,
+                )
+                log.info(
+                    "golden replay: exit code %d, %d regression(s)", report.exit_code, len(report.regressions)
+                )
+            except (ReplayFailed, BaselineError, OSError) as exc:
+                log.error("golden replay failed: %s", exc)
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         dropped = self.assembler.drop_partitions(set(revoked))

@@ -1,22 +1,99 @@
-"""Which records get judged: a deterministic decision per trace id.
+"""Which records get judged, and with what inclusion probability.
 
-Hashing the trace id (rather than drawing a random number) gives every replica and every
-redelivery of a trace the same decision, and makes a 5% sample a subset of a 10% one.
+The decision is `trace_fraction(trace_id) < p`: hashing the trace id (rather than drawing a random
+number) gives every replica and every redelivery of a trace the same uniform draw, so for equal `p`
+the decision is the same, and a 5% sample is a subset of a 10% one.
+
+`p` itself is chosen per record by `Sampler` — a per-query-type rate, raised for records that are
+more likely to show a problem (priority signals) and for slices that would otherwise get too few
+judgements in a window (the stratified floor). Whatever raised it, `decide` returns the `p` actually
+used, and estimates weight the record by 1/p: oversampling then costs judge calls but never biases
+a number. Because `p` only ever depends on the record and on *earlier* decisions, never on this
+record's own draw, 1/p weighting stays unbiased (Horvitz–Thompson) even though `p` adapts.
 """
 
 from __future__ import annotations
 
 from hashlib import blake2b
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.model import RagRecord
+
+__all__ = ["RateSampler", "Sampler", "SamplingPolicy", "looks_like_refusal", "trace_fraction"]
+
 _SCALE = float(1 << 64)
+# Slices are bounded by the caller (query types come from an allow-list); this only guards memory.
+_MAX_SLICES = 256
+_OVERFLOW = "\x00overflow"
+# A refusal says so early; scanning the whole of a long answer would cost more than the decision.
+_REFUSAL_SCAN_CHARS = 400
+# Substrings, not the lexical judge's regex: `in` is ~4x cheaper than that alternation, and a
+# priority signal may err (a false positive only costs a judgement, never biases an estimate).
+_REFUSAL_MARKS = (
+    "n't know",
+    "not know",
+    "not sure",
+    "unable to",
+    "cannot find",
+    "cannot answer",
+    "cannot determine",
+    "can't find",
+    "can't answer",
+    "could not find",
+    "couldn't find",
+    "not able to",
+    "not mentioned",
+    "not stated",
+    "not specified",
+    "not provided",
+    "not found in",
+    "not available in",
+    "no information",
+    "no relevant",
+    "enough information",
+    "insufficient",
+    "not contain",
+    "n't contain",
+    "not mention",
+    "n't mention",
+    "i'm afraid",
+    "i am afraid",
+)
+
+
+# Every mark contains one of these; a mark is only looked for when its gate is in the text, which
+# makes an ordinary answer cost 8 substring scans instead of one per mark.
+_REFUSAL_GATES = ("n't", "not ", "no ", "unable", "cannot", "insufficient", "afraid", "enough")
+_REFUSAL_INDEX = tuple((g, tuple(m for m in _REFUSAL_MARKS if g in m)) for g in _REFUSAL_GATES)
+assert all(any(g in m for g in _REFUSAL_GATES) for m in _REFUSAL_MARKS), "a refusal mark has no gate"
+
+
+def looks_like_refusal(answer: str) -> bool:
+    """A cheap guess that the answer declines to answer (see `_REFUSAL_MARKS`)."""
+    text = answer[:_REFUSAL_SCAN_CHARS].lower()
+    if "\u2019" in text:
+        text = text.replace("\u2019", "'")
+    for gate, marks in _REFUSAL_INDEX:
+        if gate in text:
+            for mark in marks:
+                if mark in text:
+                    return True
+    return False
 
 
 def trace_fraction(trace_id: str) -> float:
-    """A uniform number in [0, 1) fixed by the trace id."""
+    """A uniform number in [0, 1) fixed by the trace id.
+
+    A hash rather than the id's own bits: some producers put a timestamp in the leading bytes of
+    trace ids (AWS X-Ray) or send sequential ids (flat JSON), which are not uniform.
+    """
     return int.from_bytes(blake2b(trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
 
 
 class RateSampler:
+    """One rate for every record: the original sampler, kept for callers that need no more."""
+
     def __init__(self, rate: float) -> None:
         self.rate = rate
 
@@ -27,3 +104,217 @@ class RateSampler:
         if self.rate <= 0.0:
             return None
         return self.rate if trace_fraction(trace_id) < self.rate else None
+
+
+class SamplingPolicy(BaseModel):
+    """The `sampling` config section. Multipliers of 1 switch a signal off; `p` is capped at 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(0.05, ge=0, le=1, description="default inclusion probability")
+    rates: dict[str, float] = Field(
+        default_factory=dict, description="per query type; 0 = never judge that type (no floor either)"
+    )
+    min_per_window: int = Field(
+        20, ge=0, description="stratified floor: judged records per query type per window (0 = off)"
+    )
+    window_seconds: float = Field(3600.0, gt=0, description="floor window, aligned to the epoch")
+    no_chunks_multiplier: float = Field(4.0, ge=1, description="retriever returned nothing")
+    low_score_threshold: float | None = Field(
+        None,
+        description="top retrieval score below this is suspicious (scale is the retriever's; None = off)",
+    )
+    low_score_multiplier: float = Field(3.0, ge=1)
+    refusal_multiplier: float = Field(3.0, ge=1, description="answer looks like a refusal")
+    unusual_length_factor: float = Field(
+        3.0, gt=1, description="answer length above factor x or below 1/factor x the slice's median"
+    )
+    unusual_length_multiplier: float = Field(2.0, ge=1)
+
+    def model_post_init(self, _context: object) -> None:
+        for qt, r in self.rates.items():
+            if not 0.0 <= r <= 1.0:
+                raise ValueError(f"rates[{qt!r}] must be within [0, 1], got {r}")
+
+
+class _Slice:
+    """Per-query-type state: the floor's window counts and the running answer-length median."""
+
+    __slots__ = (
+        "bound",
+        "floor_p",
+        "max_p",
+        "median",
+        "prev_seen",
+        "rate",
+        "sampled",
+        "seen",
+        "start",
+        "window",
+        "window_end",
+        "window_start",
+    )
+
+    def __init__(self, rate: float, max_p: float) -> None:
+        self.rate = rate
+        self.max_p = max_p  # the highest p the signals can give: above it, no need to look
+        self.window = -1
+        self.window_start = 0.0
+        self.window_end = -1.0  # empty: the first record rolls the window in
+        self.bound = max_p  # no draw at or above it can be sampled: max(max_p, floor_p)
+        self.start = 0.0  # when counting began in this window (window start, or first record)
+        self.seen = 0
+        self.sampled = 0
+        self.prev_seen = 0
+        self.floor_p = 0.0  # the floor's p, refreshed as the window goes on
+        self.median = 0.0  # 0 = no answer seen yet
+
+
+class Sampler:
+    """Per-record inclusion probabilities: rate x priority signal, floored per query type.
+
+    Signals do not compound: the largest applicable multiplier is used, so one record's `p` is at
+    most `rate x max multiplier` (unless the floor raises it), and the common path — a draw above
+    that bound — returns after one hash without looking at the record's content.
+
+    State (floor counts, length medians) is per process: with several replicas each one applies
+    the floor to the traffic it sees, and the decision for a trace can differ between replicas
+    only when their state does (the draw itself never does).
+    """
+
+    def __init__(self, policy: SamplingPolicy | None = None) -> None:
+        self.policy = p = policy or SamplingPolicy()
+        self._floor = p.min_per_window
+        self._window = p.window_seconds
+        self._no_chunks = p.no_chunks_multiplier
+        self._low_score = p.low_score_threshold
+        self._low_score_mult = p.low_score_multiplier
+        self._refusal = p.refusal_multiplier
+        self._len_factor = p.unusual_length_factor
+        self._len_mult = p.unusual_length_multiplier
+        mults = [p.no_chunks_multiplier, p.refusal_multiplier, p.unusual_length_multiplier]
+        if p.low_score_threshold is not None:
+            mults.append(p.low_score_multiplier)
+        self._max_mult = max(mults)
+        self._slices: dict[str, _Slice] = {}
+
+    @classmethod
+    def plain(cls, rate: float) -> Sampler:
+        """A single fixed rate, no signals, no floor: what `RateSampler(rate)` did."""
+        return cls(
+            SamplingPolicy(
+                rate=rate,
+                min_per_window=0,
+                no_chunks_multiplier=1.0,
+                refusal_multiplier=1.0,
+                unusual_length_multiplier=1.0,
+            )
+        )
+
+    def rate_of(self, query_type: str) -> float:
+        return self.policy.rates.get(query_type, self.policy.rate)
+
+    def decide(self, record: RagRecord, now: float) -> float | None:
+        """The inclusion probability used when `record` is sampled (weight = 1/p), None when not.
+
+        `now` is wall-clock seconds (`time.time()`): floor windows are aligned to the epoch, so
+        replicas agree on where a window starts.
+        """
+        s = self._slices.get(record.query_type)
+        if s is None:
+            s = self._slice(record.query_type)
+        if not s.window_start <= now < s.window_end:
+            self._roll(s, now)
+        s.seen += 1
+        # Running median of the answer length (stochastic approximation in log space): O(1),
+        # no buffer, and it follows a slow drift of the slice's typical answer.
+        n = len(record.answer)
+        m = s.median
+        if m:
+            s.median = m * 1.02 if n > m else m * 0.98
+        else:
+            s.median = m = float(max(n, 1))
+        if self._floor and (s.sampled < self._floor or not s.seen & 63) and s.rate > 0.0:
+            # Behind the floor: every record; on schedule, the steady share needs only a refresh.
+            s.floor_p = self._floor_probability(s, now)
+            s.bound = max(s.max_p, s.floor_p)
+        # trace_fraction, inlined: this line is half the cost of the common path.
+        u = int.from_bytes(blake2b(record.trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
+        if u >= s.bound:
+            return None  # the common path: neither a signal nor the floor could raise p this far
+        rate = s.rate
+        mult = 1.0
+        chunks = record.chunks
+        if not chunks:
+            mult = self._no_chunks
+        elif self._low_score is not None:
+            top = chunks[0].score
+            if top is not None and top < self._low_score:
+                mult = self._low_score_mult
+        # The refusal check is the one costly signal: skip it when it cannot change the outcome
+        # (the draw is above what it would give), which keeps the returned p exact.
+        if self._refusal > mult and u < rate * self._refusal and looks_like_refusal(record.answer):
+            mult = self._refusal
+        if self._len_mult > mult and (n > m * self._len_factor or n * self._len_factor < m):
+            mult = self._len_mult
+        p = rate * mult
+        if p > 1.0:
+            p = 1.0
+        if s.floor_p > p:
+            p = s.floor_p
+        if u < p:
+            s.sampled += 1
+            return p
+        return None
+
+    def unsample(self, query_type: str) -> None:
+        """A sampled record was not judged after all (e.g. budget): let the floor try again."""
+        s = self._slices.get(query_type)
+        if s is not None and s.sampled > 0:
+            s.sampled -= 1
+
+    def _slice(self, qt: str) -> _Slice:
+        if len(self._slices) >= _MAX_SLICES:
+            s = self._slices.get(_OVERFLOW)
+            if s is None:
+                s = self._slices[_OVERFLOW] = self._new_slice(self.policy.rate)
+            return s
+        s = self._slices[qt] = self._new_slice(self.rate_of(qt))
+        return s
+
+    def _new_slice(self, rate: float) -> _Slice:
+        return _Slice(rate, min(1.0, rate * self._max_mult))
+
+    def _roll(self, s: _Slice, now: float) -> None:
+        w = self._window
+        window = int(now // w)
+        s.prev_seen = s.seen if window == s.window + 1 else 0
+        s.start = now if s.window < 0 else window * w
+        s.window = window
+        s.window_start = window * w
+        s.window_end = (window + 1) * w
+        s.seen = 0
+        s.sampled = 0
+        s.floor_p = 0.0
+        s.bound = s.max_p
+
+    def _floor_probability(self, s: _Slice, now: float) -> float:
+        """The p that gets the slice its floor, spread over the whole window.
+
+        Two parts: a steady share (1.25 x floor / the window's expected arrivals), kept after the
+        floor is met so that a slice's weights stay alike instead of jumping from ~1 to 1/rate —
+        equal weights are what keeps a small slice's interval narrow; and, while the slice is
+        behind, a catch-up share (2 x the deficit / the arrivals still expected). The pace is the
+        faster of the previous window's and this one's, so a surge is not starved; when little
+        is known it is low and p high — the floor errs towards judging more, never fewer.
+        """
+        w = self._window
+        elapsed = max(now - s.start, w / 60.0)
+        pace = max(s.prev_seen / w, s.seen / elapsed)
+        floor = self._floor
+        p = 1.25 * floor / (pace * w)
+        deficit = floor - s.sampled
+        if deficit > 0:
+            expected = pace * (s.window_end - now)
+            p = max(p, 2.0 * deficit / expected if expected > 0.0 else 1.0)
+        return p if p < 1.0 else 1.0

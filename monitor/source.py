@@ -130,6 +130,9 @@ class KafkaSource:
         for tp in revoked:
             self._committed.pop(tp, None)
 
+    def owns(self, tp: TopicPartition) -> bool:
+        return self._consumer is not None and tp in self._consumer.assignment()
+
     async def lag(self) -> dict[int, int]:
         """Messages behind the high watermark per assigned partition, as last seen in fetches."""
         if self._consumer is None:

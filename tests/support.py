@@ -134,3 +134,19 @@ def to_otlp_json(value: bytes) -> bytes:
                     if key in sp:
                         sp[key] = base64.b64decode(sp[key]).hex()
     return json.dumps(doc).encode()
+
+
+def oracle_target(query: str, k: int) -> dict[str, Any]:
+    """A perfect RAG service for golden replays: the golden row's relevant chunks and reference
+    answer (a refusal when the row is unanswerable). Used as the `module:function` target."""
+    from monitor.workload import REFUSAL, load_corpus
+
+    corpus = load_corpus()
+    question = next(q for q in corpus.questions if q.query == query)
+    if not question.answerable:
+        return {"answer": REFUSAL, "chunks": []}
+    ids = list(question.relevant_chunk_ids)[:k]
+    return {
+        "answer": question.reference_answer,
+        "chunks": [{"id": i, "content": corpus.chunks[i].text, "score": 1.0} for i in ids],
+    }

@@ -19,6 +19,8 @@ from support import (
 from monitor.broker import EmbeddedBroker
 from monitor.workload import generate, produce
 
+GOLDEN = Path(__file__).resolve().parent.parent / "examples" / "golden.jsonl"
+
 
 async def test_every_layout_and_wire_format_becomes_records(
     broker: EmbeddedBroker, topic: str, tmp_path: Path
@@ -52,6 +54,16 @@ async def test_every_layout_and_wire_format_becomes_records(
     async with running(settings_for(broker.bootstrap_servers, topic, results)) as sidecar:
         assert await produce(broker.bootstrap_servers, topic, pairs) == len(pairs)
         await eventually(lambda: result_ids(results) >= truths.keys(), what="every trace in the results")
+        # Windowed, weighted estimates with bounds, per slice and overall ("all").
+        await eventually(
+            lambda: sample(sidecar, "ragmon_window_samples", query_type="all") >= len(truths) - 10
+        )
+        for qt in ("all", "lookup"):
+            low, est, high = (
+                sample(sidecar, "ragmon_faithfulness_window_ratio", query_type=qt, bound=b)
+                for b in ("lower", "estimate", "upper")
+            )
+            assert 0 <= low <= est <= high <= 1 and high - low > 0
 
     lines = result_lines(results)
     assert {r["trace_id"] for r in lines} == truths.keys()
@@ -144,10 +156,16 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
         service="svc-traceloop",
     )
     results = tmp_path / "r.jsonl"
-    settings = settings_for(broker.bootstrap_servers, topic, results, judge={"repeat_fraction": 1.0})
+    golden = {"file": str(GOLDEN), "target": "support:oracle_target", "interval_seconds": 1.0}
+    settings = settings_for(
+        broker.bootstrap_servers, topic, results, judge={"repeat_fraction": 1.0}, golden=golden
+    )
     async with running(settings) as sidecar:
         await produce(broker.bootstrap_servers, topic, [(None, genai), (None, legacy)])
         await eventually(lambda: {genai_id, legacy_id} <= result_ids(results))
+        # The scheduled golden replay ran on this member (it owns partition 0) against a perfect target.
+        await eventually(lambda: sample(sidecar, "ragmon_golden_last_run_timestamp_seconds") > 0)
+        assert sample(sidecar, "ragmon_golden_metric_ratio", query_type="all", metric="recall_at_k") == 1.0
     # Judged twice: the deterministic lexical judge agrees with itself.
     assert sample(sidecar, "ragmon_judge_repeats_total") == 2
     assert all(r["repeat_disagreements"] == [] for r in result_lines(results))
@@ -165,5 +183,5 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
         "Who wrote Hamlet?",
         "Shakespeare.",
         "m-legacy",
-        "unknown",
+        "lookup",  # no rag.query_type: the rule-based classifier's answer
     )

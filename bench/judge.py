@@ -1,0 +1,978 @@
+"""Judge benchmark (issue 3, performance): our one-call judge against RAGAS faithfulness, and throughput.
+
+Everything runs against fake LLM servers this script starts on loopback; no request leaves the machine.
+
+(a) Cost per judged record. The same records (``monitor.workload.generate`` traces: the query, the
+    retrieved chunks' text from the bundled corpus, the answer) are judged by
+
+      - ours: `AnthropicJudge` (the real `anthropic` SDK) against a fake Messages API;
+      - RAGAS faithfulness (the installed `ragas`), pointed at a fake OpenAI-compatible server, in
+        both of its APIs: ``ragas.metrics.collections.Faithfulness`` with ``llm_factory`` and an
+        ``AsyncOpenAI`` client (instructor JSON mode; the API RAGAS 0.4 recommends), and the legacy
+        ``ragas.metrics.Faithfulness`` with ``LangchainLLMWrapper(ChatOpenAI(...))``.
+
+    One server answers both APIs and counts, per request, the tokens of everything the model would
+    read: system text, every message's text (tool calls and results included), and the tool /
+    response-format schema as JSON. Tokens are tiktoken's ``o200k_base``, loaded offline from the
+    copy the ``bpe-openai`` wheel ships (tiktoken checks its SHA-256); without it, len(text)/4.
+    The same count is returned as ``usage`` input tokens, so the judge's own accounting is checked
+    too. Anthropic adds a hidden tool-use system prompt to requests with tools (313 tokens for
+    ``tool_choice`` any/tool on Claude 4.x and Haiku 4.5, per its tool-use pricing docs): shown as
+    a separate row. The fake RAGAS model extracts one statement per sentence of the answer (none
+    from a refusal) and returns NLI verdicts by word overlap: real models usually split finer, so
+    RAGAS's second prompt is, if anything, under-counted here.
+    Goal: ours <= 0.5 x RAGAS's input tokens, and 1 call against its 2.
+
+(b) Throughput and memory. `AnthropicJudge` at concurrency C (C worker tasks on a bounded
+    ``asyncio.Queue``, as in the pipeline, each result serialised as the results line) against a
+    fake Messages API in its own process that sleeps 300 ms per request (threaded: requests
+    overlap). Records arrive at twice the goal rate, so the backlog (arrived - judged, the
+    consumer lag) grows through the run; only the queue's records are in memory. The judging
+    process is its own subprocess; its RSS is sampled every second. Goal: >= 0.9 x C / 0.3 records/s.
+
+    python bench/judge.py              # (a) 50 records; (b) C=8 (400 records), C=16 (2,000 records)
+    python bench/judge.py --quick      # (a) 20 records; (b) C=8 (160), C=16 (480)
+
+RAGAS is not a project dependency; (a) runs without it (and says why). Installed for the figures
+in the README, leaving the project's packages as they are (ragas 0.4.3 pulls instructor, which
+pins rich<15 and jiter<0.15, both harmless at run time; and it imports a module that
+langchain-community 0.4 dropped):
+
+    pip freeze | grep -v '^-e' > /tmp/keep.txt
+    pip install -c /tmp/keep.txt datasets tiktoken nest-asyncio appdirs diskcache openai tqdm pillow \\
+        networkx scikit-network langchain 'langchain-community<0.4' langchain-openai docstring-parser \\
+        jinja2 aiohttp bpe-openai
+    pip install --no-deps instructor==1.17.0 ragas==0.4.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import gzip
+import hashlib
+import html
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# Before anything imports ragas: no usage telemetry leaves the machine.
+os.environ["RAGAS_DO_NOT_TRACK"] = "true"
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+
+from monitor.judge import create_judge
+from monitor.judge.base import SYSTEM_PROMPT, TOOL_DESCRIPTION, TOOL_NAME, output_schema
+from monitor.judge.lexical import is_refusal, split_claims
+from monitor.model import Chunk, RagRecord
+from monitor.workload import TraceTruth, WorkloadConfig, generate, iter_workload, load_corpus
+
+LATENCY = 0.3  # seconds the fake Messages API takes per request in (b)
+GOAL_TOKEN_RATIO = 0.5
+GOAL_THROUGHPUT = 0.9  # x C / LATENCY
+TOOL_PROMPT_TOKENS = 313  # Anthropic's hidden tool-use system prompt, tool_choice any/tool, Claude 4.x
+ANTHROPIC_MODEL = "claude-haiku-4-5"
+RAGAS_MODEL = "gpt-4o-mini"
+MESSAGES, CHAT = "/v1/messages", "/v1/chat/completions"
+START_NS = 1_750_000_000_000_000_000  # fixed, so the records are a function of the seed
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Token counting
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounter:
+    name: str
+    count: Callable[[str], int]
+
+
+def _chars4(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+_ENCODINGS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+}
+
+
+def token_counter(kind: str) -> TokenCounter:
+    """``o200k`` (tiktoken offline; fails without bpe-openai), ``chars4``, or ``auto`` (o200k if it loads)."""
+    if kind != "chars4":
+        try:
+            return _tiktoken_o200k()
+        except Exception as exc:  # ImportError, PackageNotFoundError, OSError, a hash mismatch
+            if kind == "o200k":
+                raise
+            _say(f"tiktoken o200k_base unavailable offline ({type(exc).__name__}: {exc}); counting len/4")
+    return TokenCounter("len(text)/4", _chars4)
+
+
+def _tiktoken_o200k() -> TokenCounter:
+    """tiktoken downloads its encodings at run time; the ``bpe-openai`` wheel ships the same files.
+    They go where tiktoken looks for its cache, and tiktoken checks each against its own SHA-256."""
+    from importlib.metadata import distribution
+
+    import tiktoken
+
+    dist = distribution("bpe-openai")
+    cache = tempfile.mkdtemp(prefix="bench-tiktoken-")
+    atexit.register(shutil.rmtree, cache, True)
+    for name, url in _ENCODINGS.items():
+        packed = Path(str(dist.locate_file(f"bpe_openai/data/{name}.tiktoken.gz")))
+        key = hashlib.sha1(url.encode()).hexdigest()
+        (Path(cache) / key).write_bytes(gzip.decompress(packed.read_bytes()))
+    os.environ["TIKTOKEN_CACHE_DIR"] = cache
+    enc = tiktoken.get_encoding("o200k_base")
+    return TokenCounter("tiktoken o200k_base", lambda s: len(enc.encode(s, disallowed_special=())))
+
+
+def request_text(body: dict[str, Any]) -> str:
+    """What a model reads from a Messages or chat-completions request: system, messages (tool calls
+    and results included) and the tool / response-format schemas as JSON."""
+    parts: list[str] = []
+
+    def content(c: Any) -> None:
+        if isinstance(c, str):
+            parts.append(c)
+            return
+        for b in c if isinstance(c, list) else []:
+            kind = b.get("type") if isinstance(b, dict) else None
+            if kind == "text":
+                parts.append(str(b.get("text", "")))
+            elif kind == "tool_use":
+                parts.append(json.dumps(b.get("input")))
+            elif kind == "tool_result":
+                content(b.get("content"))
+
+    content(body.get("system"))
+    for m in body.get("messages", []):
+        content(m.get("content"))
+        for call in m.get("tool_calls") or []:
+            parts.append(json.dumps(call.get("function")))
+    for tool in body.get("tools") or []:
+        parts.append(json.dumps({k: v for k, v in tool.items() if k != "cache_control"}))
+    if body.get("response_format"):
+        parts.append(json.dumps(body["response_format"]))
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# The fake LLM: Anthropic Messages and OpenAI chat completions, plausible valid answers
+
+_WORD = re.compile(r"[a-z0-9]+")
+_CHUNK = re.compile(r'<chunk id="([^"]*)" rank="\d+">(.*?)</chunk>', re.S)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) > 3 or w.isdigit()}
+
+
+def _support(sentence: str, texts: list[str]) -> int | None:
+    """Index of the text holding >= 60 % of the sentence's words (the fake model's entailment)."""
+    words = _words(sentence)
+    if not words:
+        return None
+    best = max(range(len(texts)), key=lambda i: len(words & _words(texts[i])), default=None)
+    if best is None or len(words & _words(texts[best])) < 0.6 * len(words):
+        return None
+    return best
+
+
+def _statements(answer: str) -> list[str]:
+    return [s for s in split_claims(answer) if not is_refusal(s)]
+
+
+def anthropic_reply(body: dict[str, Any], tokens: int) -> dict[str, Any]:
+    user = body["messages"][0]["content"]
+    prompt = user if isinstance(user, str) else json.dumps(user)
+    chunks = [(html.unescape(i), html.unescape(t)) for i, t in _CHUNK.findall(prompt)]
+    m = _ANSWER.search(prompt)
+    answer = html.unescape(m.group(1)) if m else ""
+    claims = []
+    for s in _statements(answer):
+        at = _support(s, [t for _, t in chunks])
+        claims.append(
+            {"text": s, "supported": at is not None, "chunk_id": None if at is None else chunks[at][0]}
+        )
+    refused = is_refusal(answer)
+    verdict = {
+        "claims": claims,
+        "answerable_from_context": any(c["supported"] for c in claims),
+        "answer_admits_uncertainty": refused,
+        "answer_relevance": 1 if refused else 3,
+    }
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:16]}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", ANTHROPIC_MODEL),
+        "content": [
+            {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:16]}", "name": TOOL_NAME, "input": verdict}
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": tokens,
+            "output_tokens": _chars4(json.dumps(verdict)),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
+
+
+def _ragas_input(prompt: str) -> dict[str, Any]:
+    """The JSON input RAGAS puts after its few-shot examples (``...input: {...}\\nOutput:``)."""
+    at = prompt.rfind("input: ")
+    if at < 0:
+        raise ValueError("no RAGAS input in the prompt")
+    data, _ = json.JSONDecoder().raw_decode(prompt, at + len("input: "))
+    if not isinstance(data, dict):
+        raise ValueError("RAGAS input is not an object")
+    return data
+
+
+def _last_user(body: dict[str, Any]) -> str:
+    return str(next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user"))
+
+
+def step_of(path: str, body: dict[str, Any]) -> str:
+    """Which prompt a request is: ours (``judge``), or RAGAS's ``statements`` or ``nli`` step."""
+    if path != CHAT:
+        return "judge"
+    try:
+        return "nli" if "context" in _ragas_input(_last_user(body)) else "statements"
+    except (KeyError, StopIteration, ValueError):
+        return "other"
+
+
+def openai_reply(body: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """RAGAS's two faithfulness prompts: statements from the answer, then one NLI verdict each."""
+    data = _ragas_input(_last_user(body))
+    out: dict[str, Any]
+    if "statements" in data and "context" in data:
+        context = [ln for ln in str(data["context"]).split("\n") if ln]
+        out = {
+            "statements": [
+                {
+                    "statement": s,
+                    "reason": "The context states this." if ok else "The context does not mention this.",
+                    "verdict": int(ok),
+                }
+                for s in data["statements"]
+                for ok in [_support(s, context) is not None]
+            ]
+        }
+    elif "answer" in data:
+        out = {"statements": _statements(str(data["answer"]))}
+    else:
+        raise ValueError(f"unknown RAGAS prompt with input keys {sorted(data)}")
+    text = json.dumps(out)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", RAGAS_MODEL),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": tokens, "completion_tokens": _chars4(text), "total_tokens": tokens},
+    }
+
+
+class FakeLLM(ThreadingHTTPServer):
+    """One thread per connection (requests overlap); counts calls and input tokens per path.
+    ``GET /stats`` returns the counters; ``GET /stats?reset`` also restarts the in-flight maximum."""
+
+    daemon_threads = True
+    request_queue_size = 256  # a burst of C new connections must not overflow the listen backlog
+
+    def __init__(self, counter: TokenCounter, delay: float = 0.0) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.counter = counter
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.tokens: Counter[str] = Counter()
+        self.step_calls: Counter[str] = Counter()
+        self.step_tokens: Counter[str] = Counter()
+        self.errors = 0
+        self.inflight = self.max_inflight = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def snapshot(self, path: str) -> tuple[int, int]:
+        with self.lock:
+            return self.calls[path], self.tokens[path]
+
+    def steps(self) -> dict[str, tuple[int, int]]:
+        with self.lock:
+            return {k: (self.step_calls[k], self.step_tokens[k]) for k in self.step_calls}
+
+    def stats(self, reset: bool = False) -> dict[str, Any]:
+        with self.lock:
+            out = {
+                "calls": dict(self.calls),
+                "tokens": dict(self.tokens),
+                "errors": self.errors,
+                "max_inflight": self.max_inflight,
+            }
+            if reset:
+                self.max_inflight = self.inflight
+            return out
+
+    def start(self) -> FakeLLM:
+        threading.Thread(target=self.serve_forever, name="fake-llm", daemon=True).start()
+        return self
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the real APIs
+    # Headers and body are two writes: with Nagle on, the body would wait for the client's delayed ACK.
+    disable_nagle_algorithm = True
+    server: FakeLLM
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/stats"):
+            self._send(200, self.server.stats(reset="reset" in self.path))
+        else:
+            self._send(404, {"error": {"message": "no such path"}})
+
+    def do_POST(self) -> None:
+        srv = self.server
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+        tokens = srv.counter.count(request_text(body))
+        step = step_of(self.path, body)
+        with srv.lock:
+            srv.calls[self.path] += 1
+            srv.tokens[self.path] += tokens
+            srv.step_calls[step] += 1
+            srv.step_tokens[step] += tokens
+            srv.inflight += 1
+            srv.max_inflight = max(srv.max_inflight, srv.inflight)
+        try:
+            if self.path == MESSAGES:
+                status, reply = 200, anthropic_reply(body, tokens)
+            elif self.path == CHAT:
+                status, reply = 200, openai_reply(body, tokens)
+            else:
+                status, reply = 404, {"error": {"message": "no such path"}}
+        except (KeyError, IndexError, TypeError, ValueError, StopIteration) as exc:
+            status, reply = (
+                400,
+                {"type": "error", "error": {"type": "invalid_request_error", "message": repr(exc)}},
+            )
+        if status != 200:
+            with srv.lock:
+                srv.errors += 1
+        if srv.delay:
+            time.sleep(srv.delay)
+        with srv.lock:
+            srv.inflight -= 1
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
+            self._send(status, reply)
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+
+
+def to_record(t: TraceTruth, config: WorkloadConfig) -> RagRecord:
+    chunks = load_corpus().chunks
+    return RagRecord(
+        trace_id=t.trace_id,
+        span_id=t.root_span_id,
+        service=config.service_name,
+        query=t.query,
+        query_type=t.query_type,
+        chunks=[Chunk(cid, chunks[cid].text) for cid in t.chunk_ids],
+        answer=t.answer,
+        start_ns=t.start_ns,
+        end_ns=t.end_ns,
+    )
+
+
+def records(n: int, seed: int) -> list[RagRecord]:
+    config = WorkloadConfig()
+    return [to_record(t, config) for t in generate(n, seed=seed, start_ns=START_NS, config=config).traces]
+
+
+def record_stream(n: int, seed: int) -> Iterator[RagRecord]:
+    """Lazily, 50 traces at a time; a pool of 64 distinct requests, so the generator's own memory
+    stops growing after the first 64 records (later records reuse them with new ids)."""
+    config = WorkloadConfig(pool_size=64)
+    for truths, _ in iter_workload(n, seed=seed, batch=50, start_ns=START_NS, config=config):
+        for t in truths:
+            yield to_record(t, config)
+
+
+# --------------------------------------------------------------------------------------------
+# (a) tokens and calls per judged record
+
+
+@dataclass(slots=True)
+class Side:
+    name: str
+    path: str
+    calls: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # calls, tokens per prompt
+    parts: dict[str, float] = field(default_factory=dict)  # tokens per record by part of the prompt
+    note: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.calls) or 1
+        return {
+            "name": self.name,
+            "records": len(self.calls),
+            "calls_per_record": sum(self.calls) / n,
+            "calls_min_max": [min(self.calls, default=0), max(self.calls, default=0)],
+            "input_tokens_per_record": sum(self.tokens) / n,
+            "input_tokens_median": statistics.median(self.tokens) if self.tokens else 0,
+            "mean_faithfulness": statistics.fmean(self.scores) if self.scores else None,
+            "errors": self.errors[:5],
+            "error_count": len(self.errors),
+            "steps": {
+                k: {"calls_per_record": c / n, "tokens_per_call": t / c if c else 0.0}
+                for k, (c, t) in self.steps.items()
+            },
+            "parts": self.parts,
+            "per_record": {"calls": self.calls, "tokens": self.tokens},
+            "note": self.note,
+        }
+
+
+async def measure(
+    side: Side, server: FakeLLM, recs: list[RagRecord], judge_one: Callable[[RagRecord], Any]
+) -> Side:
+    """Judge the records one after another, attributing the server's calls and tokens to each."""
+    before = server.steps()
+    for r in recs:
+        c0, t0 = server.snapshot(side.path)
+        try:
+            score = await judge_one(r)
+            if isinstance(score, float) and score == score:  # NaN: no statements
+                side.scores.append(score)
+        except Exception as exc:
+            side.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+        c1, t1 = server.snapshot(side.path)
+        side.calls.append(c1 - c0)
+        side.tokens.append(t1 - t0)
+    for k, (c, t) in server.steps().items():
+        c0, t0 = before.get(k, (0, 0))
+        if c > c0:
+            side.steps[k] = (c - c0, t - t0)
+    return side
+
+
+async def ours(server: FakeLLM, recs: list[RagRecord]) -> Side:
+    judge = create_judge(
+        "anthropic",
+        {
+            "base_url": server.url,
+            "api_key": "sk-ant-bench-not-a-key",
+            "model": ANTHROPIC_MODEL,
+            "max_retries": 0,
+        },
+    )
+    side = Side("ours: AnthropicJudge, 1 forced tool call", MESSAGES)
+    mismatched = 0
+
+    async def one(r: RagRecord) -> float | None:
+        nonlocal mismatched
+        _, t0 = server.snapshot(MESSAGES)
+        j = await judge.judge(r)
+        _, t1 = server.snapshot(MESSAGES)
+        mismatched += j.tokens.input + j.tokens.cache_read + j.tokens.cache_write != t1 - t0
+        if not j.ok:
+            raise RuntimeError(j.error)
+        return j.faithfulness
+
+    try:
+        await measure(side, server, recs, one)
+    finally:
+        await judge.aclose()
+    side.note = "judge-reported input tokens = server count" if not mismatched else f"{mismatched} mismatches"
+    tool = {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": output_schema()}
+    system, schema = server.counter.count(SYSTEM_PROMPT), server.counter.count(json.dumps(tool))
+    record = sum(side.tokens) / max(1, len(side.tokens)) - system - schema
+    side.parts = {"system prompt": system, "tool schema": schema, "record (user turn)": record}
+    return side
+
+
+async def ragas_collections(server: FakeLLM, recs: list[RagRecord]) -> Side:
+    from openai import AsyncOpenAI
+    from ragas.llms import llm_factory
+    from ragas.metrics.collections import Faithfulness
+
+    client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="sk-bench-not-a-key", max_retries=0)
+    metric = Faithfulness(llm=llm_factory(RAGAS_MODEL, client=client))
+
+    async def one(r: RagRecord) -> float:
+        contexts = [c.content or "" for c in r.chunks]
+        result = await metric.ascore(user_input=r.query, response=r.answer, retrieved_contexts=contexts)
+        return float(result.value)
+
+    try:
+        return await measure(Side("RAGAS Faithfulness (collections, llm_factory)", CHAT), server, recs, one)
+    finally:
+        await client.close()
+
+
+async def ragas_legacy(server: FakeLLM, recs: list[RagRecord]) -> Side:
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+    from ragas.dataset_schema import SingleTurnSample
+    from ragas.llms import LangchainLLMWrapper
+
+    with warnings.catch_warnings():  # deprecated in 0.4, still the path ragas.evaluate() documents
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from ragas.metrics import Faithfulness
+
+        chat = ChatOpenAI(
+            model=RAGAS_MODEL,
+            base_url=f"{server.url}/v1",
+            api_key=SecretStr("sk-bench-not-a-key"),
+            max_retries=0,
+        )
+        metric = Faithfulness(llm=LangchainLLMWrapper(chat))
+
+    async def one(r: RagRecord) -> float:
+        sample = SingleTurnSample(
+            user_input=r.query, response=r.answer, retrieved_contexts=[c.content or "" for c in r.chunks]
+        )
+        return float(await metric.single_turn_ascore(sample))
+
+    return await measure(Side("RAGAS Faithfulness (legacy, LangchainLLMWrapper)", CHAT), server, recs, one)
+
+
+def compare_tokens(args: argparse.Namespace, counter: TokenCounter) -> dict[str, Any]:
+    recs = records(args.records_a, args.seed)
+    server = FakeLLM(counter).start()
+    sides: list[dict[str, Any]] = []
+    ragas_version: str | None = None
+    ragas_problem = ""
+    try:
+        sides.append(asyncio.run(ours(server, recs)).summary())
+        try:
+            import ragas
+
+            ragas_version = str(ragas.__version__)
+        except Exception as exc:  # not installed, or an incompatible langchain_community
+            ragas_problem = f"ragas does not import: {type(exc).__name__}: {exc}"
+        if ragas_version is not None:
+            for run in (ragas_collections, ragas_legacy):
+                try:
+                    sides.append(asyncio.run(run(server, recs)).summary())
+                except Exception as exc:
+                    ragas_problem += f"{run.__name__}: {type(exc).__name__}: {exc}; "
+        errors = server.stats()["errors"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    return {
+        "records": len(recs),
+        "seed": args.seed,
+        "counter": counter.name,
+        "ragas_version": ragas_version,
+        "ragas_problem": ragas_problem,
+        "server_errors": errors,
+        "sides": sides,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# (b) throughput and memory, in a subprocess per concurrency
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def run_load(args: argparse.Namespace) -> dict[str, Any]:
+    """One (b) run: C workers judge `records` records arriving at `rate`/s through a bounded queue."""
+    c, n = args.concurrency[0], args.records
+    judge = create_judge(
+        "anthropic",
+        {
+            "base_url": args.url,
+            "api_key": "sk-ant-bench-not-a-key",
+            "model": ANTHROPIC_MODEL,
+            "max_concurrency": c,
+            "timeout_seconds": 30.0,
+            "max_retries": 0,
+        },
+    )
+    queue: asyncio.Queue[RagRecord] = asyncio.Queue(maxsize=args.queue_size)
+    stream = record_stream(n, args.seed)
+    latencies: list[float] = []
+    failed: list[str] = []
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    cpu0 = time.process_time()
+    samples: list[dict[str, float]] = []
+    first: float | None = None
+    last = 0.0
+    max_queued = 0
+
+    def sample() -> None:
+        now = loop.time() - t0
+        judged = len(latencies) + len(failed)
+        arrived = min(int(now * args.rate), 10**9)
+        samples.append(
+            {"t": round(now, 2), "rss_mib": round(_rss_mib(), 1), "judged": judged, "lag": arrived - judged}
+        )
+
+    async def produce() -> None:
+        nonlocal max_queued
+        for i, record in enumerate(stream):  # record i arrives at t0 + i / rate
+            delay = t0 + i / args.rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await queue.put(record)
+            max_queued = max(max_queued, queue.qsize())
+
+    async def work() -> None:
+        nonlocal first, last
+        while True:
+            record = await queue.get()
+            if first is None:
+                first = loop.time()
+            j = await judge.judge(record)
+            json.dumps(j.to_json_dict())  # the results line the pipeline writes
+            if j.ok:
+                latencies.append(j.latency_s)
+            else:
+                failed.append(j.error or "")
+                if len(failed) <= 3:
+                    _say(f"judgement failed: {j.error}")
+            last = loop.time()
+            queue.task_done()
+            if len(latencies) + len(failed) >= n:
+                done.set()
+
+    async def watch() -> None:
+        while True:
+            sample()
+            await asyncio.sleep(1.0)
+
+    sample()
+    tasks = [asyncio.create_task(produce()), asyncio.create_task(watch())]
+    tasks += [asyncio.create_task(work()) for _ in range(c)]
+    try:
+        async with asyncio.timeout(args.timeout):
+            await done.wait()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await judge.aclose()
+    sample()
+    cpu = time.process_time() - cpu0
+    seconds = last - (first or last)
+    judged = len(latencies) + len(failed)
+    tenth = next((s for s in samples if s["judged"] >= judged / 10), samples[-1])
+    lat = sorted(latencies) or [0.0]
+    return {
+        "concurrency": c,
+        "records": judged,
+        "failed": len(failed),
+        "seconds": seconds,
+        "per_s": judged / seconds if seconds else 0.0,
+        "latency_p50": lat[len(lat) // 2],
+        "latency_p95": lat[min(len(lat) - 1, int(len(lat) * 0.95))],
+        "cpu_ms_per_record": 1000 * cpu / judged if judged else 0.0,
+        "offered_per_s": args.rate,
+        "queue_size": args.queue_size,
+        "max_queued": max_queued,
+        "rss_mib": {
+            "start": samples[0]["rss_mib"],
+            "at_10pct": tenth["rss_mib"],
+            "peak": max(s["rss_mib"] for s in samples),
+            "end": samples[-1]["rss_mib"],
+        },
+        "lag_end": samples[-1]["lag"],
+        "samples": samples,
+    }
+
+
+def serve(args: argparse.Namespace) -> None:
+    """The (b) server role: a fake Messages API that sleeps `delay` per request, until killed."""
+    server = FakeLLM(TokenCounter("len(text)/4", _chars4), delay=args.delay)
+    print(f"port {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+def _get(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:  # loopback only
+        data: dict[str, Any] = json.loads(resp.read())
+    return data
+
+
+def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
+    me = [sys.executable, os.path.abspath(__file__)]
+    server = subprocess.Popen(
+        [*me, "--role", "server", "--delay", str(LATENCY)], stdout=subprocess.PIPE, text=True
+    )
+    runs = []
+    try:
+        assert server.stdout is not None
+        url = f"http://127.0.0.1:{int(server.stdout.readline().split()[1])}"
+        top = max(args.concurrency)
+        for c in args.concurrency:
+            n = args.records_b if c == top else c * args.rounds
+            capacity = c / LATENCY
+            timeout = 60 + 3 * n / capacity
+            _get(f"{url}/stats?reset")
+            cmd = [*me, "--role", "load", "--url", url, "--concurrency", str(c), "--records", str(n)]
+            cmd += ["--rate", f"{2 * capacity:.3f}", "--queue-size", str(args.queue_size)]
+            cmd += ["--seed", str(args.seed), "--timeout", f"{timeout:.0f}"]
+            _say(f"(b) C={c}: {n:,} records offered at {2 * capacity:,.1f}/s ...")
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+            if proc.returncode != 0:
+                raise RuntimeError(f"load run C={c} failed:\n{proc.stderr[-3000:]}")
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            res["server_max_inflight"] = _get(f"{url}/stats")["max_inflight"]
+            r = res["rss_mib"]
+            _say(
+                f"    {res['per_s']:.1f} judged/s over {res['seconds']:.1f} s, max in flight "
+                f"{res['server_max_inflight']}, RSS {r['start']:.0f}/{r['at_10pct']:.0f}/{r['peak']:.0f}/"
+                f"{r['end']:.0f} MiB, lag at end {res['lag_end']:,}"
+            )
+            runs.append(res)
+    finally:
+        server.terminate()
+        server.wait(10)
+    return runs
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in ("anthropic", "ragas", "openai", "langchain-openai", "instructor", "tiktoken", "bpe-openai"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+def print_tokens(a: dict[str, Any], ragas_version: str) -> None:
+    ours_row = a["sides"][0]
+    base = ours_row["input_tokens_per_record"]
+    _say(
+        f"\n(a) per judged record, {a['records']} records (seed {a['seed']}); input tokens counted on the "
+        f"server with {a['counter']} over system + messages + tool/response schema"
+    )
+    rows = [("judge", "calls/record (min-max)", "input tok/record", "ours / this", "faithfulness")]
+
+    def row(name: str, s: dict[str, Any], tokens: float, ratio: str) -> None:
+        lo, hi = s["calls_min_max"]
+        faith = "-" if s["mean_faithfulness"] is None else f"{s['mean_faithfulness']:.2f}"
+        err = f"  [{s['error_count']} errors]" if s["error_count"] else ""
+        rows.append((name + err, f"{s['calls_per_record']:.2f} ({lo}-{hi})", f"{tokens:,.0f}", ratio, faith))
+
+    row(ours_row["name"], ours_row, base, "")
+    with_tool = base + TOOL_PROMPT_TOKENS
+    row(f"ours + Anthropic tool-use system prompt ({TOOL_PROMPT_TOKENS})", ours_row, with_tool, "")
+    for s in a["sides"][1:]:
+        t = s["input_tokens_per_record"]
+        ratio = f"{base / t:.2f} / {with_tool / t:.2f}" if t else "-"
+        row(f"{s['name']} {ragas_version}", s, t, ratio)
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        _say(
+            "  "
+            + "  ".join(
+                x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+    for s in a["sides"][1:]:  # the records RAGAS judged in 2 calls: answers that make statements
+        pr, ours_tokens = s["per_record"], ours_row["per_record"]["tokens"]
+        two = [i for i, c in enumerate(pr["calls"]) if c >= 2]
+        if two:
+            mine = statistics.fmean(ours_tokens[i] for i in two)
+            theirs = statistics.fmean(pr["tokens"][i] for i in two)
+            hidden = (mine + TOOL_PROMPT_TOKENS) / theirs
+            _say(
+                f"  {len(two)} records with statements (RAGAS 2 calls), {s['name']}: ours {mine:,.0f} vs "
+                f"{theirs:,.0f} tokens = {mine / theirs:.2f} ({hidden:.2f} with the tool-use prompt)"
+            )
+    _say("  where the input tokens go, per record:")
+    _say("    ours: " + " + ".join(f"{k} {v:,.0f}" for k, v in ours_row["parts"].items()))
+    for s in a["sides"][1:]:
+        steps = [
+            f"{k} {x['calls_per_record']:.2f} calls x {x['tokens_per_call']:,.0f}"
+            for k, x in s["steps"].items()
+        ]
+        _say(f"    {s['name']}: " + " + ".join(steps))
+    if a["ragas_problem"]:
+        _say(f"  RAGAS problem: {a['ragas_problem']}")
+    _say(f"  {ours_row['note']}; fake server errors: {a['server_errors']}")
+    ragas_sides = a["sides"][1:]
+    if ragas_sides:
+        least = min(s["input_tokens_per_record"] for s in ragas_sides)
+        verdict = "met" if base <= GOAL_TOKEN_RATIO * least else "NOT met"
+        _say(
+            f"  goal ours <= {GOAL_TOKEN_RATIO} x RAGAS (the cheaper RAGAS path, without the hidden tool "
+            f"prompt): {base / least:.2f}  [{verdict}]"
+        )
+
+
+def print_throughput(runs: list[dict[str, Any]], queue_size: int) -> None:
+    _say(f"\n(b) AnthropicJudge against a fake Messages API sleeping {LATENCY * 1000:.0f} ms per request")
+    rows = [
+        (
+            "C",
+            "records",
+            "judged/s",
+            "goal 0.9C/0.3",
+            "p50/p95 latency s",
+            "CPU ms/rec",
+            "in flight",
+            "RSS start/10%/peak/end MiB",
+            "lag at end",
+        )
+    ]
+    for r in runs:
+        goal = GOAL_THROUGHPUT * r["concurrency"] / LATENCY
+        ok = "ok" if r["per_s"] >= goal else "NOT met"
+        m = r["rss_mib"]
+        fails = f" ({r['failed']} failed)" if r["failed"] else ""
+        rows.append(
+            (
+                str(r["concurrency"]),
+                f"{r['records']:,}{fails}",
+                f"{r['per_s']:.1f}",
+                f"{goal:.1f} [{ok}]",
+                f"{r['latency_p50']:.3f}/{r['latency_p95']:.3f}",
+                f"{r['cpu_ms_per_record']:.1f}",
+                str(r["server_max_inflight"]),
+                f"{m['start']:.0f}/{m['at_10pct']:.0f}/{m['peak']:.0f}/{m['end']:.0f}",
+                f"{r['lag_end']:,}",
+            )
+        )
+    widths = [max(len(x[i]) for x in rows) for i in range(len(rows[0]))]
+    for cells in rows:
+        _say("  " + "  ".join(x.rjust(w) for x, w in zip(cells, widths, strict=True)))
+    _say(
+        f"  records arrive at 2 x C/{LATENCY}/s; queue bound {queue_size} (in memory: queue + C in flight); "
+        "lag = arrived - judged"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a short run: fewer records in (a) and (b)")
+    p.add_argument("--records-a", type=int, help="records compared in (a) (default 50; quick 20)")
+    p.add_argument("--records-b", type=int, help="records judged at the largest C (default 2000; quick 480)")
+    p.add_argument("--rounds", type=int, help="records per worker at the other Cs (default 50; quick 20)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[8, 16], help="the Cs of (b)")
+    p.add_argument("--queue-size", type=int, default=256, help="bound of the judge queue in (b)")
+    p.add_argument(
+        "--tokens", choices=("auto", "o200k", "chars4"), default="auto", help="token counter of (a)"
+    )
+    p.add_argument("--skip", choices=("a", "b"), help="skip one part")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    # Internal: the (b) server and load processes.
+    p.add_argument("--role", choices=("server", "load"), help=argparse.SUPPRESS)
+    p.add_argument("--delay", type=float, default=LATENCY, help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    p.add_argument("--records", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--rate", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=600.0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.records_a = args.records_a or (20 if args.quick else 50)
+    args.records_b = args.records_b or (480 if args.quick else 2000)
+    args.rounds = args.rounds or (20 if args.quick else 50)
+    if min(args.records_a, args.records_b, args.rounds, args.queue_size, *args.concurrency) < 1:
+        p.error("counts must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.role == "server":
+        serve(args)
+        return 0
+    if args.role == "load":
+        print(json.dumps(asyncio.run(run_load(args))), flush=True)
+        return 0
+    started = time.perf_counter()
+    command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
+    report: dict[str, Any] = {"command": command, "params": vars(args), "versions": _versions()}
+    report["machine"] = f"{len(os.sched_getaffinity(0))} CPU, {platform.machine()}"
+    if args.skip != "a":
+        counter = token_counter(args.tokens)
+        _say(f"(a) {args.records_a} records: ours, then RAGAS; tokens: {counter.name}")
+        report["tokens"] = compare_tokens(args, counter)
+    if args.skip != "b":
+        report["throughput"] = throughput(args)
+    report["seconds"] = time.perf_counter() - started
+    if "tokens" in report:
+        print_tokens(report["tokens"], report["versions"]["ragas"])
+    if "throughput" in report:
+        print_throughput(report["throughput"], args.queue_size)
+    versions = ", ".join(f"{k} {x}" for k, x in report["versions"].items())
+    _say(f"\n{report['machine']}; {versions}")
+    _say(f"total {report['seconds']:.0f} s; command: {command}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The judge's spending limits: calls per minute, tokens per hour and USD per day, all at once.
+
+Each limit is a token bucket in its strict form: a spent token comes back exactly one period
+after it was spent (a sliding window), rather than trickling back at limit/period. The classic
+refill lets a full bucket plus a period's refill — up to twice the limit — through in one period
+under a burst; this form never lets more than `limit` through in *any* period-long interval.
+Spending is kept in 60 time buckets per period, and a bucket counts until the whole of it has left
+the window, so the check errs by at most 1/60 of a period towards spending less.
+
+A judgement's cost is only known afterwards, so `try_acquire` reserves an estimate and `settle`
+replaces it with what was billed. The limits hold exactly when estimates are upper bounds (an LLM
+judge caps its output tokens, so prompt tokens + max output tokens is one); an under-estimate can
+overshoot by at most the error of the judgements in flight, and the excess then blocks further
+calls until it leaves the window.
+
+With `state_file` set, spending survives a restart: the buckets are written (atomically: temp
+file, fsync, rename) after every change, with wall-clock times. An unreadable state file fails
+closed — the budget counts as spent for one period — because guessing "nothing spent" could
+exceed the limit. Limits are per process: N replicas may spend N times the limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.judge.base import Price
+from monitor.model import RagRecord
+
+__all__ = ["BudgetPolicy", "Grant", "JudgeBudget", "SlidingLimit", "upper_bound"]
+
+log = logging.getLogger(__name__)
+
+_SLOTS = 60
+_STATE_VERSION = 1
+
+
+class BudgetPolicy(BaseModel):
+    """The `judge.budget` config section; None = no limit of that kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calls_per_minute: int | None = Field(None, ge=0)
+    tokens_per_hour: int | None = Field(None, ge=0)
+    usd_per_day: float | None = Field(None, ge=0)
+    state_file: Path | None = Field(None, description="keeps spending across restarts")
+
+    @property
+    def enabled(self) -> bool:
+        return any(x is not None for x in (self.calls_per_minute, self.tokens_per_hour, self.usd_per_day))
+
+
+class SlidingLimit:
+    """At most `limit` spent in any `period` seconds (bucketed; see the module docstring)."""
+
+    __slots__ = ("_slots", "limit", "period", "width")
+
+    def __init__(self, limit: float, period: float) -> None:
+        self.limit = float(limit)
+        self.period = float(period)
+        self.width = self.period / _SLOTS
+        self._slots: dict[int, float] = {}  # slot index (time // width) -> amount spent
+
+    def _expire(self, now: float) -> None:
+        # Slot k covers [k*width, (k+1)*width): it counts while any of it is within the window.
+        oldest = math.floor((now - self.period) / self.width)
+        if self._slots and min(self._slots) < oldest:
+            self._slots = {k: v for k, v in self._slots.items() if k >= oldest}
+
+    def spent(self, now: float) -> float:
+        self._expire(now)
+        return sum(self._slots.values())
+
+    def allows(self, amount: float, now: float) -> bool:
+        return self.spent(now) + amount <= self.limit * (1 + 1e-12)
+
+    def charge(self, amount: float, at: float) -> None:
+        slot = math.floor(at / self.width)
+        self._slots[slot] = self._slots.get(slot, 0.0) + amount
+
+    def adjust(self, delta: float, at: float, now: float) -> None:
+        """Correct an earlier charge made at `at`; once that slot has left the window, a
+        positive correction lands now (it still has to count somewhere), a negative one is moot."""
+        self._expire(now)
+        slot = math.floor(at / self.width)
+        if slot in self._slots:
+            self._slots[slot] = max(0.0, self._slots[slot] + delta)
+        elif delta > 0:
+            self.charge(delta, now)
+
+    def fill(self, now: float) -> None:
+        """Count the limit as wholly spent now (fail closed)."""
+        self._slots = {math.floor(now / self.width): self.limit}
+
+    def dump(self) -> dict[str, Any]:
+        return {"limit": self.limit, "period": self.period, "slots": [[k, v] for k, v in self._slots.items()]}
+
+    def load(self, state: dict[str, Any], now: float) -> None:
+        if float(state["period"]) != self.period:
+            raise ValueError("period changed")
+        self._slots = {int(k): float(v) for k, v in state["slots"] if float(v) >= 0}
+        self._expire(now)
+
+
+@dataclass(slots=True, frozen=True)
+class Grant:
+    """A reservation made by `try_acquire`, to be handed back to `settle`."""
+
+    at: float
+    tokens: int
+    usd: float
+
+
+class JudgeBudget:
+    """Calls/minute, tokens/hour and USD/day enforced together: a call goes ahead only if all
+    three have room for it, and then it is charged to all three."""
+
+    def __init__(self, policy: BudgetPolicy, clock: Callable[[], float] = time.time) -> None:
+        self.policy = policy
+        self._clock = clock
+        self._last = -math.inf
+        self._warned = -math.inf
+        self._limits: dict[str, SlidingLimit] = {}
+        if policy.calls_per_minute is not None:
+            self._limits["calls"] = SlidingLimit(policy.calls_per_minute, 60.0)
+        if policy.tokens_per_hour is not None:
+            self._limits["tokens"] = SlidingLimit(policy.tokens_per_hour, 3600.0)
+        if policy.usd_per_day is not None:
+            self._limits["usd"] = SlidingLimit(policy.usd_per_day, 86400.0)
+        self._path = policy.state_file
+        if self._path is not None:
+            self._restore(self._path)
+
+    def _now(self) -> float:
+        # Monotonic even if the wall clock steps back, so a slot is never charged twice over.
+        t = self._clock()
+        if t < self._last:
+            t = self._last
+        self._last = t
+        return t
+
+    def try_acquire(self, est_tokens: int, est_usd: float) -> Grant | None:
+        """Reserve one call with these estimates; None when any limit lacks room (skip it, and
+        count `ragmon_judge_skipped_total{reason="budget"}`)."""
+        now = self._now()
+        amounts = {"calls": 1.0, "tokens": float(est_tokens), "usd": float(est_usd)}
+        limits = self._limits
+        if not all(lim.allows(amounts[name], now) for name, lim in limits.items()):
+            return None
+        for name, lim in limits.items():
+            lim.charge(amounts[name], now)
+        self._persist()
+        return Grant(now, est_tokens, est_usd)
+
+    def settle(self, grant: Grant, actual_tokens: int, actual_usd: float | None) -> None:
+        """Replace the grant's estimates with what was billed (None USD: keep the estimate —
+        an unpriced model is not free). A failed call that billed nothing settles with zeros."""
+        now = self._now()
+        if "tokens" in self._limits:
+            self._limits["tokens"].adjust(actual_tokens - grant.tokens, grant.at, now)
+        if "usd" in self._limits and actual_usd is not None:
+            self._limits["usd"].adjust(actual_usd - grant.usd, grant.at, now)
+        self._persist()
+
+    def remaining(self) -> dict[str, float]:
+        """Room left per configured limit (for logs and a gauge)."""
+        now = self._now()
+        return {name: max(0.0, lim.limit - lim.spent(now)) for name, lim in self._limits.items()}
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def _persist(self) -> None:
+        if self._path is None:
+            return
+        state = {
+            "version": _STATE_VERSION,
+            "clock": self._last,
+            "limits": {name: lim.dump() for name, lim in self._limits.items()},
+        }
+        path = self._path
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(state, f, separators=(",", ":"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            # The limits still hold in memory; only a restart could forget spending. Say so,
+            # at most once a minute, rather than stop judging over a full disk.
+            mono = time.monotonic()
+            if mono - self._warned >= 60.0:
+                self._warned = mono
+                log.warning("cannot write judge budget state %s: %s", path, exc)
+
+    def _restore(self, path: Path) -> None:
+        now = self._now()
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return
+        except OSError as exc:
+            self._fail_closed(path, f"cannot read it ({exc})", now)
+            return
+        try:
+            state = json.loads(raw)
+            if state.get("version") != _STATE_VERSION:
+                raise ValueError(f"version {state.get('version')!r}")
+            saved = state["limits"]
+            self._last = max(self._last, float(state.get("clock", 0.0)))
+            for name, lim in self._limits.items():
+                if name in saved:
+                    lim.load(saved[name], self._last)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._fail_closed(path, f"unusable state ({exc})", now)
+
+    def _fail_closed(self, path: Path, why: str, now: float) -> None:
+        log.error(
+            "judge budget state %s: %s; counting every budget as spent for one period "
+            "(delete the file to start afresh)",
+            path,
+            why,
+        )
+        for lim in self._limits.values():
+            lim.fill(now)
+
+
+def upper_bound(
+    record: RagRecord,
+    *,
+    max_output_tokens: int,
+    price: Price | None,
+    attempts: int = 2,
+    prompt_tokens: int = 1500,
+    max_chunks: int = 20,
+    max_chunk_chars: int = 4000,
+) -> tuple[int, float]:
+    """An upper bound on one judgement's (tokens, USD), for `try_acquire`.
+
+    Text is counted at 3 characters a token (English averages ~4, so this over-counts), chunks
+    as the LLM judges cut them, plus the fixed instructions and the output cap; `attempts` covers
+    the LLM judges' one repair request, which re-sends the prompt and the rejected output. Input
+    is priced at the dearer of plain input and cache write, so the bound holds whatever the
+    prompt cache does. With no price (an unpriced model) the USD bound is 0: a USD limit cannot
+    be enforced for a model whose price is unknown.
+    """
+    chars = len(record.query) + len(record.answer)
+    for chunk in record.chunks[:max_chunks]:
+        chars += min(len(chunk.content or ""), max_chunk_chars) + len(chunk.id) + 32
+    one_prompt = prompt_tokens + chars // 3 + 1
+    tokens_in = attempts * one_prompt + (attempts - 1) * max_output_tokens
+    tokens_out = attempts * max_output_tokens
+    if price is None:
+        return tokens_in + tokens_out, 0.0
+    per_input = max(price.input, price.cache_write)
+    return tokens_in + tokens_out, (tokens_in * per_input + tokens_out * price.output) / 1e6

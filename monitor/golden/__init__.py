@@ -1,0 +1,76 @@
+"""The golden set: labelled rows replayed against the RAG service to measure retrieval (recall@k,
+precision@k, hit@k, MRR, nDCG@k) and generation (faithfulness, refusal accuracy) against truth and
+a versioned baseline — the CI gate for chunking, embedding, reranking and prompt changes.
+
+`schema` reads and validates golden files, `targets` replays (HTTP or a callable), `retrieval`
+scores rankings, `run` scores a replay and gates it, `gauges` exports `ragmon_golden_*`, `render`
+draws the terminal table, `cli` holds the `replay` / `golden validate` commands (`register(app)`).
+"""
+
+from __future__ import annotations
+
+from monitor.golden.gauges import GAUGE_METRICS, GoldenGauges
+from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores, score_ranking
+from monitor.golden.run import (
+    ALL,
+    METRICS,
+    Baseline,
+    BaselineError,
+    GateConfig,
+    Hint,
+    Regression,
+    ReplayFailed,
+    ReplayReport,
+    RowResult,
+    aggregate,
+    load_baseline,
+    run_replay,
+)
+from monitor.golden.schema import GoldenCheck, GoldenRow, Issue, load_golden, parse_golden, validate
+from monitor.golden.targets import (
+    REPLAY_HEADER,
+    CallableTarget,
+    HttpTarget,
+    HttpTargetConfig,
+    ResponseMapping,
+    Target,
+    TargetError,
+    TargetResponse,
+    make_target,
+)
+
+__all__ = [
+    "ALL",
+    "GAUGE_METRICS",
+    "METRICS",
+    "REPLAY_HEADER",
+    "RETRIEVAL_METRICS",
+    "Baseline",
+    "BaselineError",
+    "CallableTarget",
+    "GateConfig",
+    "GoldenCheck",
+    "GoldenGauges",
+    "GoldenRow",
+    "Hint",
+    "HttpTarget",
+    "HttpTargetConfig",
+    "Issue",
+    "Regression",
+    "ReplayFailed",
+    "ReplayReport",
+    "ResponseMapping",
+    "RetrievalScores",
+    "RowResult",
+    "Target",
+    "TargetError",
+    "TargetResponse",
+    "aggregate",
+    "load_baseline",
+    "load_golden",
+    "make_target",
+    "parse_golden",
+    "run_replay",
+    "score_ranking",
+    "validate",
+]

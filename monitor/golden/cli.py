@@ -1,0 +1,191 @@
+"""`rag-monitor replay` and `rag-monitor golden validate`: flag parsing and file I/O only.
+
+Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
+file, baseline, config, or a target that cannot be replayed). On exit 2 nothing is written: a CI
+job must never pick up a half-made baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+
+from monitor.golden.run import (
+    BaselineError,
+    GateConfig,
+    ReplayFailed,
+    ReplayReport,
+    load_baseline,
+    run_replay,
+)
+from monitor.golden.schema import GoldenCheck, load_golden
+from monitor.golden.targets import HttpTargetConfig, make_target
+
+__all__ = ["ReplayConfig", "register"]
+
+
+class ReplayConfig(BaseModel):
+    """`--config` file of `replay`: how to talk to the target, the gate, the judge's options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: HttpTargetConfig = Field(default_factory=HttpTargetConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    judge_options: dict[str, Any] = Field(default_factory=dict)
+
+
+def _err(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+
+
+def _print_check(check: GoldenCheck) -> None:
+    for e in check.errors:
+        typer.echo(f"error: {check.path}: {e}", err=True)
+    for w in check.warnings:
+        typer.echo(f"warning: {check.path}: {w}", err=True)
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a baseline."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_config(path: Path | None) -> ReplayConfig:
+    if path is None:
+        return ReplayConfig()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return ReplayConfig.model_validate(data)
+    except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
+        _err(f"config {path}: {exc}")
+        raise typer.Exit(2) from None
+
+
+def replay(
+    golden: Annotated[Path, typer.Option("--golden", help="golden file (JSON, JSONL or YAML)")],
+    target: Annotated[
+        str, typer.Option("--target", help="http(s) URL of the RAG endpoint, or module:function")
+    ],
+    k: Annotated[int, typer.Option("--k", min=1, help="chunks asked for and scored (recall@k…)")] = 5,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="baseline JSON to compare with")] = None,
+    write_baseline: Annotated[
+        Path | None, typer.Option("--write-baseline", help="store this run as the new baseline")
+    ] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="write the full report as JSON")] = None,
+    judge: Annotated[str, typer.Option("--judge", help="lexical, anthropic or openai")] = "lexical",
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="YAML: target (template, mapping, auth_env), gate, judge_options"),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="requests in flight")] = 8,
+    timeout: Annotated[float | None, typer.Option(help="seconds per request (default 10)")] = None,
+    retries: Annotated[int | None, typer.Option(min=0, help="retries per request (default 2)")] = None,
+    auth_env: Annotated[
+        str | None,
+        typer.Option(help="env var holding the auth header value (header: config target.auth_header)"),
+    ] = None,
+) -> None:
+    """Replay the golden set, score retrieval and generation, gate on the baseline.
+
+    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input (nothing written)."""
+    from monitor.golden.render import render_report
+    from monitor.judge import create_judge
+
+    cfg = _load_config(config)
+    check = load_golden(golden)
+    _print_check(check)
+    if not check.ok:
+        raise typer.Exit(2)
+    updates: dict[str, Any] = {}
+    if timeout is not None:
+        updates["timeout_seconds"] = timeout
+    if retries is not None:
+        updates["retries"] = retries
+    if auth_env is not None:
+        updates["auth_env"] = auth_env
+    target_cfg = cfg.target.model_copy(update=updates)
+    try:
+        base = load_baseline(baseline) if baseline is not None else None
+        tgt = make_target(target, concurrency=concurrency, config=target_cfg)
+        jdg = create_judge(judge, cfg.judge_options)
+    except (BaselineError, ValueError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    public = target_cfg.model_dump(exclude={"url", "headers"})  # header values may be secrets
+
+    async def go() -> ReplayReport:
+        try:
+            return await run_replay(
+                check.rows,
+                tgt,
+                k=k,
+                judge=jdg,
+                concurrency=concurrency,
+                baseline=base,
+                gate=cfg.gate,
+                golden_sha256=check.sha256,
+                golden_path=str(golden),
+                config={"http": public} if target.startswith(("http://", "https://")) else None,
+            )
+        finally:
+            await tgt.aclose()
+            await jdg.aclose()
+
+    try:
+        result = asyncio.run(go())
+    except (ReplayFailed, BaselineError) as exc:
+        for line in getattr(exc, "errors", None) or [str(exc)]:
+            _err(line)
+        _err("bad input: nothing written (no report, no baseline)")
+        raise typer.Exit(2) from None
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    render_report(result, console)
+    if report is not None:
+        _write_atomic(report, result.to_json_dict())
+    if write_baseline is not None:
+        _write_atomic(write_baseline, result.baseline())
+        console.print(f"baseline written to {write_baseline}")
+    raise typer.Exit(result.exit_code)
+
+
+def validate_cmd(
+    file: Annotated[Path, typer.Argument(help="golden file (JSON, JSONL or YAML)")],
+) -> None:
+    """Schema and coverage checks: exit 2 on errors (with line numbers), 0 otherwise (warnings shown)."""
+    check = load_golden(file)
+    _print_check(check)
+    if not check.ok:
+        raise typer.Exit(2)
+    types: dict[str, int] = {}
+    for r in check.rows:
+        types[r.query_type] = types.get(r.query_type, 0) + 1
+    unanswerable = sum(not r.answerable for r in check.rows)
+    summary = ", ".join(f"{t} {n}" for t, n in sorted(types.items()))
+    typer.echo(f"{file}: {len(check.rows)} rows OK ({unanswerable} unanswerable; {summary})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `replay` and the `golden` sub-app (`golden validate`) to the `rag-monitor` app."""
+    app.command("replay")(replay)
+    golden_app = typer.Typer(no_args_is_help=True, help="Golden-set tools.")
+    golden_app.command("validate")(validate_cmd)
+    app.add_typer(golden_app, name="golden")

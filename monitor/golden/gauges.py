@@ -1,0 +1,56 @@
+"""The `ragmon_golden_*` gauges (design.md), on a registry the caller passes in.
+
+Labels stay bounded: `query_type` comes from validated golden rows (the allow-list) plus `all`
+for the overall group, `metric` from a fixed set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Gauge
+
+if TYPE_CHECKING:
+    from monitor.golden.run import ReplayReport
+
+__all__ = ["GAUGE_METRICS", "GoldenGauges"]
+
+PREFIX = "ragmon_"
+# The `metric` label values design.md names for ragmon_golden_metric_ratio.
+GAUGE_METRICS = ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k", "faithfulness", "refusal_accuracy")
+
+
+class GoldenGauges:
+    """Results of the last complete golden replay."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.metric_ratio = Gauge(
+            f"{PREFIX}golden_metric_ratio",
+            "Golden-set metric of the last replay, per query type (query_type=all: overall)",
+            ["query_type", "metric"],
+            registry=registry,
+        )
+        self.regression_active = Gauge(
+            f"{PREFIX}golden_regression_active",
+            "1 when the last golden replay found a regression on this metric (baseline drop or floor)",
+            ["metric"],
+            registry=registry,
+        )
+        self.last_run = Gauge(
+            f"{PREFIX}golden_last_run_timestamp_seconds",
+            "Unix time of the last complete golden replay (a failed replay leaves it unchanged)",
+            registry=registry,
+        )
+
+    def publish(self, report: ReplayReport) -> None:
+        """Replace the series with this report's (a query type gone from the file disappears)."""
+        self.metric_ratio.clear()
+        for group, stats in report.metrics.items():
+            for metric in GAUGE_METRICS:
+                value = stats.get(metric)
+                if value is not None:
+                    self.metric_ratio.labels(query_type=group, metric=metric).set(value)
+        regressed = {r.metric for r in report.regressions}
+        for metric in sorted(set(GAUGE_METRICS) | regressed):
+            self.regression_active.labels(metric=metric).set(1.0 if metric in regressed else 0.0)
+        self.last_run.set(report.started_at + report.duration_s)

@@ -1,0 +1,611 @@
+"""One golden replay: ask the target every row, score retrieval and generation separately,
+compare with a baseline, and say which half of the pipeline to open when something regressed.
+
+`run_replay` is what both the one-shot CLI (CI, CronJob) and the sidecar's schedule call. It writes
+no file and touches nothing but the gauges it is given: the caller decides where the report and
+the baseline go. A row the target cannot answer (timeout after retries, malformed JSON, wrong
+shape) fails the whole run with `ReplayFailed` — never a partial report or baseline, because a
+missing row would read as a retrieval miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.golden.gauges import GoldenGauges
+from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores, score_ranking
+from monitor.golden.schema import GoldenRow
+from monitor.golden.targets import Target, TargetError, make_target
+from monitor.judge import Judge, create_judge, skip_reason
+from monitor.model import RagRecord
+
+__all__ = [
+    "ALL",
+    "BASELINE_SCHEMA_VERSION",
+    "GENERATION_METRICS",
+    "METRICS",
+    "Baseline",
+    "BaselineError",
+    "GateConfig",
+    "Hint",
+    "Regression",
+    "ReplayFailed",
+    "ReplayReport",
+    "RowMove",
+    "RowResult",
+    "aggregate",
+    "load_baseline",
+    "run_replay",
+]
+
+BASELINE_SCHEMA_VERSION = 1
+ALL = "all"  # the query_type of the overall group (and of its gauge series)
+GENERATION_METRICS = ("faithfulness", "refusal_accuracy", "false_refusal_rate")
+METRICS = RETRIEVAL_METRICS + GENERATION_METRICS
+LOWER_IS_BETTER = frozenset(("false_refusal_rate",))
+REPLAY_SERVICE = "golden-replay"
+
+# Diagnosis thresholds: "high" recall with a "low" MRR means the right chunks are there but low.
+HINT_HIGH_RECALL = 0.8
+HINT_LOW_MRR = 0.6
+
+
+class ReplayFailed(Exception):
+    """The target could not be replayed (bad input: exit 2). `errors` name the rows."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = list(errors)
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"replay failed: {errors[0] if errors else 'unknown error'}{more}")
+
+
+class BaselineError(Exception):
+    """A baseline that cannot be compared with this run (unreadable, other schema, other k)."""
+
+
+class GateConfig(BaseModel):
+    """What counts as a regression. Drops are absolute (0.05 = five points of recall).
+
+    `floors` apply to the overall group, `slice_floor` to every query type, `slice_floors` per
+    query type override it (`{"multi_hop": {"recall_at_k": 0.6}}`). A metric a group has no data
+    for (recall on unanswerable-only slices) is never a regression.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_drop: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.05, "faithfulness": 0.03})
+    floors: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.85, "faithfulness": 0.9})
+    slice_floor: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.75, "faithfulness": 0.75})
+    slice_floors: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        names = [*self.max_drop, *self.floors, *self.slice_floor]
+        names += [m for per in self.slice_floors.values() for m in per]
+        unknown = sorted(set(names) - set(METRICS))
+        if unknown:
+            raise ValueError(f"unknown gate metric(s) {unknown}: expected some of {list(METRICS)}")
+
+
+@dataclass(slots=True)
+class RowResult:
+    """One replayed row: what came back and how it scored."""
+
+    id: str
+    query_type: str
+    answerable: bool
+    retrieved: list[str]
+    answer: str
+    retrieval: RetrievalScores | None  # None for unanswerable rows (never scored for recall)
+    faithfulness: float | None = None  # None: no claims (a refusal), judge skipped or failed
+    refused: bool | None = None  # the answer admits it does not know; None: not judged
+    judge_error: str | None = None
+    latency_s: float = 0.0
+
+    def value(self, metric: str) -> float | None:
+        """This row's contribution to `metric` (None: the row does not count for it)."""
+        if metric in RETRIEVAL_METRICS:
+            return None if self.retrieval is None else self.retrieval.as_dict()[metric]
+        if metric == "faithfulness":
+            return self.faithfulness
+        if self.refused is None:
+            return None
+        if metric == "refusal_accuracy":
+            return None if self.answerable else float(self.refused)
+        if metric == "false_refusal_rate":
+            return float(self.refused) if self.answerable else None
+        raise KeyError(metric)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "query_type": self.query_type,
+            "answerable": self.answerable,
+            "retrieved": self.retrieved,
+            "answer": self.answer,
+            **{m: self.value(m) for m in METRICS},
+            "refused": self.refused,
+            "judge_error": self.judge_error,
+            "latency_s": round(self.latency_s, 4),
+        }
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def aggregate(rows: Sequence[RowResult]) -> dict[str, dict[str, Any]]:
+    """Macro-averages per query type and overall (`ALL`): every row weighs the same."""
+    groups: dict[str, list[RowResult]] = {ALL: list(rows)}
+    for r in rows:
+        groups.setdefault(r.query_type, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for name, members in groups.items():
+        stats: dict[str, Any] = {
+            "rows": len(members),
+            "answerable": sum(r.answerable for r in members),
+            "unanswerable": sum(not r.answerable for r in members),
+            "judged_claims": sum(r.faithfulness is not None for r in members),
+            "judge_errors": sum(r.judge_error is not None for r in members),
+        }
+        for m in METRICS:
+            stats[m] = _mean([r.value(m) for r in members])
+        out[name] = stats
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != ALL, kv[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    data: dict[str, Any]
+    path: str = ""
+
+    @property
+    def k(self) -> int:
+        return int(self.data["config"]["k"])
+
+    @property
+    def sha256(self) -> str:
+        return str(self.data["golden"]["sha256"])
+
+    def metric(self, group: str, metric: str) -> float | None:
+        value = self.data["metrics"].get(group, {}).get(metric)
+        return float(value) if isinstance(value, int | float) else None
+
+    def row_value(self, row_id: str, metric: str) -> float | None:
+        value = self.data.get("rows", {}).get(row_id, {}).get(metric)
+        return float(value) if isinstance(value, int | float) else None
+
+
+def load_baseline(path: Path | str) -> Baseline:
+    """A baseline written by `ReplayReport.baseline()`; BaselineError when it cannot be used."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"cannot read baseline {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise BaselineError(f"baseline {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "rag-monitor-golden-baseline":
+        raise BaselineError(f"{path} is not a rag-monitor golden baseline")
+    if data.get("schema_version") != BASELINE_SCHEMA_VERSION:
+        raise BaselineError(
+            f"baseline {path} has schema_version {data.get('schema_version')!r}; "
+            f"this version reads {BASELINE_SCHEMA_VERSION}: write a new baseline"
+        )
+    for key in ("golden", "config", "metrics", "rows"):
+        if not isinstance(data.get(key), dict):
+            raise BaselineError(f"baseline {path} lacks {key!r}")
+    return Baseline(data, str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class RowMove:
+    id: str
+    query_type: str
+    before: float | None
+    after: float | None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "query_type": self.query_type, "before": self.before, "after": self.after}
+
+
+@dataclass(frozen=True, slots=True)
+class Regression:
+    metric: str
+    query_type: str  # ALL or a query type
+    kind: Literal["drop", "floor"]
+    value: float
+    reference: float  # baseline value (drop) or the floor
+    threshold: float  # allowed drop (drop) or the floor
+    rows: tuple[RowMove, ...]
+
+    @property
+    def description(self) -> str:
+        scope = "overall" if self.query_type == ALL else f"query_type {self.query_type}"
+        if self.kind == "drop":
+            return (
+                f"{self.metric} {scope}: {self.value:.3f} vs baseline {self.reference:.3f} "
+                f"(moved {self.value - self.reference:+.3f}, allowed {self.threshold:.3f})"
+            )
+        return f"{self.metric} {scope}: {self.value:.3f} below floor {self.threshold:.3f}"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "query_type": self.query_type,
+            "kind": self.kind,
+            "value": self.value,
+            "reference": self.reference,
+            "threshold": self.threshold,
+            "description": self.description,
+            "rows": [r.to_json_dict() for r in self.rows],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    query_type: str
+    area: Literal["ranking", "retrieval", "generation", "refusal"]
+    message: str
+
+    def to_json_dict(self) -> dict[str, str]:
+        return {"query_type": self.query_type, "area": self.area, "message": self.message}
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """Everything one run measured; `to_json_dict()` is the `--report` file."""
+
+    k: int
+    rows: list[RowResult]
+    metrics: dict[str, dict[str, Any]]
+    regressions: list[Regression]
+    hints: list[Hint]
+    warnings: list[str]
+    config: dict[str, Any]
+    golden_sha256: str
+    golden_path: str
+    started_at: float
+    duration_s: float
+    baseline_path: str | None = None
+    baseline_sha256: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.regressions
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": BASELINE_SCHEMA_VERSION,
+            "kind": "rag-monitor-golden-report",
+            "status": "pass" if self.passed else "regression",
+            "started_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(),
+            "duration_seconds": round(self.duration_s, 3),
+            "golden": {"path": self.golden_path, "sha256": self.golden_sha256, "rows": len(self.rows)},
+            "baseline": (
+                {"path": self.baseline_path, "golden_sha256": self.baseline_sha256}
+                if self.baseline_path is not None
+                else None
+            ),
+            "config": self.config,
+            "metrics": self.metrics,
+            "regressions": [r.to_json_dict() for r in self.regressions],
+            "hints": [h.to_json_dict() for h in self.hints],
+            "warnings": self.warnings,
+            "rows": [r.to_json_dict() for r in self.rows],
+        }
+
+    def baseline(self) -> dict[str, Any]:
+        """The versioned baseline a later run compares with."""
+        return {
+            "schema_version": BASELINE_SCHEMA_VERSION,
+            "kind": "rag-monitor-golden-baseline",
+            "created_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(),
+            "golden": {"path": self.golden_path, "sha256": self.golden_sha256, "rows": len(self.rows)},
+            "config": self.config,
+            "metrics": self.metrics,
+            "rows": {r.id: r.to_json_dict() for r in self.rows},
+        }
+
+
+# -- the gate -------------------------------------------------------------------------------------
+
+
+def _worse(metric: str, now: float, before: float) -> float:
+    """How much worse `now` is than `before` (positive = worse), whatever the metric's direction."""
+    return now - before if metric in LOWER_IS_BETTER else before - now
+
+
+def _below(metric: str, value: float, floor: float) -> bool:
+    return value > floor if metric in LOWER_IS_BETTER else value < floor
+
+
+def _moved_rows(
+    rows: Sequence[RowResult], group: str, metric: str, baseline: Baseline | None, limit: int = 50
+) -> tuple[RowMove, ...]:
+    """Rows of `group` that got worse on `metric` since the baseline; without a baseline (or when
+    none moved: a floor already broken at the baseline) the rows pulling the group down."""
+    members = [r for r in rows if group in (ALL, r.query_type) and r.value(metric) is not None]
+    moved: list[tuple[float, RowMove]] = []
+    if baseline is not None:
+        for r in members:
+            now, before = r.value(metric), baseline.row_value(r.id, metric)
+            if now is not None and before is not None and _worse(metric, now, before) > 1e-9:
+                moved.append((-_worse(metric, now, before), RowMove(r.id, r.query_type, before, now)))
+    if not moved:
+        perfect = 0.0 if metric in LOWER_IS_BETTER else 1.0
+        for r in members:
+            now = r.value(metric)
+            if now is not None and _worse(metric, now, perfect) > 1e-9:
+                before = baseline.row_value(r.id, metric) if baseline else None
+                moved.append((-_worse(metric, now, perfect), RowMove(r.id, r.query_type, before, now)))
+    moved.sort(key=lambda t: (t[0], t[1].id))
+    return tuple(m for _, m in moved[:limit])
+
+
+def find_regressions(
+    rows: Sequence[RowResult],
+    metrics: Mapping[str, Mapping[str, Any]],
+    gate: GateConfig,
+    baseline: Baseline | None,
+) -> list[Regression]:
+    out: list[Regression] = []
+    overall = metrics[ALL]
+    if baseline is not None:
+        for metric, allowed in gate.max_drop.items():
+            now, before = overall.get(metric), baseline.metric(ALL, metric)
+            if now is not None and before is not None and _worse(metric, now, before) > allowed + 1e-9:
+                moves = _moved_rows(rows, ALL, metric, baseline)
+                out.append(Regression(metric, ALL, "drop", now, before, allowed, moves))
+    for metric, floor in gate.floors.items():
+        now = overall.get(metric)
+        if now is not None and _below(metric, now, floor):
+            out.append(
+                Regression(metric, ALL, "floor", now, floor, floor, _moved_rows(rows, ALL, metric, baseline))
+            )
+    for group, stats in metrics.items():
+        if group == ALL:
+            continue
+        floors = {**gate.slice_floor, **gate.slice_floors.get(group, {})}
+        for metric, floor in floors.items():
+            now = stats.get(metric)
+            if now is not None and _below(metric, now, floor):
+                out.append(
+                    Regression(
+                        metric, group, "floor", now, floor, floor, _moved_rows(rows, group, metric, baseline)
+                    )
+                )
+    return out
+
+
+def diagnose(
+    metrics: Mapping[str, Mapping[str, Any]], gate: GateConfig, baseline: Baseline | None
+) -> list[Hint]:
+    """Which half of the pipeline to open, from the shape of the numbers (overall and per slice)."""
+    hints: list[Hint] = []
+    recall_floor = gate.floors.get("recall_at_k", 0.85)
+    faith_floor = gate.floors.get("faithfulness", 0.9)
+    for group, s in metrics.items():
+        scope = "overall" if group == ALL else group
+        recall, mrr, faith = s.get("recall_at_k"), s.get("mrr"), s.get("faithfulness")
+        refusal = s.get("refusal_accuracy")
+        if recall is not None and recall < recall_floor:
+            hints.append(
+                Hint(
+                    group,
+                    "retrieval",
+                    f"{scope}: low recall@k ({recall:.2f}): the relevant chunks are not retrieved — "
+                    "look at chunking, the embedding model / index, or raise k",
+                )
+            )
+        elif recall is not None and mrr is not None and recall >= HINT_HIGH_RECALL and mrr < HINT_LOW_MRR:
+            hints.append(
+                Hint(
+                    group,
+                    "ranking",
+                    f"{scope}: recall@k {recall:.2f} but MRR {mrr:.2f}: relevant chunks are found but ranked "
+                    "low — look at the ranking (a reranker helps)",
+                )
+            )
+        elif (
+            baseline is not None
+            and mrr is not None
+            and (before := baseline.metric(group, "mrr")) is not None
+            and before - mrr > 0.05
+            and recall is not None
+            and (rb := baseline.metric(group, "recall_at_k")) is not None
+            and rb - recall <= 0.02
+        ):
+            hints.append(
+                Hint(
+                    group,
+                    "ranking",
+                    f"{scope}: MRR fell {before:.2f} → {mrr:.2f} with recall stable: the ranking changed "
+                    "(reranker, scoring, fusion weights)",
+                )
+            )
+        if faith is not None and faith < faith_floor and (recall is None or recall >= recall_floor):
+            hints.append(
+                Hint(
+                    group,
+                    "generation",
+                    f"{scope}: retrieval is good but faithfulness is {faith:.2f}: answers say things the "
+                    "chunks do not — look at the generator / prompt",
+                )
+            )
+        if refusal is not None and refusal < 0.8:
+            hints.append(
+                Hint(
+                    group,
+                    "refusal",
+                    f"{scope}: refusal accuracy {refusal:.2f}: unanswerable questions get answers — look at "
+                    "the refusal threshold / the prompt's instruction to say it does not know",
+                )
+            )
+    return hints
+
+
+# -- the replay -----------------------------------------------------------------------------------
+
+
+def _ids(row_id: str) -> tuple[str, str]:
+    digest = hashlib.sha256(row_id.encode()).hexdigest()
+    return digest[:32], digest[32:48]
+
+
+@dataclass(slots=True)
+class _State:
+    failures: list[str] = field(default_factory=list)
+
+
+async def _replay_row(
+    row: GoldenRow,
+    target: Target,
+    judge: Judge,
+    k: int,
+    http_slots: asyncio.Semaphore,
+    judge_slots: asyncio.Semaphore,
+    state: _State,
+) -> RowResult | None:
+    async with http_slots:
+        if state.failures:  # fail fast: the run is lost, do not keep the target busy
+            return None
+        t0 = time.perf_counter()
+        try:
+            resp = await target.ask(row_id=row.id, query=row.query, query_type=row.query_type, k=k)
+        except TargetError as exc:
+            state.failures.append(str(exc))
+            return None
+        latency = time.perf_counter() - t0
+    retrieved = [c.id for c in resp.chunks]
+    scores = score_ranking(retrieved, row.relevance(), k) if row.answerable else None
+    result = RowResult(
+        row.id, row.query_type, row.answerable, retrieved, resp.answer, scores, latency_s=latency
+    )
+    trace_id, span_id = _ids(row.id)
+    record = RagRecord(
+        trace_id,
+        span_id,
+        REPLAY_SERVICE,
+        row.query,
+        row.query_type,
+        list(resp.chunks),
+        resp.answer,
+        replay=True,
+    )
+    skipped = skip_reason(record)
+    if skipped is not None:
+        result.judge_error = f"skipped: {skipped}"
+        return result
+    async with judge_slots:
+        try:
+            judgement = await judge.judge(record)
+        except Exception as exc:  # a judge is not supposed to raise; one bad row must not end the run
+            result.judge_error = f"{exc.__class__.__name__}: {exc}"
+            return result
+    if judgement.error is not None:
+        result.judge_error = judgement.error
+    else:
+        result.faithfulness = judgement.faithfulness
+        result.refused = judgement.answer_admits_uncertainty
+    return result
+
+
+async def run_replay(
+    rows: Sequence[GoldenRow],
+    target: Target | str,
+    *,
+    k: int = 5,
+    judge: Judge | str | None = None,
+    concurrency: int = 8,
+    baseline: Baseline | None = None,
+    gate: GateConfig | None = None,
+    golden_sha256: str = "",
+    golden_path: str = "",
+    gauges: GoldenGauges | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> ReplayReport:
+    """Replay `rows` against `target`, score, gate. Raises ReplayFailed / BaselineError (bad input).
+
+    `target` and `judge` given as objects are not closed (the caller owns them); given by name they
+    are made and closed here. `gauges` (a `GoldenGauges`) is updated only after a complete run, so
+    `ragmon_golden_last_run_timestamp_seconds` going stale is what a failing schedule looks like.
+    """
+    if k < 1 or concurrency < 1:
+        raise ValueError("k and concurrency must be >= 1")
+    if not rows:
+        raise ReplayFailed(["no golden rows"])
+    gate = gate or GateConfig()
+    warnings: list[str] = []
+    if baseline is not None:
+        if baseline.k != k:
+            raise BaselineError(f"baseline {baseline.path} was made with k={baseline.k}, this run uses k={k}")
+        if golden_sha256 and baseline.sha256 != golden_sha256:
+            warnings.append(
+                f"the baseline was made from another golden file (sha256 {baseline.sha256[:12]}…, now "
+                f"{golden_sha256[:12]}…): rows are compared by id"
+            )
+    own_target = isinstance(target, str)
+    tgt = make_target(target, concurrency=concurrency) if isinstance(target, str) else target
+    own_judge = judge is None or isinstance(judge, str)
+    jdg = create_judge(judge or "lexical") if judge is None or isinstance(judge, str) else judge
+    started, t0 = time.time(), time.perf_counter()
+    state = _State()
+    try:
+        http_slots, judge_slots = asyncio.Semaphore(concurrency), asyncio.Semaphore(concurrency)
+        results = await asyncio.gather(
+            *(_replay_row(r, tgt, jdg, k, http_slots, judge_slots, state) for r in rows)
+        )
+    finally:
+        if own_target:
+            await tgt.aclose()
+        if own_judge:
+            await jdg.aclose()
+    if state.failures:
+        raise ReplayFailed(state.failures)
+    done = [r for r in results if r is not None]
+    metrics = aggregate(done)
+    regressions = find_regressions(done, metrics, gate, baseline)
+    judge_errors = metrics[ALL]["judge_errors"]
+    if judge_errors:
+        warnings.append(
+            f"{judge_errors} rows not judged (judge error or nothing to judge): see rows[].judge_error"
+        )
+    report = ReplayReport(
+        k=k,
+        rows=done,
+        metrics=metrics,
+        regressions=regressions,
+        hints=diagnose(metrics, gate, baseline),
+        warnings=warnings,
+        config={
+            "k": k,
+            "target": tgt.description,
+            "judge": {"backend": jdg.name, "model": jdg.model},
+            "concurrency": concurrency,
+            "gate": gate.model_dump(),
+            **(config or {}),
+        },
+        golden_sha256=golden_sha256,
+        golden_path=golden_path,
+        started_at=started,
+        duration_s=time.perf_counter() - t0,
+        baseline_path=baseline.path if baseline else None,
+        baseline_sha256=baseline.sha256 if baseline else None,
+    )
+    if gauges is not None:
+        gauges.publish(report)
+    return report

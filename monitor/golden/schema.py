@@ -1,0 +1,312 @@
+"""Golden rows: parsing (JSON array, JSONL, YAML) with file positions, and validation.
+
+Every row keeps where it came from ("line 12") so that an error in a 500-row file points at the
+line to fix instead of a list index. Validation is split in errors (the file cannot be scored:
+exit 2) and warnings (it can, but the numbers will be weak: too few rows, no unanswerable rows,
+a thin slice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from monitor.config import DEFAULT_QUERY_TYPES
+
+__all__ = [
+    "GoldenCheck",
+    "GoldenRow",
+    "Issue",
+    "RawRow",
+    "load_golden",
+    "parse_golden",
+    "validate",
+]
+
+GoldenFormat = Literal["json", "jsonl", "yaml"]
+
+MIN_ROWS = 20
+MIN_ROWS_PER_TYPE = 5
+
+
+class GoldenRow(BaseModel):
+    """One labelled question (design.md). Strict types: `"answerable": "yes"` is an error, not True.
+
+    `grades` (optional, an extension) gives graded relevance for nDCG: chunk id → grade ≥ 1; ids
+    of `relevant_chunk_ids` without a grade count as grade 1.
+    """
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+    id: StrictStr = Field(min_length=1)
+    query: StrictStr
+    query_type: StrictStr = Field(min_length=1)
+    relevant_chunk_ids: list[StrictStr] = Field(default_factory=list)
+    reference_answer: StrictStr = ""
+    answerable: StrictBool = True
+    grades: dict[StrictStr, StrictInt] | None = None
+    # Provenance, carried along and never scored: where the row came from and under which licence.
+    source: StrictStr | None = None
+    license: StrictStr | None = None
+
+    def relevance(self) -> dict[str, int]:
+        """Chunk id → grade (> 0) of every relevant chunk."""
+        rel = dict.fromkeys(self.relevant_chunk_ids, 1)
+        for cid, grade in (self.grades or {}).items():
+            if grade > 0:
+                rel[cid] = grade
+            else:
+                rel.pop(cid, None)
+        return rel
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    """A parsed but unvalidated row and its position in the file ("line 3", "row 2")."""
+
+    location: str
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    location: str  # "line 12", "row 3", "file", or "query_type lookup"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}"
+
+
+@dataclass(slots=True)
+class GoldenCheck:
+    """Validated rows plus what is wrong (errors) or weak (warnings) about them."""
+
+    rows: list[GoldenRow] = field(default_factory=list)
+    errors: list[Issue] = field(default_factory=list)
+    warnings: list[Issue] = field(default_factory=list)
+    sha256: str = ""
+    path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _parse_json_array(text: str) -> tuple[list[RawRow], list[Issue]]:
+    """A JSON array read element by element, so each row knows the line it starts on."""
+    dec = json.JSONDecoder()
+    ws = " \t\r\n"
+    pos = len(text) - len(text.lstrip(ws))
+    if text[pos : pos + 1] == "{":  # {"rows": [...]}: no positions, but accepted
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            return [], [Issue("file", f"invalid JSON: {exc}")]
+        rows = obj.get("rows") if isinstance(obj, dict) else None
+        if not isinstance(rows, list):
+            return [], [Issue("file", 'expected a JSON array of rows or an object with "rows"')]
+        return [RawRow(f"row {i + 1}", r) for i, r in enumerate(rows)], []
+    if text[pos : pos + 1] != "[":
+        return [], [Issue("file", "expected a JSON array of rows")]
+    pos += 1
+    out: list[RawRow] = []
+    while True:
+        while pos < len(text) and text[pos] in ws:
+            pos += 1
+        if text[pos : pos + 1] == "]":
+            break
+        try:
+            value, end = dec.raw_decode(text, pos)
+        except ValueError as exc:
+            return out, [Issue(f"line {_line_of(text, pos)}", f"invalid JSON: {exc}")]
+        out.append(RawRow(f"line {_line_of(text, pos)}", value))
+        pos = end
+        while pos < len(text) and text[pos] in ws:
+            pos += 1
+        if text[pos : pos + 1] == ",":
+            pos += 1
+        elif text[pos : pos + 1] != "]":
+            return out, [Issue(f"line {_line_of(text, pos)}", "expected ',' or ']' after a row")]
+    return out, []
+
+
+def _parse_jsonl(text: str) -> tuple[list[RawRow], list[Issue]]:
+    rows: list[RawRow] = []
+    errors: list[Issue] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(RawRow(f"line {n}", json.loads(line)))
+        except ValueError as exc:
+            errors.append(Issue(f"line {n}", f"invalid JSON: {exc}"))
+    return rows, errors
+
+
+def _parse_yaml(text: str) -> tuple[list[RawRow], list[Issue]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return [], [Issue("file", f"invalid YAML: {exc}")]
+    if isinstance(data, dict) and isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == "rows":
+                node = value
+        data = data.get("rows")
+    if not isinstance(data, list) or not isinstance(node, yaml.SequenceNode):
+        return [], [Issue("file", "expected a YAML list of rows (or a mapping with 'rows')")]
+    return [
+        RawRow(f"line {item.start_mark.line + 1}", d) for item, d in zip(node.value, data, strict=True)
+    ], []
+
+
+def parse_golden(text: str, fmt: GoldenFormat | None = None) -> tuple[list[RawRow], list[Issue]]:
+    """Rows with positions, and the syntax errors found. `fmt` None sniffs the content."""
+    if fmt is None:
+        head = text.lstrip()[:1]
+        if head == "[":
+            fmt = "json"
+        elif head == "{":
+            first = text.lstrip().split("\n", 1)[0]
+            try:
+                obj = json.loads(first)
+                fmt = "json" if isinstance(obj, dict) and isinstance(obj.get("rows"), list) else "jsonl"
+            except ValueError:
+                fmt = "json"
+        else:
+            fmt = "yaml"
+    if fmt == "json":
+        return _parse_json_array(text)
+    if fmt == "jsonl":
+        return _parse_jsonl(text)
+    return _parse_yaml(text)
+
+
+def _format_for(path: Path) -> GoldenFormat | None:
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix in (".yaml", ".yml"):
+        return "yaml"
+    if suffix == ".json":
+        return "json"
+    return None
+
+
+def validate(
+    rows: Iterable[RawRow | Mapping[str, Any] | GoldenRow],
+    *,
+    query_types: Sequence[str] = DEFAULT_QUERY_TYPES,
+) -> GoldenCheck:
+    """Schema and coverage checks.
+
+    Errors: bad types, empty queries, duplicate ids, answerable rows with no relevant chunk, a
+    `query_type` outside the allow-list (it becomes a metric label, so it must stay bounded),
+    grades for chunks not listed. Warnings: fewer than 20 rows, no unanswerable row, a query type
+    with fewer than 5 rows, unanswerable rows that list relevant chunks (ignored), unknown keys.
+    """
+    check = GoldenCheck()
+    allowed = set(query_types)
+    first_seen: dict[str, str] = {}
+    for i, item in enumerate(rows):
+        raw = item if isinstance(item, RawRow) else RawRow(f"row {i + 1}", item)
+        loc = raw.location
+        if isinstance(raw.data, GoldenRow):
+            row = raw.data
+        elif not isinstance(raw.data, Mapping):
+            check.errors.append(Issue(loc, f"a row must be an object, got {type(raw.data).__name__}"))
+            continue
+        else:
+            try:
+                row = GoldenRow.model_validate(dict(raw.data))
+            except ValidationError as exc:
+                for e in exc.errors(include_url=False, include_input=False):
+                    where = ".".join(str(p) for p in e["loc"]) or "(row)"
+                    check.errors.append(Issue(loc, f"{where}: {e['msg']}"))
+                continue
+        bad = False
+        if not row.query.strip():
+            check.errors.append(Issue(loc, f"row {row.id!r}: empty query"))
+            bad = True
+        if row.id in first_seen:
+            check.errors.append(Issue(loc, f"duplicate id {row.id!r} (first at {first_seen[row.id]})"))
+            bad = True
+        else:
+            first_seen[row.id] = loc
+        if row.query_type not in allowed:
+            check.errors.append(
+                Issue(loc, f"row {row.id!r}: query_type {row.query_type!r} not in {sorted(allowed)}")
+            )
+            bad = True
+        if row.answerable and not row.relevance():
+            check.errors.append(Issue(loc, f"row {row.id!r}: answerable but no relevant_chunk_ids"))
+            bad = True
+        unknown_grades = set(row.grades or {}) - set(row.relevant_chunk_ids)
+        if unknown_grades:
+            check.errors.append(
+                Issue(
+                    loc,
+                    f"row {row.id!r}: grades for chunks not in relevant_chunk_ids: {sorted(unknown_grades)}",
+                )
+            )
+            bad = True
+        if not row.answerable and row.relevant_chunk_ids:
+            check.warnings.append(
+                Issue(
+                    loc,
+                    f"row {row.id!r}: unanswerable row lists relevant chunks (ignored: no recall)",
+                )
+            )
+        if row.model_extra:
+            check.warnings.append(
+                Issue(loc, f"row {row.id!r}: unknown keys {sorted(row.model_extra)} ignored")
+            )
+        if not bad:
+            check.rows.append(row)
+    n = len(first_seen)
+    if n < MIN_ROWS:
+        check.warnings.append(Issue("file", f"only {n} rows: fewer than {MIN_ROWS} make noisy metrics"))
+    if n and not any(not r.answerable for r in check.rows):
+        check.warnings.append(Issue("file", "no unanswerable rows: refusal accuracy cannot be measured"))
+    for qtype, count in sorted(Counter(r.query_type for r in check.rows).items()):
+        if count < MIN_ROWS_PER_TYPE:
+            check.warnings.append(
+                Issue(f"query_type {qtype}", f"only {count} rows (< {MIN_ROWS_PER_TYPE}): its slice is noise")
+            )
+    return check
+
+
+def load_golden(path: Path | str, *, query_types: Sequence[str] = DEFAULT_QUERY_TYPES) -> GoldenCheck:
+    """Read, parse and validate a golden file; `sha256` identifies it in baselines."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return GoldenCheck(
+            errors=[Issue("file", f"cannot read {path}: {exc.strerror or exc}")], path=str(path)
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return GoldenCheck(errors=[Issue("file", f"not UTF-8: {exc}")], path=str(path))
+    raw, syntax = parse_golden(text, _format_for(path))
+    check = validate(raw, query_types=query_types)
+    check.errors[:0] = syntax
+    if not raw and not syntax:
+        check.errors.append(Issue("file", "no rows"))
+    check.sha256 = hashlib.sha256(data).hexdigest()
+    check.path = str(path)
+    return check

@@ -1,0 +1,302 @@
+"""Where golden queries are replayed: an HTTP RAG endpoint or an in-process Python callable.
+
+Both turn one query into a `TargetResponse` (answer + ranked chunks) or raise `TargetError` with a
+message that names the row and what was wrong, because a replay that silently scores a broken
+response as "no chunks retrieved" would look like a retrieval regression and send people to the
+wrong half of the pipeline.
+
+HTTP default (design.md): ``POST {url}`` with ``{"query": str, "k": int}`` → ``{"answer": str,
+"chunks": [{"id", "content", "score"}]}``, header ``X-RAG-Replay: 1`` so that the instrumented
+service marks its spans ``rag.replay=true`` and production metrics exclude them. Other shapes:
+`request_template` (a JSON value whose strings may hold ``{query}``, ``{k}``, ``{query_type}``,
+``{id}``; a string that is exactly one placeholder keeps the value's type) and `ResponseMapping`
+(dotted paths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.model import Chunk
+
+__all__ = [
+    "REPLAY_HEADER",
+    "CallableTarget",
+    "HttpTarget",
+    "HttpTargetConfig",
+    "ResponseMapping",
+    "Target",
+    "TargetError",
+    "TargetResponse",
+    "make_target",
+]
+
+REPLAY_HEADER = "X-RAG-Replay"
+_PLACEHOLDER = re.compile(r"\{(query|k|query_type|id)\}")
+_RETRY_STATUS = frozenset((408, 425, 429, 500, 502, 503, 504))
+
+
+class TargetError(Exception):
+    """The target could not give a usable answer for a row (after retries): bad input, exit 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetResponse:
+    answer: str
+    chunks: list[Chunk]
+
+
+class Target(Protocol):
+    """Replays one golden query. Raises `TargetError`; never returns a half-parsed response."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def ask(self, *, row_id: str, query: str, query_type: str, k: int) -> TargetResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ResponseMapping(BaseModel):
+    """Dotted paths into the target's JSON response (``data.result.answer``; list items by index)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer: str = "answer"
+    chunks: str = "chunks"
+    chunk_id: str = "id"
+    chunk_content: str | None = "content"
+    chunk_score: str | None = "score"
+
+
+class HttpTargetConfig(BaseModel):
+    """How to talk to an HTTP RAG endpoint. The auth secret is read from an environment variable
+    (never from a file in the repository or a flag, which would end up in shell history)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = ""
+    method: str = "POST"
+    request_template: Any = Field(default_factory=lambda: {"query": "{query}", "k": "{k}"})
+    response: ResponseMapping = Field(default_factory=ResponseMapping)
+    headers: dict[str, str] = Field(default_factory=dict)
+    auth_header: str = "Authorization"
+    auth_env: str | None = None  # name of the env var holding the header value
+    auth_scheme: str | None = None  # e.g. "Bearer": the value is sent as "Bearer <env value>"
+    timeout_seconds: float = Field(10.0, gt=0)
+    retries: int = Field(2, ge=0)
+    backoff_seconds: float = Field(0.2, ge=0)
+
+
+_MISSING = object()
+
+
+def _path(data: Any, path: str) -> Any:
+    cur = data
+    for part in path.split(".") if path else []:
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return _MISSING
+    return cur
+
+
+def parse_response(data: Any, mapping: ResponseMapping, where: str) -> TargetResponse:
+    """A response mapped onto (answer, chunks), or TargetError naming the missing/bad field."""
+    answer = _path(data, mapping.answer)
+    if answer is _MISSING:
+        raise TargetError(f"{where}: response has no {mapping.answer!r} field")
+    if answer is None:
+        answer = ""
+    if not isinstance(answer, str):
+        raise TargetError(f"{where}: {mapping.answer!r} is {type(answer).__name__}, expected a string")
+    raw_chunks = _path(data, mapping.chunks)
+    if raw_chunks is _MISSING:
+        raise TargetError(f"{where}: response has no {mapping.chunks!r} field")
+    if not isinstance(raw_chunks, list):
+        raise TargetError(f"{where}: {mapping.chunks!r} is {type(raw_chunks).__name__}, expected a list")
+    chunks = []
+    for i, c in enumerate(raw_chunks):
+        cid = _path(c, mapping.chunk_id)
+        if isinstance(cid, bool) or not isinstance(cid, str | int) or cid == "":
+            raise TargetError(f"{where}: chunk {i} has no usable {mapping.chunk_id!r}")
+        content = _path(c, mapping.chunk_content) if mapping.chunk_content else None
+        if content is not _MISSING and content is not None and not isinstance(content, str):
+            raise TargetError(f"{where}: chunk {i} {mapping.chunk_content!r} is not a string")
+        score = _path(c, mapping.chunk_score) if mapping.chunk_score else None
+        if (
+            score is not _MISSING
+            and score is not None
+            and (isinstance(score, bool) or not isinstance(score, int | float))
+        ):
+            raise TargetError(f"{where}: chunk {i} {mapping.chunk_score!r} is not a number")
+        chunks.append(
+            Chunk(
+                str(cid),
+                content if isinstance(content, str) else None,
+                float(score) if isinstance(score, int | float) else None,
+            )
+        )
+    return TargetResponse(answer, chunks)
+
+
+def render_template(template: Any, values: Mapping[str, Any]) -> Any:
+    """Fill ``{query}``-style placeholders; a string that is one placeholder keeps its type."""
+    if isinstance(template, str):
+        whole = _PLACEHOLDER.fullmatch(template)
+        if whole:
+            return values[whole.group(1)]
+        return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+    if isinstance(template, list):
+        return [render_template(t, values) for t in template]
+    if isinstance(template, dict):
+        return {k: render_template(v, values) for k, v in template.items()}
+    return template
+
+
+class HttpTarget:
+    """An HTTP RAG endpoint behind one pooled `httpx.AsyncClient` (keep-alive across rows)."""
+
+    def __init__(self, config: HttpTargetConfig, *, concurrency: int = 8) -> None:
+        if not config.url.startswith(("http://", "https://")):
+            raise ValueError(f"target URL must start with http:// or https://, got {config.url!r}")
+        headers = {**config.headers, REPLAY_HEADER: "1"}
+        if config.auth_env:
+            secret = os.environ.get(config.auth_env)
+            if not secret:
+                raise ValueError(f"environment variable {config.auth_env} (auth_env) is not set")
+            headers[config.auth_header] = f"{config.auth_scheme} {secret}" if config.auth_scheme else secret
+        self.config = config
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(config.timeout_seconds),
+            limits=httpx.Limits(
+                max_connections=max(concurrency, 1), max_keepalive_connections=max(concurrency, 1)
+            ),
+        )
+
+    @property
+    def description(self) -> str:
+        return self.config.url
+
+    async def ask(self, *, row_id: str, query: str, query_type: str, k: int) -> TargetResponse:
+        cfg = self.config
+        body = render_template(
+            cfg.request_template, {"query": query, "k": k, "query_type": query_type, "id": row_id}
+        )
+        where = f"row {row_id!r}"
+        last = ""
+        for attempt in range(cfg.retries + 1):
+            if attempt:
+                await asyncio.sleep(cfg.backoff_seconds * 2 ** (attempt - 1))
+            try:
+                r = await self._client.request(cfg.method, cfg.url, json=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {cfg.timeout_seconds:g} s"
+                continue
+            except httpx.TransportError as exc:
+                last = f"connection failed ({exc.__class__.__name__}: {exc})"
+                continue
+            if r.status_code in _RETRY_STATUS:
+                last = f"HTTP {r.status_code}"
+                continue
+            if r.status_code >= 400:
+                raise TargetError(
+                    f"{where}: target {cfg.url} returned HTTP {r.status_code}: {r.text[:200]!r}"
+                )
+            try:
+                data = r.json()
+            except ValueError:
+                raise TargetError(
+                    f"{where}: target {cfg.url} returned malformed JSON "
+                    f"(HTTP {r.status_code}): {r.text[:120]!r}"
+                ) from None
+            return parse_response(data, cfg.response, f"{where}: target {cfg.url}")
+        raise TargetError(f"{where}: target {cfg.url} {last} ({cfg.retries + 1} attempts)")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class CallableTarget:
+    """``module:function`` called as ``fn(query, k)`` (sync functions run in a thread), returning
+    the default response shape as a mapping (or an object with `answer` and `chunks`)."""
+
+    def __init__(self, spec: str, mapping: ResponseMapping | None = None) -> None:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise ValueError(f"callable target must be 'module:function', got {spec!r}")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot import target {spec!r}: {exc}") from None
+        if not callable(obj):
+            raise ValueError(f"target {spec!r} is not callable")
+        self._fn: Callable[[str, int], Any] = obj
+        self._spec = spec
+        self._mapping = mapping or ResponseMapping()
+
+    @property
+    def description(self) -> str:
+        return self._spec
+
+    async def ask(self, *, row_id: str, query: str, query_type: str, k: int) -> TargetResponse:
+        where = f"row {row_id!r}: target {self._spec}"
+        try:
+            if inspect.iscoroutinefunction(self._fn):
+                result = await self._fn(query, k)
+            else:
+                result = await asyncio.to_thread(self._fn, query, k)
+                if inspect.isawaitable(result):
+                    result = await _await(result)
+        except Exception as exc:
+            raise TargetError(f"{where} raised {exc.__class__.__name__}: {exc}") from exc
+        if not isinstance(result, Mapping):  # a dataclass or plain object: go through JSON
+            try:
+                result = json.loads(json.dumps(result, default=_plain))
+            except (TypeError, ValueError) as exc:
+                raise TargetError(f"{where} returned {type(result).__name__}: {exc}") from None
+        return parse_response(result, self._mapping, where)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "__dict__"):
+        return vars(obj)
+    raise TypeError(f"cannot read a response from {type(obj).__name__}")
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+def make_target(
+    spec: str | HttpTargetConfig, *, concurrency: int = 8, config: HttpTargetConfig | None = None
+) -> Target:
+    """An HTTP target for an ``http(s)://`` URL (settings from `config`), else a ``module:function``."""
+    if isinstance(spec, HttpTargetConfig):
+        return HttpTarget(spec, concurrency=concurrency)
+    if spec.startswith(("http://", "https://")):
+        base = config or HttpTargetConfig()
+        return HttpTarget(base.model_copy(update={"url": spec}), concurrency=concurrency)
+    return CallableTarget(spec, config.response if config else None)
