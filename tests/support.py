@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from monitor.broker import free_port
 from monitor.config import Settings, load_settings
 from monitor.pipeline import Sidecar
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def settings_for(bootstrap: str, topic: str, results: Path | None, **sections: dict[str, Any]) -> Settings:
@@ -150,3 +157,37 @@ def oracle_target(query: str, k: int) -> dict[str, Any]:
         "answer": question.reference_answer,
         "chunks": [{"id": i, "content": corpus.chunks[i].text, "score": 1.0} for i in ids],
     }
+
+
+@contextmanager
+def example_service(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The example RAG service as a real process on a free loopback port, up once /healthz
+    answers; killed on exit unless the test already stopped it."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "examples.rag_service", "--port", str(port), *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            if proc.poll() is not None:
+                out = proc.stdout.read().decode() if proc.stdout else ""
+                raise RuntimeError(f"service exited with {proc.returncode}: {out[-2000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("service did not come up in 30 s")
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

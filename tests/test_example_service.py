@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -20,11 +18,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support import eventually, result_lines, running, settings_for
+from support import eventually, example_service, result_lines, running, settings_for
 
 from examples.rag_service.app import MODEL_NAME, RagPipeline, classify, create_app
 from monitor.assemble import build_record
-from monitor.broker import EmbeddedBroker, free_port
+from monitor.broker import EmbeddedBroker
 from monitor.decode import Encoding, decode
 from monitor.instrument import configure, shutdown
 from monitor.model import RagRecord
@@ -142,50 +140,11 @@ async def test_service_spans_in_process(client: httpx.AsyncClient) -> None:
 
 
 @pytest.fixture
-def service(
-    broker: EmbeddedBroker, topic: str, repo_root: Path
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(repo_root)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "examples.rag_service",
-            "--port",
-            str(port),
-            "--kafka",
-            broker.bootstrap_servers,
-            "--topic",
-            topic,
-            "--flush-interval-ms",
-            "100",
-        ],
-        cwd=repo_root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise RuntimeError(f"service exited with {proc.returncode}: {out[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("service did not come up in 30 s")
-            time.sleep(0.1)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def service(broker: EmbeddedBroker, topic: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    with example_service(
+        "--kafka", broker.bootstrap_servers, "--topic", topic, "--flush-interval-ms", "100"
+    ) as svc:
+        yield svc
 
 
 async def _replayed_from_kafka(bootstrap: str, topic: str, query: str) -> RagRecord:

@@ -5,9 +5,6 @@ timeouts, 5xx, wrong shapes) and for custom request/response shapes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +16,7 @@ import httpx
 import pytest
 import typer
 from prometheus_client import CollectorRegistry
+from support import example_service
 from typer.testing import CliRunner
 
 from monitor.broker import free_port
@@ -51,33 +49,8 @@ def _replay(*args: str) -> Any:
 @pytest.fixture(scope="module")
 def service() -> Iterator[str]:
     """The example RAG service as a real process (no span exporter: tracing is off)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "examples.rag_service", "--port", str(port)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise RuntimeError(f"service exited with {proc.returncode}: {out[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("service did not come up in 30 s")
-            time.sleep(0.1)
+    with example_service() as (url, _):
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _degrade(url: str, **rates: float) -> None:
