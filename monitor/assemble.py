@@ -147,6 +147,9 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
         elif role is SpanRole.LLM:
             llms.append(s)
     llms.sort(key=lambda s: s.end_ns)
+    if not (retrievers or rerankers or llms) and not any(s.query or s.answer or s.chunks for s in spans):
+        # HTTP or framework instrumentation of non-RAG endpoints shares the topic: not a defect.
+        return None, Reject.NOT_RAG
 
     query = _first(
         root.query if root else None, *(s.query for s in retrievers), *(s.query for s in rerankers)

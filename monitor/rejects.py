@@ -25,6 +25,8 @@ class Rejections:
     def count(self, reason: Reject, detail: str = "", where: str = "") -> None:
         self.counts[reason] += 1
         self._metrics.rejected.labels(reason=reason.value).inc()
+        if reason is Reject.NOT_RAG:
+            return  # expected traffic, counted for visibility but not worth a warning
         now = time.monotonic()
         last = self._last_log.get(reason)
         if last is not None and now - last < self._interval:

@@ -113,6 +113,15 @@ def test_reranker_output_is_the_final_ranking() -> None:
     assert fin.record is not None and [c.id for c in fin.record.chunks] == ["c2"]
 
 
+def test_a_trace_without_rag_content_is_not_rag_not_missing_query() -> None:
+    asm = Assembler(AssemblyConfig(grace_seconds=0))
+    ref = OffsetTracker().track("p0", 0)
+    asm.add(span("h", "root", role=SpanRole.ROOT), ref, 10, now=0.0)  # e.g. GET /healthz
+    asm.add(span("h", "child", "root"), ref, 10, now=0.0)
+    (fin,) = asm.poll(0.0)
+    assert fin.record is None and fin.reason is Reject.NOT_RAG
+
+
 def test_offsets_commit_stops_at_first_unfinished_message() -> None:
     tracker = OffsetTracker()
     a, b, c = (tracker.track("p0", i) for i in (5, 6, 7))
