@@ -200,44 +200,44 @@ def _retriever_query(attrs: dict[str, Any], problems: list[Reject]) -> str | Non
 
 
 def _llm_answer(attrs: dict[str, Any], problems: list[Reject]) -> str | None:
-    if "llm.output_messages.0.message.content" in attrs or "llm.output_messages.0.message.role" in attrs:
-        a = _last_message(_oi_messages(attrs, "llm.output_messages.", problems), _ASSISTANT)
-        if a is not None:
-            return a
-    for key in ("gen_ai.output.messages", "gen_ai.completion"):
-        if key in attrs:
-            a = _last_message(_json_messages(attrs[key], problems), _ASSISTANT)
-            if a is not None:
-                return a
-    if "gen_ai.completion.0.content" in attrs:
-        a = _last_message(
-            _indexed_messages(attrs, "gen_ai.completion.", _LEGACY_MESSAGE_SUFFIXES, problems), _ASSISTANT
-        )
-        if a is not None:
-            return a
-    return None
+    return _messages_text(attrs, problems, "output", _ASSISTANT)
 
 
 def _last_user_message(attrs: dict[str, Any], problems: list[Reject]) -> str | None:
     """The query as the model saw it: only a fallback, since prompts often embed the context."""
-    if "llm.input_messages.0.message.content" in attrs or "llm.input_messages.0.message.role" in attrs:
-        q = _last_message(_oi_messages(attrs, "llm.input_messages.", problems), _USER)
-        if q is not None:
-            return q
-    for key in ("gen_ai.input.messages", "gen_ai.prompt"):
-        if key in attrs:
-            q = _last_message(_json_messages(attrs[key], problems), _USER)
-            if q is not None:
-                return q
-    if "gen_ai.prompt.0.content" in attrs:
-        return _last_message(
-            _indexed_messages(attrs, "gen_ai.prompt.", _LEGACY_MESSAGE_SUFFIXES, problems), _USER
-        )
-    return None
+    return _messages_text(attrs, problems, "input", _USER)
 
 
 _USER = frozenset({"user", "human"})
 _ASSISTANT = frozenset({"assistant", "ai", "model", "bot"})
+
+# Where each dialect keeps a model call's messages, by direction: OpenInference indexed messages,
+# GenAI JSON message lists (current and pre-1.37 names), legacy GenAI indexed prompt/completion.
+_MESSAGE_KEYS = {
+    "input": ("llm.input_messages.", ("gen_ai.input.messages", "gen_ai.prompt"), "gen_ai.prompt."),
+    "output": ("llm.output_messages.", ("gen_ai.output.messages", "gen_ai.completion"), "gen_ai.completion."),
+}
+
+
+def _messages_text(
+    attrs: dict[str, Any], problems: list[Reject], direction: str, roles: frozenset[str]
+) -> str | None:
+    """The last message of the given roles, from whichever dialect the span used."""
+    oi_prefix, json_keys, legacy_prefix = _MESSAGE_KEYS[direction]
+    if f"{oi_prefix}0.message.content" in attrs or f"{oi_prefix}0.message.role" in attrs:
+        text = _last_message(_oi_messages(attrs, oi_prefix, problems), roles)
+        if text is not None:
+            return text
+    for key in json_keys:
+        if key in attrs:
+            text = _last_message(_json_messages(attrs[key], problems), roles)
+            if text is not None:
+                return text
+    if f"{legacy_prefix}0.content" in attrs:
+        return _last_message(
+            _indexed_messages(attrs, legacy_prefix, _LEGACY_MESSAGE_SUFFIXES, problems), roles
+        )
+    return None
 
 
 def _last_message(messages: list[tuple[str | None, str]], roles: frozenset[str]) -> str | None:
