@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class ResultSink(Protocol):
-    async def write(self, lines: list[bytes]) -> None: ...
+    async def write(self, lines: list[tuple[str, bytes]]) -> None:
+        """(trace id, JSON line) pairs."""
 
     async def close(self) -> None: ...
 
@@ -39,11 +40,11 @@ class FileSink:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = path.open("ab")
 
-    def _write(self, lines: list[bytes]) -> None:
-        self._fh.write(b"".join(lines))
+    def _write(self, lines: list[tuple[str, bytes]]) -> None:
+        self._fh.write(b"".join(line for _, line in lines))
         self._fh.flush()
 
-    async def write(self, lines: list[bytes]) -> None:
+    async def write(self, lines: list[tuple[str, bytes]]) -> None:
         await asyncio.to_thread(self._write, lines)
 
     async def close(self) -> None:
@@ -81,21 +82,13 @@ class TopicSink:
         self._out = output
         self._topic = topic
 
-    async def write(self, lines: list[bytes]) -> None:
+    async def write(self, lines: list[tuple[str, bytes]]) -> None:
         # Keyed by trace id, so a trace's judgements stay ordered within a partition.
-        items = [(_trace_key(line), line.rstrip(b"\n")) for line in lines]
+        items: list[tuple[bytes | None, bytes]] = [(tid.encode(), line.rstrip(b"\n")) for tid, line in lines]
         await self._out.send_many(self._topic, items)
 
     async def close(self) -> None:
         """The shared producer is closed by its owner."""
-
-
-def _trace_key(line: bytes) -> bytes | None:
-    start = line.find(b'"trace_id":"')
-    if start < 0:
-        return None
-    start += len(b'"trace_id":"')
-    return line[start : line.find(b'"', start)]
 
 
 class MetricsServer:

@@ -387,12 +387,12 @@ class Sidecar:
             while len(items) < _WRITE_BATCH and not self._judged.empty():
                 items.append(self._judged.get_nowait())
             if self._sinks:
-                await self._write_until_done([item.line for item in items])
+                await self._write_until_done([(item.record.trace_id, item.line) for item in items])
             for item in items:
                 _release(item.refs)
                 self._judged.task_done()
 
-    async def _write_until_done(self, lines: list[bytes]) -> None:
+    async def _write_until_done(self, lines: list[tuple[str, bytes]]) -> None:
         delay = 0.5
         for sink in self._sinks:
             while True:

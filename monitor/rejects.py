@@ -20,10 +20,8 @@ class Rejections:
         self._interval = log_interval_seconds
         self._last_log: dict[Reject, float] = {}
         self._suppressed: dict[Reject, int] = {}
-        self.counts: dict[Reject, int] = dict.fromkeys(Reject, 0)
 
     def count(self, reason: Reject, detail: str = "", where: str = "") -> None:
-        self.counts[reason] += 1
         self._metrics.rejected.labels(reason=reason.value).inc()
         if reason is Reject.NOT_RAG:
             return  # expected traffic, counted for visibility but not worth a warning

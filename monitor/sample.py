@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.model import RagRecord
 
-__all__ = ["RateSampler", "Sampler", "SamplingPolicy", "looks_like_refusal", "trace_fraction"]
+__all__ = ["Sampler", "SamplingPolicy", "looks_like_refusal", "trace_fraction"]
 
 _SCALE = float(1 << 64)
 # Slices are bounded by the caller (query types come from an allow-list); this only guards memory.
@@ -89,21 +89,6 @@ def trace_fraction(trace_id: str) -> float:
     trace ids (AWS X-Ray) or send sequential ids (flat JSON), which are not uniform.
     """
     return int.from_bytes(blake2b(trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
-
-
-class RateSampler:
-    """One rate for every record: the original sampler, kept for callers that need no more."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-
-    def inclusion_probability(self, trace_id: str) -> float | None:
-        """The record's inclusion probability when sampled, None when not."""
-        if self.rate >= 1.0:
-            return 1.0
-        if self.rate <= 0.0:
-            return None
-        return self.rate if trace_fraction(trace_id) < self.rate else None
 
 
 class SamplingPolicy(BaseModel):
@@ -200,7 +185,7 @@ class Sampler:
 
     @classmethod
     def plain(cls, rate: float) -> Sampler:
-        """A single fixed rate, no signals, no floor: what `RateSampler(rate)` did."""
+        """A single fixed rate, no signals, no floor: the trace-id hash against `rate`."""
         return cls(
             SamplingPolicy(
                 rate=rate,

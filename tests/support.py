@@ -23,7 +23,9 @@ from monitor.pipeline import Sidecar
 REPO = Path(__file__).resolve().parent.parent
 
 
-def settings_for(bootstrap: str, topic: str, results: Path | None, **sections: dict[str, Any]) -> Settings:
+def settings_for(
+    bootstrap: str, topic: str, results_file: Path | None, /, **sections: dict[str, Any]
+) -> Settings:
     base: dict[str, Any] = {
         "kafka": {
             "bootstrap_servers": bootstrap,
@@ -33,7 +35,7 @@ def settings_for(bootstrap: str, topic: str, results: Path | None, **sections: d
         },
         "assembly": {"grace_seconds": 0.2, "timeout_seconds": 3.0},
         "sampling": {"rate": 1.0},
-        "results": {"file": str(results) if results else None},
+        "results": {"file": str(results_file) if results_file else None},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

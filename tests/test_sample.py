@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.model import Chunk, RagRecord
-from monitor.sample import RateSampler, Sampler, SamplingPolicy, looks_like_refusal, trace_fraction
+from monitor.sample import Sampler, SamplingPolicy, looks_like_refusal, trace_fraction
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_700_000_000.0
@@ -205,12 +205,14 @@ def test_returned_probability_is_the_one_used(
             assert got is None
 
 
-def test_plain_sampler_matches_the_old_rate_sampler() -> None:
+def test_plain_sampler_is_the_trace_hash_against_one_rate() -> None:
+    """Signals and floors do not move a plain sampler: p is the rate, included iff hash < rate."""
     for rate in (0.0, 0.05, 0.5, 1.0):
-        old, new = RateSampler(rate), Sampler.plain(rate)
+        plain = Sampler.plain(rate)
         for i, t in enumerate(ids(3000, seed=5)):
             r = rec(t, chunks=[] if i % 2 else None, answer="I don't know." if i % 5 == 0 else "a")
-            assert new.decide(r, NOW + i) == old.inclusion_probability(t)
+            expected = rate if rate >= 1.0 or (rate > 0 and trace_fraction(t) < rate) else None
+            assert plain.decide(r, NOW + i) == expected
 
 
 # -- priority signals ----------------------------------------------------------------------------

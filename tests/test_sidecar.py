@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer
 from support import (
     eventually,
     result_ids,
@@ -17,6 +18,8 @@ from support import (
 )
 
 from monitor.broker import EmbeddedBroker
+from monitor.config import KafkaConfig
+from monitor.source import ensure_topics
 from monitor.workload import generate, produce
 
 GOLDEN = Path(__file__).resolve().parent.parent / "examples" / "golden.jsonl"
@@ -157,8 +160,16 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
     )
     results = tmp_path / "r.jsonl"
     golden = {"file": str(GOLDEN), "target": "support:oracle_target", "interval_seconds": 1.0}
+    results_topic = f"{topic}-results"
+    bs = broker.bootstrap_servers
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results_topic], partitions=1)
     settings = settings_for(
-        broker.bootstrap_servers, topic, results, judge={"repeat_fraction": 1.0}, golden=golden
+        broker.bootstrap_servers,
+        topic,
+        results,
+        judge={"repeat_fraction": 1.0},
+        golden=golden,
+        results={"topic": results_topic},
     )
     async with running(settings) as sidecar:
         await produce(broker.bootstrap_servers, topic, [(None, genai), (None, legacy)])
@@ -166,6 +177,16 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
         # The scheduled golden replay ran on this member (it owns partition 0) against a perfect target.
         await eventually(lambda: sample(sidecar, "ragmon_golden_last_run_timestamp_seconds") > 0)
         assert sample(sidecar, "ragmon_golden_metric_ratio", query_type="all", metric="recall_at_k") == 1.0
+    # The results topic holds the same lines as the file, keyed by trace id.
+    consumer = AIOKafkaConsumer(results_topic, bootstrap_servers=bs, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        batch = await consumer.getmany(timeout_ms=5000)
+    finally:
+        await consumer.stop()
+    keyed = {m.key: json.loads(m.value) for msgs in batch.values() for m in msgs}
+    assert set(keyed) == {genai_id.encode(), legacy_id.encode()}
+    assert all(v["trace_id"] == k.decode() for k, v in keyed.items())
     # Judged twice: the deterministic lexical judge agrees with itself.
     assert sample(sidecar, "ragmon_judge_repeats_total") == 2
     assert all(r["repeat_disagreements"] == [] for r in result_lines(results))
