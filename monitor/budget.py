@@ -16,7 +16,15 @@ calls until it leaves the window.
 With `state_file` set, spending survives a restart: the buckets are written (atomically: temp
 file, fsync, rename) after every change, with wall-clock times. An unreadable state file fails
 closed — the budget counts as spent for one period — because guessing "nothing spent" could
-exceed the limit. Limits are per process: N replicas may spend N times the limits.
+exceed the limit.
+
+Replicas do not talk to each other, so the limits are split statically: with `replicas: N` each
+process enforces limit / N, and N processes together can never exceed the limit — a coordinator
+or a shared ledger could not promise that without a round trip per judgement. Unused shares are
+lost (a replica that is down spends nothing), which errs towards spending less. When the consumer
+group proves there are more members than N (this member owns fewer partitions than any of N
+members would), the share shrinks to the partitions owned, so the group's steady spending still
+fits the limits, and an error says to raise `replicas`.
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ class BudgetPolicy(BaseModel):
     tokens_per_hour: int | None = Field(None, ge=0)
     usd_per_day: float | None = Field(None, ge=0)
     state_file: Path | None = Field(None, description="keeps spending across restarts")
+    replicas: int = Field(
+        1, ge=1, description="sidecar replicas sharing these limits: each one enforces limit / replicas"
+    )
 
     @property
     def enabled(self) -> bool:
@@ -132,12 +143,17 @@ class JudgeBudget:
         self._last = -math.inf
         self._warned = -math.inf
         self._limits: dict[str, SlidingLimit] = {}
-        if policy.calls_per_minute is not None:
-            self._limits["calls"] = SlidingLimit(policy.calls_per_minute, 60.0)
-        if policy.tokens_per_hour is not None:
-            self._limits["tokens"] = SlidingLimit(policy.tokens_per_hour, 3600.0)
-        if policy.usd_per_day is not None:
-            self._limits["usd"] = SlidingLimit(policy.usd_per_day, 86400.0)
+        self._full: dict[str, float] = {}  # the configured (whole-group) limits
+        share = 1.0 / policy.replicas
+        for name, limit, period in (
+            ("calls", policy.calls_per_minute, 60.0),
+            ("tokens", policy.tokens_per_hour, 3600.0),
+            ("usd", policy.usd_per_day, 86400.0),
+        ):
+            if limit is not None:
+                self._full[name] = float(limit)
+                self._limits[name] = SlidingLimit(limit * share, period)
+        self.share = share
         self._path = policy.state_file
         if self._path is not None:
             self._restore(self._path)
@@ -172,6 +188,32 @@ class JudgeBudget:
         if "usd" in self._limits and actual_usd is not None:
             self._limits["usd"].adjust(actual_usd - grant.usd, grant.at, now)
         self._persist()
+
+    def set_group(self, owned: int, total: int) -> None:
+        """Re-split after a rebalance: this member owns `owned` of the topic's `total` partitions.
+
+        With at most `replicas` members, each owns at least total // replicas partitions (the
+        assignors balance counts), so fewer proves an undersized `replicas`.
+        """
+        replicas = self.policy.replicas
+        share = 1.0 / replicas
+        undersized = total >= replicas and owned < total // replicas
+        if undersized:
+            share = owned / total
+        if share == self.share:
+            return
+        if undersized:
+            log.error(
+                "judge budget: this member owns %d of %d partitions, so the group has more than "
+                "judge.budget.replicas=%d members; enforcing %.3g of each limit here (raise replicas)",
+                owned,
+                total,
+                replicas,
+                share,
+            )
+        self.share = share
+        for name, lim in self._limits.items():
+            lim.limit = self._full[name] * share
 
     def remaining(self) -> dict[str, float]:
         """Room left per configured limit (for logs and a gauge)."""

@@ -71,7 +71,7 @@ class Sidecar:
         self.sampler = Sampler(settings.sampling)
         self.budget = JudgeBudget(settings.judge.budget) if settings.judge.budget.enabled else None
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
-        self.source = KafkaSource(settings.kafka, self.tracker, self._on_revoked)
+        self.source = KafkaSource(settings.kafka, self.tracker, self._on_revoked, self._on_assigned)
         self._queue: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
         self._judged: asyncio.Queue[_Sampled] = asyncio.Queue(maxsize=settings.pipeline.queue_size)
         jc = settings.judge
@@ -469,6 +469,13 @@ class Sidecar:
                 )
             except (ReplayFailed, BaselineError, OSError) as exc:
                 log.error("golden replay failed: %s", exc)
+
+    def _on_assigned(self, owned: int, total: int) -> None:
+        """Floors and budgets are group-wide: this member takes the share its partitions carry."""
+        self.sampler.set_share(owned / total)
+        if self.budget is not None:
+            self.budget.set_group(owned, total)
+        log.info("owning %d of %d partitions: floor share %.3g", owned, total, owned / total)
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         dropped = self.assembler.drop_partitions(set(revoked))

@@ -163,13 +163,14 @@ class Sampler:
     that bound — returns after one hash without looking at the record's content.
 
     State (floor counts, length medians) is per process: with several replicas each one applies
-    the floor to the traffic it sees, and the decision for a trace can differ between replicas
-    only when their state does (the draw itself never does).
+    its share of the floor (`set_share`) to the traffic it sees, and the decision for a trace can
+    differ between replicas only when their state does (the draw itself never does).
     """
 
     def __init__(self, policy: SamplingPolicy | None = None) -> None:
         self.policy = p = policy or SamplingPolicy()
-        self._floor = p.min_per_window
+        self._floor: float = p.min_per_window
+        self.share = 1.0  # of the group's traffic this replica sees (see `set_share`)
         self._window = p.window_seconds
         self._no_chunks = p.no_chunks_multiplier
         self._low_score = p.low_score_threshold
@@ -195,6 +196,12 @@ class Sampler:
                 unusual_length_multiplier=1.0,
             )
         )
+
+    def set_share(self, share: float) -> None:
+        """This replica sees `share` of the group's traffic (its partitions' share), so it owes that
+        share of each slice's floor: N replicas together judge the floor once, not N times."""
+        self.share = min(1.0, max(0.0, share))
+        self._floor = self.policy.min_per_window * self.share
 
     def rate_of(self, query_type: str) -> float:
         return self.policy.rates.get(query_type, self.policy.rate)

@@ -23,6 +23,8 @@ from monitor.offsets import OffsetTracker
 log = logging.getLogger(__name__)
 
 RevokeHandler = Callable[[set[TopicPartition]], Awaitable[None]]
+# (partitions this member owns, partitions of the topic): the member's share of the traffic.
+AssignHandler = Callable[[int, int], None]
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -35,14 +37,21 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))
-        self._source.assigned.set()
+        self._source.handle_assigned(assigned)
 
 
 class KafkaSource:
-    def __init__(self, config: KafkaConfig, tracker: OffsetTracker, on_revoked: RevokeHandler) -> None:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        tracker: OffsetTracker,
+        on_revoked: RevokeHandler,
+        on_assigned: AssignHandler | None = None,
+    ) -> None:
         self._cfg = config
         self._tracker = tracker
         self._on_revoked = on_revoked
+        self._on_assigned = on_assigned
         self._consumer: AIOKafkaConsumer | None = None
         self._committed: dict[TopicPartition, int] = {}
         self.assigned = asyncio.Event()  # set once the group has given this member partitions
@@ -129,6 +138,15 @@ class KafkaSource:
         self._tracker.forget(list(revoked))
         for tp in revoked:
             self._committed.pop(tp, None)
+
+    def handle_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.assigned.set()
+        if self._on_assigned is None or self._consumer is None:
+            return
+        topic = self._cfg.topic
+        total = len(self._consumer.partitions_for_topic(topic) or ())
+        if total:
+            self._on_assigned(sum(1 for tp in assigned if tp.topic == topic), total)
 
     def owns(self, tp: TopicPartition) -> bool:
         return self._consumer is not None and tp in self._consumer.assignment()

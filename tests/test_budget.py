@@ -222,3 +222,36 @@ def test_an_unwritable_state_file_does_not_stop_judging(
     assert budget.try_acquire(0, 0.0) is not None
     assert budget.try_acquire(0, 0.0) is None  # still enforced in memory
     assert "cannot write judge budget state" in caplog.text
+
+
+def test_replicas_split_the_limits_so_the_group_never_exceeds_them() -> None:
+    """Three replicas, each bursting on its own: together they get the limit, never 3x it."""
+    clock = Clock()
+    policy = BudgetPolicy(calls_per_minute=30, tokens_per_hour=9000, replicas=3)
+    group = [JudgeBudget(policy, clock=clock) for _ in range(3)]
+    calls: list[tuple[float, float]] = []
+    for _ in range(3):  # three minutes of bursts at every replica
+        for budget in group:
+            for _ in range(40):
+                if budget.try_acquire(100, 0.0) is not None:
+                    calls.append((clock.t, 1.0))
+        clock.t += 61
+    assert max_in_any_window(calls, 60.0) == 30  # 10 each: the whole limit is usable, no more
+    assert len(calls) * 100 == 9000  # and the hour's tokens: 3 x 3000, then every replica stops
+    assert [b.remaining() for b in group] == [{"calls": 10.0, "tokens": 0.0}] * 3
+
+
+def test_a_group_larger_than_replicas_shrinks_this_members_share(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    budget = JudgeBudget(BudgetPolicy(calls_per_minute=60, replicas=2), clock=clock)
+    budget.set_group(owned=3, total=6)  # as configured: half the partitions, half the limit
+    assert budget.share == 0.5 and not caplog.records
+    budget.set_group(owned=1, total=6)  # two members would own >= 3 each: there are more than 2
+    assert budget.share == pytest.approx(1 / 6)
+    assert "more than judge.budget.replicas=2" in caplog.text
+    assert sum(budget.try_acquire(1, 0.0) is not None for _ in range(60)) == 10
+    caplog.clear()
+    budget.set_group(owned=1, total=6)  # the same evidence again: already said
+    assert not caplog.records
+    budget.set_group(owned=2, total=3)  # uneven but possible with 2 members: the static share
+    assert budget.share == 0.5

@@ -355,3 +355,26 @@ def test_probability_is_always_in_range(rate: float, floor: int, gaps: list[floa
 def test_policy_rejects_bad_rates() -> None:
     with pytest.raises(ValueError):
         SamplingPolicy(rates={"lookup": 1.5})
+
+
+def test_replicas_share_the_floor_instead_of_each_judging_all_of_it() -> None:
+    """Four replicas, each owning a quarter of the partitions (traffic split by trace id): the
+    group judges about the floor of the small slice once, not four times over."""
+    policy = SamplingPolicy(rate=0.0001, min_per_window=40, window_seconds=3600.0)
+    start = 3600.0 * 500_001
+    rng = random.Random(11)
+    events = sorted((start + rng.random() * 3600.0, f"{rng.getrandbits(128):032x}") for _ in range(2000))
+
+    def judged(shared: bool) -> int:
+        group = [Sampler(policy) for _ in range(4)]
+        if shared:
+            for s in group:
+                s.set_share(0.25)
+        n = 0
+        for t, trace_id in events:
+            member = group[int(trace_id[:8], 16) % 4]  # the partition of the trace, as a producer keys it
+            n += member.decide(rec(trace_id, query_type="multi_hop"), t) is not None
+        return n
+
+    assert 40 <= judged(shared=True) <= 60
+    assert judged(shared=False) >= 4 * 40  # what a per-replica floor costs

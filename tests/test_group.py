@@ -1,0 +1,54 @@
+"""Several sidecar replicas in one consumer group: they split the judge budget and the sampling
+floor between them instead of each spending all of it."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+from support import eventually, result_lines, running, settings_for
+
+from monitor.broker import EmbeddedBroker
+from monitor.pipeline import Sidecar
+from monitor.workload import generate, produce
+
+
+def owners(group: list[Sidecar], topic: str) -> list[int]:
+    """How many of the topic's 3 partitions each member owns."""
+    return [sum(s.source.owns(TopicPartition(topic, p)) for p in range(3)) for s in group]
+
+
+async def test_two_replicas_spend_the_budget_once_between_them(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    files = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    settings = [
+        settings_for(
+            broker.bootstrap_servers,
+            topic,
+            f,
+            sampling={"rate": 1.0},
+            judge={"budget": {"calls_per_minute": 12, "replicas": 2}},
+        )
+        for f in files
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        group = [await stack.enter_async_context(running(s)) for s in settings]
+        await eventually(lambda: sorted(owners(group, topic)) == [1, 2], within=60, what="a balanced group")
+        # The floor follows the partitions each member owns; the budget is split as configured.
+        assert sorted(s.sampler.share for s in group) == pytest.approx([1 / 3, 2 / 3])
+        assert [s.budget.share for s in group if s.budget] == [0.5, 0.5]
+
+        work = generate(90, seed=21, mode="per_trace")
+        await produce(broker.bootstrap_servers, topic, [(m.key, m.value) for m in work.messages])
+        await eventually(
+            lambda: sum(len(result_lines(f)) for f in files) == 90, within=60, what="every trace written"
+        )
+    lines = [result_lines(f) for f in files]
+    judged = [sum("judge_skipped" not in r for r in rs) for rs in lines]
+    # Every record was sampled; two replicas together judged the group's limit of 12, not 24.
+    assert judged == [6, 6], judged
+    skipped = {r["judge_skipped"] for rs in lines for r in rs if "judge_skipped" in r}
+    assert skipped == {"budget"}
