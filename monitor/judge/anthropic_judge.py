@@ -22,7 +22,6 @@ import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolUseBlock
 
 from monitor.judge.base import (
-    SYSTEM_PROMPT,
     TOOL_DESCRIPTION,
     TOOL_NAME,
     CallState,
@@ -30,11 +29,11 @@ from monitor.judge.base import (
     LLMJudgeConfig,
     RecordMeta,
     Redactor,
-    build_prompt,
     outcome_for_status,
     output_schema,
     parse_output,
     repair_message,
+    system_prompt,
 )
 from monitor.judge.model import Judgement, JudgeOutcome, TokenUsage
 from monitor.model import RagRecord
@@ -73,11 +72,10 @@ class AnthropicJudge(LLMJudgeBase):
         self._tool: ToolParam = {
             "name": TOOL_NAME,
             "description": TOOL_DESCRIPTION,
-            "input_schema": output_schema(),
+            "input_schema": output_schema(config.query_types),
         }
-        self._system: list[Any] = [
-            {"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}
-        ]
+        system = system_prompt(config.query_types)
+        self._system: list[Any] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
 
     def __repr__(self) -> str:
         return f"AnthropicJudge(model={self.model!r})"
@@ -87,7 +85,7 @@ class AnthropicJudge(LLMJudgeBase):
 
     async def _run(self, record: RagRecord, state: CallState, meta: RecordMeta) -> Judgement:
         cfg = self.config
-        prompt = build_prompt(record, max_chunks=cfg.max_chunks, max_chunk_chars=cfg.max_chunk_chars)
+        prompt = self._prompt(record)
         messages: list[MessageParam] = [{"role": "user", "content": prompt.user}]
         problem = ""
         for attempt in range(2):  # the judgement, then at most one repair
@@ -139,7 +137,7 @@ class AnthropicJudge(LLMJudgeBase):
                 if msg.stop_reason == "max_tokens":
                     problem = f"the output was cut at max_tokens={cfg.max_tokens}; use fewer, shorter claims"
                 else:
-                    output, problem = parse_output(tool.input, prompt.chunk_ids)
+                    output, problem = parse_output(tool.input, prompt.chunk_ids, cfg.query_types)
                     if output is not None:
                         return self._ok(output, meta, state)
             if attempt == 0:

@@ -6,6 +6,11 @@ the record — query, chunks, answer, all attacker-influenced — goes in the us
 inside XML-like tags whose content is XML-escaped. Escaping every ``<``, ``>`` and ``&`` means no
 text inside can close its tag or open a new one, whatever it says; the instructions tell the
 model that tagged content is data and never instructions.
+
+Optionally (`LLMJudgeConfig.query_types`) the judge also labels the query with one of an allow-list
+of types, in the same call: the rule-based classifier misses most comparison and multi-hop
+questions, and the judge reads the query anyway. Left unset, schema and prompt are unchanged byte for
+byte, so cost and cached prompt prefixes stay as they were.
 """
 
 from __future__ import annotations
@@ -16,14 +21,21 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from monitor.judge.model import MAX_CLAIMS, Judgement, JudgeOutcome, JudgeOutput, TokenUsage
+from monitor.judge.model import (
+    MAX_CLAIMS,
+    Judgement,
+    JudgeOutcome,
+    JudgeOutput,
+    TokenUsage,
+    labelled_output_model,
+)
 from monitor.judge.model import validate_against_record as _validate_against_record
 from monitor.model import RagRecord
 
@@ -53,6 +65,7 @@ __all__ = [
     "price_for",
     "repair_message",
     "skip_reason",
+    "system_prompt",
 ]
 
 
@@ -99,7 +112,7 @@ def skip_reason(record: RagRecord) -> str | None:
 TOOL_NAME = "record_judgement"
 TOOL_DESCRIPTION = "Record the verdicts of the evaluation of one RAG exchange."
 
-SYSTEM_PROMPT = f"""\
+_STEPS = f"""\
 You evaluate one exchange of a retrieval-augmented generation (RAG) system: a user query, the \
 context chunks the retriever returned, and the answer the system generated. You judge whether the \
 answer is grounded in the context. You do not judge whether it is true in the world.
@@ -125,9 +138,22 @@ query, whatever the answer says.
 3. answer_admits_uncertainty: true if the answer refuses, says it does not know, or says the \
 information is not in the documents (even partly).
 4. answer_relevance: 3 if the answer directly addresses the query, 2 if only partly or \
-indirectly, 1 if it is off-topic or gives no answer (a refusal is 1).
+indirectly, 1 if it is off-topic or gives no answer (a refusal is 1)."""
+_LABEL_STEP = (
+    "5. query_type: the listed type that fits the question the query asks, judged from what it asks, "
+    "not from any type it names."
+)
+_CLOSING = "\n\nBe strict and literal. Do not add commentary outside the tool call."
 
-Be strict and literal. Do not add commentary outside the tool call."""
+SYSTEM_PROMPT = _STEPS + _CLOSING
+
+
+def system_prompt(query_types: Sequence[str] | None = None) -> str:
+    """The judge instructions: `SYSTEM_PROMPT`, plus one step asking for the query's type when an
+    allow-list is given. The types themselves are listed only once, as the schema's enum."""
+    if query_types is None:
+        return SYSTEM_PROMPT
+    return f"{_STEPS}\n{_LABEL_STEP}{_CLOSING}"
 
 
 def escape_data(text: str, *, quote: bool = False) -> str:
@@ -149,11 +175,18 @@ class Prompt:
     chunk_ids: frozenset[str]  # the ids shown to the judge: the only valid `chunk_id` values
 
 
-def build_prompt(record: RagRecord, *, max_chunks: int = 20, max_chunk_chars: int = 4000) -> Prompt:
+def build_prompt(
+    record: RagRecord,
+    *,
+    max_chunks: int = 20,
+    max_chunk_chars: int = 4000,
+    query_types: Sequence[str] | None = None,
+) -> Prompt:
     """The fixed instructions plus the record fenced as escaped data.
 
     Chunks beyond `max_chunks` and text beyond `max_chunk_chars` are cut (with a marker) to bound
-    the cost of a judgement whatever a retriever returns.
+    the cost of a judgement whatever a retriever returns. `query_types` only changes the
+    instructions (`system_prompt`); the query stays fenced data like everything else.
     """
     shown = record.chunks[:max_chunks]
     parts = [
@@ -173,7 +206,7 @@ def build_prompt(record: RagRecord, *, max_chunks: int = 20, max_chunk_chars: in
         "</rag_data>",
         f"Call {TOOL_NAME} with your verdicts.",
     ]
-    return Prompt(SYSTEM_PROMPT, "\n".join(parts), frozenset(c.id for c in shown))
+    return Prompt(system_prompt(query_types), "\n".join(parts), frozenset(c.id for c in shown))
 
 
 # -- the output schema ------------------------------------------------------------------------------
@@ -185,10 +218,15 @@ _SCHEMA_KEYS = frozenset(
 )
 
 
-def output_schema() -> dict[str, Any]:
-    """JSON schema of `JudgeOutput`, derived from the pydantic model: refs inlined, every
-    property required, no additional properties — the shape strict structured output needs."""
-    full = JudgeOutput.model_json_schema()
+def _output_model(query_types: Sequence[str] | None) -> type[JudgeOutput]:
+    return JudgeOutput if query_types is None else labelled_output_model(query_types)
+
+
+def output_schema(query_types: Sequence[str] | None = None) -> dict[str, Any]:
+    """JSON schema of `JudgeOutput` (with `query_types`: plus a required `query_type` whose enum is
+    that list), derived from the pydantic model: refs inlined, every property required, no
+    additional properties — the shape strict structured output needs."""
+    full = _output_model(query_types).model_json_schema()
     defs = full.get("$defs", {})
 
     def walk(node: Any) -> Any:
@@ -199,6 +237,8 @@ def output_schema() -> dict[str, Any]:
         if "$ref" in node:
             return walk(defs[node["$ref"].rsplit("/", 1)[-1]])
         out = {k: walk(v) for k, v in node.items() if k in _SCHEMA_KEYS and k != "properties"}
+        if "const" in node and "enum" not in node:  # pydantic's form of a one-value Literal
+            out["enum"] = [node["const"]]
         if "enum" in node and "type" not in out:
             out["type"] = "integer" if all(isinstance(v, int) for v in node["enum"]) else "string"
         if "properties" in node:  # a name -> schema map, not a schema: walk its values only
@@ -212,10 +252,13 @@ def output_schema() -> dict[str, Any]:
     return result
 
 
-def parse_output(data: Any, chunk_ids: Iterable[str]) -> tuple[JudgeOutput | None, str]:
+def parse_output(
+    data: Any, chunk_ids: Iterable[str], query_types: Sequence[str] | None = None
+) -> tuple[JudgeOutput | None, str]:
     """Validate a judge's raw output: (output, "") or (None, a description of what is wrong).
 
-    The description is what a repair request tells the model, so it is specific but bounded.
+    The description is what a repair request tells the model, so it is specific but bounded. With
+    `query_types`, a missing label or one outside the list is such a problem.
     """
     if isinstance(data, str | bytes):
         try:
@@ -223,7 +266,7 @@ def parse_output(data: Any, chunk_ids: Iterable[str]) -> tuple[JudgeOutput | Non
         except ValueError as exc:
             return None, f"output is not valid JSON ({exc.__class__.__name__}: {str(exc)[:200]})"
     try:
-        output = JudgeOutput.model_validate(data)
+        output = _output_model(query_types).model_validate(data)
     except ValidationError as exc:
         errors = [
             f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
@@ -308,6 +351,19 @@ class LLMJudgeConfig(BaseModel):
     max_chunks: int = Field(default=20, ge=1)
     max_chunk_chars: int = Field(default=4000, ge=100)
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # Also ask the judge which of these types the query is (`Judgement.judged_query_type`), for
+    # records whose type the span does not carry; None: not asked, prompt and schema unchanged.
+    query_types: list[str] | None = Field(default=None, min_length=1)
+
+    @field_validator("query_types")
+    @classmethod
+    def _distinct_types(cls, v: list[str] | None) -> list[str] | None:
+        """Blank names cannot be labels; duplicates would be a malformed enum to strict modes."""
+        if v is None:
+            return None
+        if any(not t.strip() for t in v):
+            raise ValueError("query_types must be non-blank names")
+        return list(dict.fromkeys(v))
 
     def resolve_api_key(self, env_var: str) -> str | None:
         """Explicit key, else the key file, else the environment variable."""
@@ -413,6 +469,12 @@ class LLMJudgeBase:
 
     async def _run(self, record: RagRecord, state: CallState, meta: RecordMeta) -> Judgement:
         raise NotImplementedError
+
+    def _prompt(self, record: RagRecord) -> Prompt:
+        c = self.config
+        return build_prompt(
+            record, max_chunks=c.max_chunks, max_chunk_chars=c.max_chunk_chars, query_types=c.query_types
+        )
 
     def _fail(self, outcome: JudgeOutcome, detail: str, meta: RecordMeta, state: CallState) -> Judgement:
         """A failed judgement whose error text is redacted and bounded."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import re
 import time
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
@@ -207,7 +208,12 @@ class LexicalJudge:
         support_threshold: float = 0.6,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
+        query_types: Sequence[str] | None = None,
     ) -> None:
+        """`query_types` is accepted so one `judge.options` section serves every backend, and
+        ignored: word overlap has no label of its own to give, so `judged_query_type` stays None
+        rather than echoing the record's (rule-based) label as if the judge had read the query."""
+        del query_types
         self.support_threshold = support_threshold
         self.answerable_coverage = answerable_coverage
         self.supported_query_coverage = supported_query_coverage

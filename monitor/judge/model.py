@@ -5,6 +5,9 @@ Two layers, on purpose:
 - `JudgeOutput` / `ClaimVerdict` (pydantic): the boundary. An LLM judge's structured output is
   untrusted input; it is validated here (and against the record: a cited chunk must exist) before
   anything is scored. Its JSON schema is what the LLM is asked to produce (`base.output_schema`).
+- `LabelledJudgeOutput`: the same plus the judge's own query-type label, asked for only when an
+  allow-list is configured; `labelled_output_model` narrows the label to that list, so a label
+  outside it fails validation like any other bad field.
 - `Judgement` (dataclass): the internal result, derived scores included. Built once per judged
   record, so no validation cost on hand-over (same reasoning as `monitor.model`).
 
@@ -15,11 +18,13 @@ uncertainty although the context held the answer.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 __all__ = [
     "CHECKS",
@@ -28,7 +33,9 @@ __all__ = [
     "JudgeOutcome",
     "JudgeOutput",
     "Judgement",
+    "LabelledJudgeOutput",
     "TokenUsage",
+    "labelled_output_model",
     "validate_against_record",
 ]
 
@@ -93,6 +100,35 @@ class JudgeOutput(BaseModel):
     answer_relevance: Literal[1, 2, 3] = Field(
         description="3: directly answers the query; 2: partially or indirectly; 1: off-topic or no answer.",
     )
+
+
+QUERY_TYPE_DESCRIPTION = "The kind of question, one of the listed types."
+
+
+class LabelledJudgeOutput(JudgeOutput):
+    """`JudgeOutput` plus the judge's label of the query. Never used as is: `labelled_output_model`
+    narrows `query_type` to the configured allow-list (the label becomes a metric slice, so it must
+    stay bounded, and the enum in the schema is what tells the model the choices)."""
+
+    query_type: str = Field(description=QUERY_TYPE_DESCRIPTION)
+
+
+@functools.lru_cache(maxsize=16)
+def _labelled_model(query_types: tuple[str, ...]) -> type[LabelledJudgeOutput]:
+    label: Any = Literal.__getitem__(query_types)  # Literal[*query_types]: schema enum + validation
+    return create_model(
+        "LabelledJudgeOutput",
+        __base__=LabelledJudgeOutput,
+        query_type=(label, Field(description=QUERY_TYPE_DESCRIPTION)),
+    )
+
+
+def labelled_output_model(query_types: Sequence[str]) -> type[LabelledJudgeOutput]:
+    """The output model whose `query_type` must be one of `query_types` (cached per list: it is
+    built once per judge, validated against on every reply)."""
+    if not query_types:
+        raise ValueError("query_types must name at least one type")
+    return _labelled_model(tuple(query_types))
 
 
 def validate_against_record(output: JudgeOutput, chunk_ids: set[str]) -> list[str]:
@@ -170,6 +206,9 @@ class Judgement:
     hallucinated: bool | None = None
     false_refusal: bool | None = None
     answer_relevance: int | None = None
+    # The judge's own label of the query (an LLM judge asked with `query_types`), else None.
+    # `query_type` above stays the record's label: the caller decides which one to slice by.
+    judged_query_type: str | None = None
     tokens: TokenUsage = field(default_factory=TokenUsage)
     cost_usd: float | None = None  # None: model missing from the price table (not "free")
     latency_s: float = 0.0  # judge service time, excluding the wait for a concurrency slot
@@ -200,6 +239,7 @@ class Judgement:
             answerable_from_context=output.answerable_from_context,
             answer_admits_uncertainty=output.answer_admits_uncertainty,
             answer_relevance=output.answer_relevance,
+            judged_query_type=output.query_type if isinstance(output, LabelledJudgeOutput) else None,
             trace_id=trace_id,
             query_type=query_type,
             service=service,
@@ -217,6 +257,7 @@ class Judgement:
         answerable_from_context: bool,
         answer_admits_uncertainty: bool,
         answer_relevance: Literal[1, 2, 3],
+        judged_query_type: str | None = None,
         trace_id: str,
         query_type: str,
         service: str,
@@ -243,6 +284,7 @@ class Judgement:
             hallucinated=not answerable and not admits,
             false_refusal=answerable and admits,
             answer_relevance=answer_relevance,
+            judged_query_type=judged_query_type,
             raw=raw,
         )
 
@@ -283,11 +325,19 @@ class Judgement:
         return CHECKS
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The results line of design.md "Judgement output" (JSON-safe: no NaN, no enums)."""
-        return {
+        """The results line of design.md "Judgement output" (JSON-safe: no NaN, no enums).
+
+        ``judge_query_type`` appears only when the judge labelled the query, so results of judges
+        not asked to keep their exact shape."""
+        head: dict[str, Any] = {
             "trace_id": self.trace_id,
             "service": self.service,
             "query_type": self.query_type,
+        }
+        if self.judged_query_type is not None:
+            head["judge_query_type"] = self.judged_query_type
+        return {
+            **head,
             "sampling_weight": self.sampling_weight,
             "claims": [
                 {"text": c.text, "supported": c.supported, "chunk_id": c.chunk_id} for c in self.claims

@@ -24,14 +24,12 @@ import httpx
 from pydantic import Field
 
 from monitor.judge.base import (
-    SYSTEM_PROMPT,
     TOOL_NAME,
     CallState,
     LLMJudgeBase,
     LLMJudgeConfig,
     RecordMeta,
     Redactor,
-    build_prompt,
     outcome_for_status,
     output_schema,
     parse_output,
@@ -86,7 +84,11 @@ class OpenAIJudge(LLMJudgeBase):
         )
         self._response_format = {
             "type": "json_schema",
-            "json_schema": {"name": TOOL_NAME, "strict": config.strict_schema, "schema": output_schema()},
+            "json_schema": {
+                "name": TOOL_NAME,
+                "strict": config.strict_schema,
+                "schema": output_schema(config.query_types),
+            },
         }
 
     def __repr__(self) -> str:
@@ -97,9 +99,9 @@ class OpenAIJudge(LLMJudgeBase):
 
     async def _run(self, record: RagRecord, state: CallState, meta: RecordMeta) -> Judgement:
         cfg = self.config
-        prompt = build_prompt(record, max_chunks=cfg.max_chunks, max_chunk_chars=cfg.max_chunk_chars)
+        prompt = self._prompt(record)
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": prompt.system},
             {"role": "user", "content": prompt.user},
         ]
         problem = ""
@@ -135,7 +137,7 @@ class OpenAIJudge(LLMJudgeBase):
             elif finish == "length":
                 problem = f"the output was cut at {cfg.max_tokens} tokens; use fewer, shorter claims"
             else:
-                output, problem = parse_output(content, prompt.chunk_ids)
+                output, problem = parse_output(content, prompt.chunk_ids, cfg.query_types)
                 if output is not None:
                     state.raw = output.model_dump(mode="json")
                     return self._ok(output, meta, state)
