@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -73,7 +73,17 @@ class SlicesConfig(_Section):
     query_types: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERY_TYPES))
     services: list[str] | None = Field(None, description="allow-list; default: first max_services seen")
     max_services: int = Field(20, gt=0)
-    classify: bool = Field(True, description="rule-based query type when spans carry no rag.query_type")
+    classify: Literal["rules", "judge", "off"] = Field(
+        "rules",
+        description="query type when spans carry no rag.query_type: rules, rules then the LLM judge's "
+        "label for judged records, or off (unknown)",
+    )
+
+    @field_validator("classify", mode="before")
+    @classmethod
+    def _from_bool(cls, v: Any) -> Any:
+        # `classify: true/false` was the first form of this setting.
+        return {True: "rules", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @field_validator("query_types")
     @classmethod
@@ -143,6 +153,15 @@ class Settings(BaseSettings):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+
+    @model_validator(mode="after")
+    def _judge_labels_need_an_llm(self) -> Settings:
+        if self.slices.classify == "judge" and self.judge.backend not in ("anthropic", "openai"):
+            raise ValueError(
+                f"slices.classify=judge needs an LLM judge (judge.backend anthropic or openai), "
+                f"not {self.judge.backend!r}"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -215,5 +234,6 @@ def _describe(exc: ValidationError) -> str:
     lines = ["invalid configuration:"]
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"])
-        lines.append(f"  {where}: {err['msg']}")
+        msg = err["msg"].removeprefix("Value error, ")  # our own validators name their fields
+        lines.append(f"  {where}: {msg}" if where else f"  {msg}")
     return "\n".join(lines)

@@ -49,6 +49,7 @@ class _Sampled:
     weight: float  # 1 / inclusion probability
     refs: list[MessageRef]
     service: str  # the bounded label value
+    type_source: str  # where query_type came from: span, rules (the judge may relabel), none
     line: bytes = b""  # the results line, once judged
 
 
@@ -67,7 +68,9 @@ class Sidecar:
             capacity=settings.slices.max_services,
             normalize=False,
         )
-        self.classifier = QueryClassifier(settings.slices.query_types) if settings.slices.classify else None
+        classify = settings.slices.classify
+        self.classifier = QueryClassifier(settings.slices.query_types) if classify != "off" else None
+        self._judge_labels = classify == "judge"
         self.sampler = Sampler(settings.sampling)
         self.budget = JudgeBudget(settings.judge.budget) if settings.judge.budget.enabled else None
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
@@ -80,6 +83,9 @@ class Sidecar:
         if jc.backend in ("anthropic", "openai"):
             # The workers are the in-flight bound; the backend's own semaphore must not halve it.
             options = {"max_concurrency": jc.workers, **options}
+            if self._judge_labels:  # `unknown` means "no label": not a choice for the judge
+                labels = [t for t in settings.slices.query_types if t != "unknown"]
+                options = {"query_types": labels, **options}
         self.judge: Judge | None = None if jc.backend == "none" else create_judge(jc.backend, options)
         self._sinks: list[ResultSink] = []
         self._output: KafkaOutput | None = None
@@ -277,8 +283,12 @@ class Sidecar:
             self.metrics.replay_records.inc()
             _release(fin.refs)
             return
-        if not record.query_type and self.classifier is not None:
-            record.query_type = self.classifier(record.query)
+        source = "span"
+        if not record.query_type:
+            source = "none"
+            if self.classifier is not None:
+                record.query_type = self.classifier(record.query)
+                source = "rules"
         qt, outside = self.query_types.bound(record.query_type)
         if outside:
             self.rejections.count(
@@ -300,7 +310,7 @@ class Sidecar:
         if probability is None or (self.judge is None and not self._sinks):
             _release(fin.refs)
             return
-        await self._queue.put(_Sampled(record, 1.0 / probability, fin.refs, service))
+        await self._queue.put(_Sampled(record, 1.0 / probability, fin.refs, service, source))
 
     # -- writer and housekeeping -------------------------------------------------------------
 
@@ -310,6 +320,7 @@ class Sidecar:
             item = await self._queue.get()
             result = item.record.to_json_dict()
             result["sampling_weight"] = item.weight
+            result["query_type_source"] = item.type_source
             if self.judge is not None:
                 skip = skip_reason(item.record)
                 judgement = None if skip is not None else await self._judge_within_budget(item)
@@ -322,6 +333,11 @@ class Sidecar:
                     ).inc()
                     result["judge_skipped"] = skip
                 else:
+                    if self._judge_labels and item.type_source == "rules" and judgement.judged_query_type:
+                        # The judge read the query: its label beats the rules' for what it judged.
+                        # Weights stay 1/p, so per-type estimates are domain estimates, still unbiased.
+                        judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
+                        result["query_type_source"] = "judge"
                     self.metrics.judge.observe(judgement, item.service)
                     self.estimator.observe(judgement)
                     result.update(judgement.to_json_dict())

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from support import eventually, result_lines, running, sample, sdk_trace, settings_for
 from test_judge_llm import (
     INJECTION,
     FakeAPI,
@@ -28,9 +30,13 @@ from test_judge_llm import (
     record,
 )
 
+from monitor.broker import EmbeddedBroker
+from monitor.classify import classify_query
+from monitor.config import ConfigError, load_settings
 from monitor.judge import create_judge
 from monitor.judge.base import SYSTEM_PROMPT, LLMJudgeConfig, build_prompt, output_schema, parse_output
 from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.workload import produce
 
 __all__ = ["_server", "api"]  # the fake API's fixtures, shared with test_judge_llm.py
 
@@ -239,3 +245,54 @@ async def test_lexical_judge_accepts_the_option_and_gives_no_label() -> None:
     j = await judge.judge(record())
     assert j.ok and j.judged_query_type is None and j.query_type == "lookup"
     assert "judge_query_type" not in j.to_json_dict()
+
+
+async def test_sidecar_takes_the_judges_label_only_for_rule_typed_records(
+    api: FakeAPI, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """`slices.classify: judge`: a span without `rag.query_type` is sampled under the rules' type
+    and reported under the judge's; a span that names its type keeps it. Both lines say where the
+    type came from, and the judge's label is what the judged metrics are sliced by."""
+    api.default = labelled("multi_hop")
+    root = {"openinference.span.kind": "CHAIN", "output.value": "Ann was born in Oslo [c1]."}
+    retriever = {
+        "openinference.span.kind": "RETRIEVER",
+        "retrieval.documents.0.document.id": "c1",
+        "retrieval.documents.0.document.content": "Ann, who founded Acme, was born in Oslo.",
+    }
+    query = "Where was the founder of Acme born?"
+    assert classify_query(query) == "lookup"  # what the rules make of it
+    untyped_id, untyped = sdk_trace([("rag", {**root, "input.value": query}), ("retrieve", retriever)])
+    typed_id, typed = sdk_trace(
+        [("rag", {**root, "input.value": query, "rag.query_type": "lookup"}), ("retrieve", retriever)]
+    )
+    results = tmp_path / "r.jsonl"
+    settings = settings_for(
+        broker.bootstrap_servers,
+        topic,
+        results,
+        slices={"classify": "judge"},
+        judge={"backend": "anthropic", "options": {"base_url": api.url, "api_key": api.key}},
+    )
+    async with running(settings) as sidecar:
+        await produce(broker.bootstrap_servers, topic, [(None, untyped), (None, typed)])
+        await eventually(lambda: len(result_lines(results)) == 2, what="both records judged")
+        judged = {
+            qt: sample(sidecar, "ragmon_judged_total", service="svc", query_type=qt, check="faithfulness")
+            for qt in ("lookup", "multi_hop")
+        }
+    lines = {r["trace_id"]: r for r in result_lines(results)}
+    assert (lines[untyped_id]["query_type"], lines[untyped_id]["query_type_source"]) == ("multi_hop", "judge")
+    assert (lines[typed_id]["query_type"], lines[typed_id]["query_type_source"]) == ("lookup", "span")
+    assert lines[typed_id]["judge_query_type"] == "multi_hop"  # kept for comparison, not used
+    assert judged == {"lookup": 1.0, "multi_hop": 1.0}
+    # The judge was offered the allow-list minus `unknown` ("no label" is not an answer).
+    enum = sent_schema(api.requests[0].body)["properties"]["query_type"]["enum"]
+    assert "unknown" not in enum and "multi_hop" in enum and "other" in enum
+
+
+def test_judge_labels_need_an_llm_judge() -> None:
+    with pytest.raises(ConfigError, match=r"slices\.classify=judge needs an LLM judge"):
+        load_settings(None, {"slices": {"classify": "judge"}, "judge": {"backend": "lexical"}})
+    # The first form of the setting still reads.
+    assert load_settings(None, {"slices": {"classify": False}}).slices.classify == "off"
