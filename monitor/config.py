@@ -21,6 +21,7 @@ from pydantic_settings import (
 from monitor.budget import BudgetPolicy
 from monitor.decode import Encoding
 from monitor.estimate import EstimatePolicy
+from monitor.evaluation_events import EventsConfig
 from monitor.sample import SamplingPolicy
 
 DEFAULT_QUERY_TYPES = (
@@ -153,6 +154,7 @@ class Settings(BaseSettings):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    events: EventsConfig = Field(default_factory=EventsConfig)
 
     @model_validator(mode="after")
     def _judge_labels_need_an_llm(self) -> Settings:

@@ -100,6 +100,12 @@ class Metrics:
         self.inflight = Gauge(
             f"{PREFIX}inflight_judgements", "Sampled records queued or being judged and written", registry=r
         )
+        self.evaluation_events = Counter(
+            f"{PREFIX}evaluation_events",
+            "OTel gen_ai.evaluation.result events, by outcome (exported, failed, dropped)",
+            ["outcome"],
+            registry=r,
+        )
         self.judge = JudgeMetrics(r)
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:

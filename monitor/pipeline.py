@@ -26,6 +26,7 @@ from monitor.classify import QueryClassifier
 from monitor.config import Settings
 from monitor.decode import Encoding, decode
 from monitor.estimate import WindowEstimator
+from monitor.evaluation_events import EvaluationEventSink
 from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
 from monitor.judge import Judge, Judgement, JudgeOutcome, create_judge, skip_reason
 from monitor.judge.base import LLMJudgeConfig, price_for
@@ -88,6 +89,8 @@ class Sidecar:
                 options = {"query_types": labels, **options}
         self.judge: Judge | None = None if jc.backend == "none" else create_judge(jc.backend, options)
         self._sinks: list[ResultSink] = []
+        self.events: EvaluationEventSink | None = None
+        self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
         self._output: KafkaOutput | None = None
         self._encoding = Encoding(settings.kafka.encoding)
         # Labelled children cached per (service, query_type): `.labels()` costs more than the
@@ -152,6 +155,7 @@ class Sidecar:
         results = self.settings.results
         if results.file is not None:
             self._sinks.append(FileSink(results.file))
+        self.events = EvaluationEventSink.from_config(self.settings.events)
         if results.topic or kafka_cfg.dead_letter_topic:
             self._output = KafkaOutput(kafka_cfg)
             delay = 0.25
@@ -169,6 +173,9 @@ class Sidecar:
     async def _close_outputs(self) -> None:
         for sink in self._sinks:
             await sink.close()
+        if self.events is not None:
+            await asyncio.to_thread(self.events.shutdown, 5.0)
+            self._count_events()
         if self._output is not None:
             await self._output.close()
 
@@ -339,6 +346,8 @@ class Sidecar:
                         judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
                         result["query_type_source"] = "judge"
                     self.metrics.judge.observe(judgement, item.service)
+                    if self.events is not None:
+                        self.events.emit(judgement, item.record)
                     self.estimator.observe(judgement)
                     result.update(judgement.to_json_dict())
                     if self._repeat and trace_fraction(item.record.trace_id + ":repeat") < self._repeat:
@@ -433,6 +442,17 @@ class Sidecar:
                 m.consumer_lag.labels(partition=str(partition)).set(lag)
             await self.source.commit()
             self._export_estimates()
+            self._count_events()
+
+    def _count_events(self) -> None:
+        if self.events is None:
+            return
+        s = self.events.stats()
+        now = (s.exported, s.failed, s.dropped)
+        for outcome, new, old in zip(("exported", "failed", "dropped"), now, self._events_seen, strict=True):
+            if new > old:
+                self.metrics.evaluation_events.labels(outcome=outcome).inc(new - old)
+        self._events_seen = now
 
     def _export_estimates(self) -> None:
         m = self.metrics

@@ -1,0 +1,430 @@
+"""Judgements as GenAI evaluation events: the mapping, and the real OTel SDK pipeline against a local
+OTLP/HTTP receiver (no mock of the SDK or of HTTP)."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from pydantic import ValidationError
+from support import eventually, result_lines, running, sample, settings_for
+
+from monitor.broker import EmbeddedBroker
+from monitor.evaluation_events import (
+    EVENT_NAME,
+    EvaluationEventSink,
+    EventsConfig,
+    evaluation_events,
+)
+from monitor.judge.model import Claim, Judgement, JudgeOutcome
+from monitor.model import Chunk, RagRecord
+from monitor.workload import generate, produce
+
+# Distinctive markers in every piece of user text: none may reach the exported bytes or the logs.
+QUERY = "QUERYMARKER-q7 what is the refund window?"
+ANSWER = "ANSWERMARKER-a7 thirty days"
+CHUNK = "CHUNKMARKER-c7 refunds are accepted within 30 days"
+CLAIM = "CLAIMMARKER-k7"
+ERROR = "ERRORMARKER-e7 upstream said no"
+MARKERS = ("QUERYMARKER", "ANSWERMARKER", "CHUNKMARKER", "CLAIMMARKER", "ERRORMARKER")
+SECRET = "Bearer SECRETMARKER-s7"
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+SPAN = "b7ad6b7169203331"
+
+
+# -- a real OTLP/HTTP logs receiver ------------------------------------------------------------------
+
+
+@dataclass
+class Captured:
+    path: str
+    headers: dict[str, str]
+    body: bytes  # decompressed protobuf
+    request: Any  # ExportLogsServiceRequest
+
+
+@dataclass
+class Receiver:
+    url: str
+    requests: list[Captured] = field(default_factory=list)
+
+    def records(self) -> list[tuple[Any, Any]]:
+        """(resource, log record) of every exported record."""
+        out: list[tuple[Any, Any]] = []
+        for cap in self.requests:
+            for rl in cap.request.resource_logs:
+                for sl in rl.scope_logs:
+                    out.extend((rl.resource, lr) for lr in sl.log_records)
+        return out
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[tuple[Any, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.records()) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.records()
+
+
+def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.headers.get("Content-Encoding") == "gzip":
+                raw = gzip.decompress(raw)
+            request = ExportLogsServiceRequest()
+            request.ParseFromString(raw)
+            receiver.requests.append(
+                Captured(self.path, {k.lower(): v for k, v in self.headers.items()}, raw, request)
+            )
+            reply = ExportLogsServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    rec = Receiver(url="")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
+    rec.url = f"http://127.0.0.1:{server.server_address[1]}/v1/logs"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- records and judgements ------------------------------------------------------------------------
+
+
+META: dict[str, Any] = {
+    "query_type": "lookup",
+    "service": "shop-rag",
+    "backend": "anthropic",
+    "model": "claude-judge-x",
+    "sampling_weight": 4.0,
+}
+
+
+def record(trace_id: str = TRACE, span_id: str = SPAN) -> RagRecord:
+    return RagRecord(
+        trace_id=trace_id,
+        span_id=span_id,
+        service="shop-rag",
+        query=QUERY,
+        query_type="lookup",
+        chunks=[Chunk("c1", CHUNK, 0.9)],
+        answer=ANSWER,
+        model="gpt-x",
+    )
+
+
+def claims(supported: int, unsupported: int = 0) -> list[Claim]:
+    return [Claim(f"{CLAIM} {i}", True, "c1") for i in range(supported)] + [
+        Claim(f"{CLAIM} u{i}", False) for i in range(unsupported)
+    ]
+
+
+def judged(
+    claim_list: list[Claim], *, answerable: bool, admits: bool, relevance: Any, trace_id: str = TRACE
+) -> Judgement:
+    return Judgement.from_verdicts(
+        claim_list,
+        answerable_from_context=answerable,
+        answer_admits_uncertainty=admits,
+        answer_relevance=relevance,
+        trace_id=trace_id,
+        raw={"claims": [c.text for c in claim_list], "query": QUERY},
+        **META,
+    )
+
+
+GROUNDED = judged(claims(3), answerable=True, admits=False, relevance=3)
+ONE_UNSUPPORTED = judged(claims(3, 1), answerable=True, admits=False, relevance=2)
+HALLUCINATED = judged(claims(0, 2), answerable=False, admits=False, relevance=3)
+ADMITTED = judged([], answerable=False, admits=True, relevance=1)
+FALSE_REFUSAL = judged([], answerable=True, admits=True, relevance=1)
+FAILED = Judgement.failed(JudgeOutcome.TIMEOUT, ERROR, trace_id=TRACE, raw=ERROR, **META)
+
+
+def by_name(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {str(e["gen_ai.evaluation.name"]): e for e in events}
+    assert len(out) == len(events), "one event per check"
+    return out
+
+
+def verdict(event: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return (
+        event.get("gen_ai.evaluation.score.value"),
+        event.get("gen_ai.evaluation.score.label"),
+        event.get("gen_ai.evaluation.explanation"),
+    )
+
+
+# -- the mapping -----------------------------------------------------------------------------------
+
+
+def test_grounded_answer() -> None:
+    events = by_name(evaluation_events(GROUNDED))
+    assert set(events) == {"faithfulness", "false_refusal", "answer_relevance"}
+    assert verdict(events["faithfulness"]) == (1.0, "pass", "3 of 3 claims supported")
+    assert verdict(events["false_refusal"])[:2] == (0.0, "answered")
+    assert verdict(events["answer_relevance"])[:2] == (3.0, "relevant")
+    for e in events.values():
+        assert e["rag.query_type"] == "lookup"
+        assert e["rag.service"] == "shop-rag"
+        assert e["rag.judge.backend"] == "anthropic"
+        assert e["rag.judge.model"] == "claude-judge-x"
+        assert e["rag.sampling_weight"] == 4.0 and isinstance(e["rag.sampling_weight"], float)
+        assert "error.type" not in e and "gen_ai.request.model" not in e
+        assert isinstance(e["gen_ai.evaluation.score.value"], float)
+
+
+def test_one_unsupported_claim() -> None:
+    events = by_name(evaluation_events(ONE_UNSUPPORTED))
+    assert verdict(events["faithfulness"]) == (0.75, "fail", "3 of 4 claims supported")
+    assert verdict(events["answer_relevance"])[:2] == (2.0, "partial")
+
+
+def test_unanswerable_checks_hallucination_not_refusal() -> None:
+    events = by_name(evaluation_events(HALLUCINATED))
+    assert set(events) == {"faithfulness", "hallucination", "answer_relevance"}
+    assert verdict(events["faithfulness"])[:2] == (0.0, "fail")
+    assert verdict(events["hallucination"])[:2] == (1.0, "hallucinated")
+
+    events = by_name(evaluation_events(ADMITTED))
+    assert set(events) == {"hallucination", "answer_relevance"}  # no claims: no faithfulness score
+    assert verdict(events["hallucination"])[:2] == (0.0, "admitted_uncertainty")
+    assert verdict(events["answer_relevance"])[:2] == (1.0, "irrelevant")
+
+
+def test_refusal_of_an_answerable_question() -> None:
+    events = by_name(evaluation_events(FALSE_REFUSAL))
+    assert set(events) == {"false_refusal", "answer_relevance"}
+    assert verdict(events["false_refusal"])[:2] == (1.0, "false_refusal")
+
+
+def test_failed_judgement_is_one_event_with_error_type() -> None:
+    (event,) = evaluation_events(FAILED)
+    assert event["gen_ai.evaluation.name"] == "rag.judgement"
+    assert event["error.type"] == "timeout"
+    assert "gen_ai.evaluation.score.value" not in event and "gen_ai.evaluation.score.label" not in event
+    assert ERROR not in repr(event)
+
+
+def test_mapping_never_carries_text() -> None:
+    for j in (GROUNDED, ONE_UNSUPPORTED, HALLUCINATED, ADMITTED, FALSE_REFUSAL, FAILED):
+        text = repr(evaluation_events(j))
+        assert not [m for m in MARKERS if m in text]
+
+
+def test_config() -> None:
+    cfg = EventsConfig(
+        endpoint="http://user:pw@collector:4318/v1/logs?k=v", headers={"Authorization": SECRET}
+    )
+    assert EventsConfig().endpoint is None and EventsConfig().resource_attributes["service.name"]
+    assert "SECRETMARKER" not in repr(cfg) and "SECRETMARKER" not in str(cfg)
+    redacted = repr(cfg.redacted())
+    assert "SECRETMARKER" not in redacted and "pw" not in redacted and "Authorization" in redacted
+    assert EvaluationEventSink.from_config(EventsConfig()) is None
+    for bad in ("collector:4318", "ftp://x/v1/logs", "http://x:port/v1/logs"):
+        with pytest.raises(ValidationError):
+            EventsConfig(endpoint=bad)
+    with pytest.raises(ValidationError):
+        EventsConfig(endpoint="http://x/v1/logs", surprise=1)  # type: ignore[call-arg]
+
+
+# -- the real pipeline -----------------------------------------------------------------------------
+
+
+def sink_for(url: str, **overrides: Any) -> EvaluationEventSink:
+    cfg: dict[str, Any] = {"endpoint": url, "export_interval_seconds": 0.05, **overrides}
+    sink = EvaluationEventSink.from_config(EventsConfig(**cfg))
+    assert sink is not None
+    return sink
+
+
+def attrs(log_record: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in log_record.attributes:
+        kind = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, kind)
+    return out
+
+
+def test_events_arrive_on_the_judged_span(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    sink = sink_for(receiver.url, headers={"Authorization": SECRET}, compression="gzip")
+    judgements = [GROUNDED, ONE_UNSUPPORTED, HALLUCINATED, FALSE_REFUSAL, FAILED]
+    started = time.perf_counter()
+    for j in judgements:
+        sink.emit(j, record())
+    assert time.perf_counter() - started < 0.5  # queued, not sent
+    expected = sum(len(evaluation_events(j)) for j in judgements)
+    assert len(receiver.wait_for(expected)) == expected  # sent by the batch thread, before shutdown
+    assert sink.shutdown(5.0) is True
+    assert sink.stats().queued == sink.stats().exported == expected
+    assert sink.stats().dropped == sink.stats().failed == 0
+
+    exported = receiver.records()
+    for resource, lr in exported:
+        assert lr.event_name == EVENT_NAME
+        assert lr.trace_id == bytes.fromhex(TRACE)
+        assert lr.span_id == bytes.fromhex(SPAN)
+        assert lr.flags & 0x01  # sampled
+        assert lr.time_unix_nano > 0
+        assert lr.body.WhichOneof("value") is None  # no body: nothing but attributes
+        a = attrs(lr)
+        assert a["event.name"] == EVENT_NAME
+        assert a["rag.query_type"] == "lookup" and a["rag.judge.model"] == "claude-judge-x"
+        assert a["rag.sampling_weight"] == 4.0
+        service = {kv.key: kv.value.string_value for kv in resource.attributes}["service.name"]
+        assert service == "rag-monitor"
+    names = sorted(attrs(lr)["gen_ai.evaluation.name"] for _, lr in exported)
+    assert names.count("faithfulness") == 3 and names.count("rag.judgement") == 1
+
+    scores = {
+        (
+            a["gen_ai.evaluation.name"],
+            a.get("gen_ai.evaluation.score.label"),
+            a.get("gen_ai.evaluation.score.value"),
+        )
+        for a in (attrs(lr) for _, lr in exported)
+    }
+    assert {
+        ("faithfulness", "pass", 1.0),
+        ("faithfulness", "fail", 0.75),
+        ("faithfulness", "fail", 0.0),
+        ("hallucination", "hallucinated", 1.0),
+        ("false_refusal", "false_refusal", 1.0),
+        ("false_refusal", "answered", 0.0),
+        ("answer_relevance", "partial", 2.0),
+        ("rag.judgement", None, None),
+    } <= scores
+    (failed,) = [lr for _, lr in exported if attrs(lr)["gen_ai.evaluation.name"] == "rag.judgement"]
+    assert attrs(failed)["error.type"] == "timeout"
+    assert failed.severity_text == "WARN"
+
+    # Headers are sent, to the configured path, compressed as configured...
+    for cap in receiver.requests:
+        assert cap.path == "/v1/logs"
+        assert cap.headers["authorization"] == SECRET
+        assert cap.headers["content-encoding"] == "gzip"
+        assert cap.headers["content-type"] == "application/x-protobuf"
+        # ...and no user text is in any exported byte.
+        assert not [m for m in MARKERS if m.encode() in cap.body]
+    # The secret header and user text never reach our own logs (DEBUG included: urllib3 too).
+    assert "SECRETMARKER" not in caplog.text
+    assert not [m for m in MARKERS if m in caplog.text]
+    assert "exporting to http://127.0.0.1" in caplog.text and "Authorization" in caplog.text
+
+
+def test_invalid_ids_skip_the_record(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
+    sink = sink_for(receiver.url)
+    bad = [
+        record(trace_id="xyz"),
+        record(trace_id="0" * 32),
+        record(span_id="b7ad6b716920333"),  # 15 chars
+        record(span_id="zz" * 8),
+    ]
+    for r in bad:
+        with caplog.at_level(logging.WARNING, logger="monitor.evaluation_events"):
+            caplog.clear()
+            sink.emit(GROUNDED, r)  # never raises
+            assert len([r for r in caplog.records if "skipped" in r.getMessage()]) == 1
+    sink.emit(judged(claims(1), answerable=True, admits=False, relevance=3, trace_id="ff" * 16), record())
+    sink.emit(ADMITTED, record())
+    assert sink.shutdown(5.0) is True
+    assert sink.stats().skipped_records == len(bad) + 1  # the mismatched trace too
+    assert len(receiver.records()) == len(evaluation_events(ADMITTED))
+
+
+def test_receiver_down_neither_raises_nor_hangs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = f"http://127.0.0.1:{_closed_port()}/v1/logs"
+    sink = sink_for(url, headers={"Authorization": SECRET}, timeout_seconds=10)
+    for _ in range(5):
+        sink.emit(GROUNDED, record())
+    time.sleep(0.3)  # let the batch thread start failing and retrying
+    started = time.monotonic()
+    assert sink.shutdown(1.5) is False
+    assert time.monotonic() - started < 2.5
+    s = sink.stats()
+    assert s.queued == 15 and s.exported == 0
+    sink.emit(GROUNDED, record())  # after shutdown: dropped, counted, no error
+    assert sink.stats().dropped == 3
+    assert sink.shutdown(1.0) is False  # idempotent
+    assert "SECRETMARKER" not in caplog.text
+
+
+def test_hung_receiver_full_queue_drops_and_bounded_shutdown() -> None:
+    # Accepts TCP connections (kernel backlog) but never answers: the exporter's request hangs.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/v1/logs"
+        sink = sink_for(url, timeout_seconds=30, max_queue_size=4)
+        started = time.perf_counter()
+        for _ in range(100):
+            sink.emit(GROUNDED, record())
+        assert time.perf_counter() - started < 1.0  # emit never waits for the receiver
+        s = sink.stats()
+        assert (s.queued, s.dropped) == (4, 300 - 4)
+        started = time.monotonic()
+        assert sink.shutdown(1.0) is False
+        assert time.monotonic() - started < 2.0
+
+
+async def test_sidecar_sends_an_event_set_per_judged_trace(
+    receiver: Receiver, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Through Kafka and the offline judge: each judged trace's verdicts come back as events on that
+    trace's root span, and the exported count reaches /metrics."""
+    work = generate(12, seed=5, mode="per_trace")
+    results = tmp_path / "r.jsonl"
+    settings = settings_for(
+        broker.bootstrap_servers,
+        topic,
+        results,
+        events={"endpoint": receiver.url, "export_interval_seconds": 0.05},
+    )
+    async with running(settings) as sidecar:
+        await produce(broker.bootstrap_servers, topic, [(m.key, m.value) for m in work.messages])
+        await eventually(lambda: len(result_lines(results)) == 12, what="every trace judged")
+    # Stopped: shutdown flushed the queue, and the final count was exported.
+    lines = {r["trace_id"]: r for r in result_lines(results)}
+    anchors = {(lr.trace_id.hex(), lr.span_id.hex()) for _, lr in receiver.records()}
+    assert anchors == {(t, r["span_id"]) for t, r in lines.items()}
+    names = [attrs(lr)["gen_ai.evaluation.name"] for _, lr in receiver.records()]
+    assert names.count("answer_relevance") == 12  # one per judgement, whatever else applied
+    exported = sample(sidecar, "ragmon_evaluation_events_total", outcome="exported")
+    assert exported == len(receiver.records()) > 12
