@@ -1,26 +1,54 @@
-"""Ingest benchmark: raw `aiokafka` consumption vs the sidecar with judging off, same topic, same run.
+"""Ingest benchmark: raw `aiokafka` vs the sidecar, and the sidecar with sampling off vs on, one run.
 
 Fills a topic on the embedded broker with the workload's OpenInference traces (three spans each,
 ~2 KB of retrieved chunk text per trace, OTLP protobuf as the Collector writes it), then drains it
 
   (a) raw: an `AIOKafkaConsumer` in a fresh group, `getmany` until every message is in, no
       processing, with the consumer settings `monitor.source.KafkaSource` uses;
-  (b) sidecar: `monitor.pipeline.Sidecar` in a fresh group, sample rate 0 (no judging, no output),
-      so every span is decoded and assembled and every record counted.
+  (b) sidecar: `monitor.pipeline.Sidecar` in a fresh group, every span decoded and assembled and
+      every record counted, in one of three sampling variants (`--sampling`, default all three):
+      off     `sampling.rate` 0, `min_per_window` 0, judge `none`. `Sampler.decide` still runs: with
+              rate 0 the bound is 0, so it returns None after the trace-id hash (its common path),
+              never reaching the signals or the floor. This is the earlier rate-0 sidecar (judge
+              `none` now, so no judge is built) and the (b) of the (b)/(a) ratio;
+      on      rate 0.05, floor 20 per query type, `low_score_threshold` 0.7 (the workload's top
+              scores: 0.78-0.93 with the evidence retrieved, 0.55-0.75 without; 0.7 flags ~12 %),
+              the other signals at their defaults, judge `none` and no results sink: the full
+              decision per record, nothing queued (`Sidecar._finish`). on/off is the sampling
+              cost, the issue's criterion: on/off >= 0.95 in msgs/s;
+      judged  the same policy with the offline `lexical` judge and a results file: what judging
+              and writing the ~6 % sample adds on top. Reported apart; not the criterion.
 
-Both figures are Kafka messages per second. The clock starts when the first non-empty fetch
+All figures are Kafka messages per second. The clock starts when the first non-empty fetch
 returns, so the group join (~15 s with tansu) is excluded, and that first batch is not counted.
-(b) stops when `ragmon_records_total`, read from the sidecar's registry, holds every trace, with
+(b) stops at the first consumer-loop turn (one `source.fetch` call) at which `ragmon_records_total`,
+read from the sidecar's registry, holds every trace and every message is done — its offset
+committable, so for `judged` every sampled record has been judged and written too —, with
 `assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted ("to last decode" is
-the rate up to the turn of the consumer loop that processed the last message). Each side runs in
-its own subprocess (this file with `--role raw|sidecar`), so each peak RSS (`ru_maxrss`) is its
-own; the broker is a separate process and not counted. CPU µs/msg is process CPU time over the
-same window, a figure CPU steal on shared machines disturbs less than wall-clock rates.
+the rate up to the turn that processed the last message). Every role runs in its own subprocess
+(this file with `--role raw|sidecar`), in a fresh consumer group, so each peak RSS (`ru_maxrss`) is
+its own; the broker is a separate process and not counted. CPU µs/msg is process CPU time over the
+same window, a figure CPU steal on shared machines disturbs less than wall-clock rates. Records
+sampled are counted by wrapping `sidecar.sampler.decide` (non-None returns), in every variant so
+the wrapper's cost is the same in each; `judged` also reports the judge's requests
+(`ragmon_judge_requests_total`, one per judged record), skips and results lines.
 
-Goal (the ingest issue): sidecar/raw >= 0.7, and peak RSS < 250 MiB while 1M spans drain.
+Each repeat runs raw, then the variants in the order off, on, judged, reversed every other repeat
+(raw off on judged, raw judged on off, ...): `on` always runs next to `off`, and a steady drift of
+the machine (seen: -20 % CPU per message over 15 minutes) cancels over two repeats, so prefer an
+even `--repeat`. Ratios between variants are the medians of the per-repeat ratios, whose two runs
+are neighbours in time; the ratio of the medians is printed too. (b)/(a) is the ratio of the
+medians. A sidecar not done after `--timeout` prints where it stands (records, open traces,
+messages in flight) to stderr; one still running a minute after being stopped also prints its
+asyncio tasks and exits (seen once in ~60 runs: every message prefetched, but the fetch never
+returned — likely aiokafka's `getmany` waiting on a group reassignment that never completed).
+
+Goals (the ingest issue): sidecar/raw >= 0.7, peak RSS < 250 MiB while 1M spans drain, and
+sampling on/off >= 0.95.
 
     python bench/ingest.py                            # 333,334 traces = 1,000,002 spans
-    python bench/ingest.py --quick --repeat 3 --json quick.json
+    python bench/ingest.py --quick --repeat 4 --json quick.json
+    python bench/ingest.py --repeat 4 --sampling off,on           # the sampling A/B only
 """
 
 from __future__ import annotations
@@ -35,6 +63,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,8 +75,13 @@ QUICK_TRACES = 30_000
 SPANS_PER_TRACE = 3
 BATCH = 10  # traces per message in "batched" mode (the workload's default)
 GRACE_SECONDS = 0.05
+SHUTDOWN_SECONDS = 60.0  # a sidecar still running this long after `stop` dumps its tasks and exits
 RSS_LIMIT_MIB = 250.0
 GOAL_RATIO = 0.7
+GOAL_SAMPLING_RATIO = 0.95  # on/off msgs/s
+VARIANTS = ("off", "on", "judged")  # the sidecar's sampling variants; "off" is the baseline
+# The `on` and `judged` policy; priority-signal multipliers stay at their defaults.
+SAMPLING_ON: dict[str, Any] = {"rate": 0.05, "min_per_window": 20, "low_score_threshold": 0.7}
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,18 +175,25 @@ async def run_raw(args: argparse.Namespace) -> dict[str, Any]:
 # (b) the sidecar
 
 
-def sidecar_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def sidecar_overrides(args: argparse.Namespace, results: str | None = None) -> dict[str, Any]:
+    """The sidecar's settings for `args.variant`; `results` is the `judged` variant's results file."""
+    if args.variant == "off":
+        sampling: dict[str, Any] = {"rate": 0.0, "min_per_window": 0}
+    else:
+        sampling = dict(SAMPLING_ON)
+    judged = args.variant == "judged"
     return {
         "kafka": {
             "bootstrap_servers": args.bootstrap,
             "topic": args.topic,
             "group_id": args.group,
-            "client_id": "ingest-bench-sidecar",
+            "client_id": f"ingest-bench-{args.variant}",
             "encoding": args.encoding,
         },
         "assembly": {"grace_seconds": GRACE_SECONDS},
-        "sampling": {"rate": 0.0},
-        "results": {"file": None, "topic": None},
+        "sampling": sampling,
+        "judge": {"backend": "lexical" if judged else "none"},
+        "results": {"file": results if judged else None, "topic": None},
     }
 
 
@@ -161,27 +202,54 @@ def metric_total(registry: Any, sample: str) -> float:
     return float(sum(s.value for m in registry.collect() for s in m.samples if s.name == sample))
 
 
-async def run_sidecar(args: argparse.Namespace) -> dict[str, Any]:
+def run_sidecar(args: argparse.Namespace) -> dict[str, Any]:
+    """`drain_sidecar`, with a results file (used by `judged` only) whose lines are then counted."""
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
+        results = os.path.join(tmp, "results.jsonl")
+        out = asyncio.run(drain_sidecar(args, results))
+        if os.path.exists(results):  # closed by now: `Sidecar.run` closes its sinks on the way out
+            with open(results, "rb") as f:
+                out["results_lines"] = sum(1 for _ in f)
+    return out
+
+
+async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any]:
     """Run the real pipeline in this process, timed through its own `source.fetch` calls."""
     import logging
 
     from monitor.config import load_settings
+    from monitor.model import RagRecord
     from monitor.pipeline import Sidecar
 
     logging.basicConfig(level=logging.WARNING)
-    sidecar = Sidecar(load_settings(None, sidecar_overrides(args)))
+    sidecar = Sidecar(load_settings(None, sidecar_overrides(args, results)))
     registry = sidecar.metrics.registry
+    tracker = sidecar.tracker
     clock = Clock(args.expect_messages)
     stop = asyncio.Event()
     marks: dict[str, float] = {}
     inner = sidecar.source.fetch
+    decide = sidecar.sampler.decide
+    sampled = 0
+
+    def counted_decide(record: RagRecord, now: float) -> float | None:
+        nonlocal sampled
+        p = decide(record, now)
+        if p is not None:
+            sampled += 1
+        return p
+
+    def settled() -> bool:
+        """Every tracked message done: its traces emitted and, if sampled, judged and written."""
+        tracker.committable()
+        return tracker.in_flight() == 0
 
     async def timed_fetch(timeout_ms: int) -> Any:
         # One call per consumer-loop turn: on entry, everything fetched so far has been processed.
         if clock.fetched >= clock.expect:
             now = time.perf_counter()
             marks.setdefault("decoded", now)
-            if metric_total(registry, "ragmon_records_total") >= args.expect_traces:
+            if metric_total(registry, "ragmon_records_total") >= args.expect_traces and settled():
                 marks["records"] = now
                 marks["cpu"] = clock.cpu_us_per_msg()
                 stop.set()
@@ -192,19 +260,51 @@ async def run_sidecar(args: argparse.Namespace) -> dict[str, Any]:
         clock.batch(sum(len(msgs) for msgs in batch.values()))
         return batch
 
+    def state() -> str:
+        """Where a drain that never completed stands, for stderr."""
+        rejected = {
+            s.labels["reason"]: s.value
+            for m in registry.collect()
+            for s in m.samples
+            if s.name == "ragmon_rejected_total" and s.value
+        }
+        return json.dumps(
+            {
+                "fetched": clock.fetched,
+                "records": metric_total(registry, "ragmon_records_total"),
+                "rejected": rejected,
+                "open_traces": sidecar.assembler.open_traces,
+                "messages_in_flight": tracker.in_flight(),
+                "sampled": sampled,
+            }
+        )
+
     sidecar.source.fetch = timed_fetch  # type: ignore[method-assign]
+    sidecar.sampler.decide = counted_decide  # type: ignore[method-assign]
     task = asyncio.create_task(sidecar.run(stop))
     try:
         await asyncio.wait_for(stop.wait(), timeout=args.timeout)
     except TimeoutError:
+        print(f"not complete after {args.timeout:.0f} s: {state()}", file=sys.stderr, flush=True)
         stop.set()
-    await task
+    await asyncio.wait({task}, timeout=SHUTDOWN_SECONDS)
+    if not task.done():
+        print(f"still running {SHUTDOWN_SECONDS:.0f} s after stop: {state()}", file=sys.stderr)
+        for t in asyncio.all_tasks():
+            t.print_stack(file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(3)  # asyncio.run would wait for the stuck tasks again
+    task.result()
     end = marks.get("records")
     return {
-        "role": "sidecar",
+        "role": args.variant,
         "fetched": clock.fetched,
         "records": metric_total(registry, "ragmon_records_total"),
         "rejected": metric_total(registry, "ragmon_rejected_total"),
+        "sampled": sampled,
+        "judged": metric_total(registry, "ragmon_judge_requests_total"),
+        "judge_skipped": metric_total(registry, "ragmon_judge_skipped_total"),
+        "results_lines": 0,
         "complete": end is not None,
         "join_seconds": clock.join_seconds,
         "drain_seconds": (end or 0.0) - (clock.first or 0.0),
@@ -217,7 +317,7 @@ async def run_sidecar(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Orchestration: broker, fill, alternate the two roles
+# Orchestration: broker, fill, interleave the roles
 
 
 @dataclass(slots=True)
@@ -316,14 +416,22 @@ def raw_consumer_settings() -> dict[str, Any]:
 
 
 def run_role(role: str, argv: list[str], timeout: float) -> dict[str, Any]:
-    """One side of the measurement in a fresh interpreter; its last stdout line is the result."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--role", role, *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120, check=False)
+    """One side of the measurement (`raw` or a sampling variant) in a fresh interpreter; its last
+    stdout line is the result."""
+    which = ["--role", "raw"] if role == "raw" else ["--role", "sidecar", "--variant", role]
+    cmd = [sys.executable, os.path.abspath(__file__), *which, *argv]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120, check=False)
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise RuntimeError(f"{shlex.join(which)} timed out:\n{err[-4000:]}") from None
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise RuntimeError(f"--role {role} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"{shlex.join(which)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     if not result["complete"]:
-        raise RuntimeError(f"--role {role} did not drain the topic in {timeout:.0f}s: {result}")
+        raise RuntimeError(
+            f"{shlex.join(which)} did not drain the topic in {timeout:.0f}s: {result}\n{proc.stderr[-4000:]}"
+        )
     return result
 
 
@@ -367,27 +475,65 @@ def _say(text: str) -> None:
 def measure(
     args: argparse.Namespace, bootstrap: str, topic: str, fill: Fill
 ) -> dict[str, list[dict[str, Any]]]:
-    """Run (a) then (b), `--repeat` times, each in a fresh consumer group."""
+    """Run raw and every sampling variant once per repeat, each in a fresh consumer group, the
+    variants in reverse order every other repeat (see the module docstring)."""
     common = ["--bootstrap", bootstrap, "--topic", topic, "--timeout", str(args.timeout)]
     common += ["--expect-messages", str(fill.messages), "--expect-traces", str(args.traces)]
-    role_args = {
-        "raw": ["--consumer", json.dumps(raw_consumer_settings())],
-        "sidecar": ["--encoding", args.encoding],
-    }
-    runs: dict[str, list[dict[str, Any]]] = {"raw": [], "sidecar": []}
+    raw_args = ["--consumer", json.dumps(raw_consumer_settings())]
+    sidecar_args = ["--encoding", args.encoding]
+    runs: dict[str, list[dict[str, Any]]] = {role: [] for role in ("raw", *args.sampling)}
     for r in range(args.repeat):
-        for role in ("raw", "sidecar"):
+        for role in ("raw", *(args.sampling if r % 2 == 0 else reversed(args.sampling))):
             group = ["--group", f"bench-{role}-{r}-{uuid.uuid4().hex[:6]}"]
-            res = run_role(role, common + group + role_args[role], args.timeout)
+            extra_args = raw_args if role == "raw" else sidecar_args
+            res = run_role(role, common + group + extra_args, args.timeout)
             runs[role].append(res)
-            extra = f" (to last decode {res['msgs_per_s_decoded']:,.0f})" if role == "sidecar" else ""
+            extra = ""
+            if role != "raw":
+                extra = f" (to last decode {res['msgs_per_s_decoded']:,.0f}), {res['sampled']:,} sampled"
             _say(
-                f"  run {r + 1}/{args.repeat} {role:7s}: {res['msgs_per_s']:>8,.0f} msgs/s{extra}, "
+                f"  run {r + 1}/{args.repeat} {role:6s}: {res['msgs_per_s']:>8,.0f} msgs/s{extra}, "
                 f"{res['cpu_us_per_msg']:.0f} CPU µs/msg, join {res['join_seconds']:.1f} s, "
                 f"drain {res['drain_seconds']:.1f} s, fetch wait {res['fetch_wait_seconds']:.1f} s, "
                 f"peak RSS {res['peak_rss_mib']:.0f} MiB"
             )
     return runs
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(x[key] for x in runs))
+
+
+def summarize(role: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the repeats of one role (peak RSS: the largest)."""
+    out: dict[str, Any] = {
+        "msgs_per_s": _median(runs, "msgs_per_s"),
+        "cpu_us_per_msg": _median(runs, "cpu_us_per_msg"),
+        "peak_rss_mib": max(x["peak_rss_mib"] for x in runs),
+    }
+    if role != "raw":
+        records = _median(runs, "records")
+        out["msgs_per_s_to_last_decode"] = _median(runs, "msgs_per_s_decoded")
+        out["records"] = records
+        out["sampled"] = _median(runs, "sampled")
+        out["sampled_share"] = out["sampled"] / records if records else 0.0
+    if role == "judged":
+        for key in ("judged", "judge_skipped", "results_lines"):
+            out[key] = _median(runs, key)
+    return out
+
+
+def compare(runs: dict[str, list[dict[str, Any]]], a: str, b: str) -> dict[str, Any]:
+    """a/b: the median of the per-repeat ratios (the runs of one repeat are neighbours in time),
+    each per-repeat ratio, and the ratio of the medians."""
+    out: dict[str, Any] = {}
+    for key in ("msgs_per_s", "cpu_us_per_msg"):
+        paired = [x[key] / y[key] if y[key] else 0.0 for x, y in zip(runs[a], runs[b], strict=True)]
+        den = _median(runs[b], key)
+        out[key] = float(statistics.median(paired))
+        out[f"{key}_per_repeat"] = paired
+        out[f"{key}_of_medians"] = _median(runs[a], key) / den if den else 0.0
+    return out
 
 
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
@@ -410,10 +556,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         )
         runs = measure(args, broker.bootstrap_servers, topic, fill)
 
-    def median(role: str, key: str) -> float:
-        return float(statistics.median(x[key] for x in runs[role]))
-
-    raw, side = median("raw", "msgs_per_s"), median("sidecar", "msgs_per_s")
+    roles = {role: summarize(role, x) for role, x in runs.items()}
+    raw, off = roles["raw"], roles["off"]
     report = {
         "command": command,
         "machine": info,
@@ -425,40 +569,78 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "mean_message_bytes": fill.bytes / fill.messages,
         "context_bytes_per_trace": context,
         "fill": {**asdict(fill), "msgs_per_s": fill.messages / fill.seconds},
-        "raw_msgs_per_s": raw,
-        "sidecar_msgs_per_s": side,
-        "sidecar_msgs_per_s_to_last_decode": median("sidecar", "msgs_per_s_decoded"),
-        "ratio": side / raw if raw else 0.0,
-        "cpu_us_per_msg": {
-            "raw": median("raw", "cpu_us_per_msg"),
-            "sidecar": median("sidecar", "cpu_us_per_msg"),
+        # (b) of the (b)/(a) ratio is the `off` variant.
+        "raw_msgs_per_s": raw["msgs_per_s"],
+        "sidecar_msgs_per_s": off["msgs_per_s"],
+        "sidecar_msgs_per_s_to_last_decode": off["msgs_per_s_to_last_decode"],
+        "ratio": off["msgs_per_s"] / raw["msgs_per_s"] if raw["msgs_per_s"] else 0.0,
+        "cpu_us_per_msg": {role: x["cpu_us_per_msg"] for role, x in roles.items()},
+        "peak_rss_mib": {role: x["peak_rss_mib"] for role, x in roles.items()},
+        "roles": roles,
+        "sampling": {
+            "policy_on": SAMPLING_ON,
+            "goal_on_off": GOAL_SAMPLING_RATIO,
+            "on_off": compare(runs, "on", "off") if "on" in runs else None,
+            "judged_off": compare(runs, "judged", "off") if "judged" in runs else None,
         },
-        "peak_rss_mib": {role: max(x["peak_rss_mib"] for x in runs[role]) for role in runs},
         "runs": runs,
     }
     print_table(report)
     return report
 
 
+def _ab_rows(label: str, ab: dict[str, Any], goal: float | None) -> list[tuple[str, str]]:
+    """Two table rows for a ratio of variants: msgs/s (against `goal`, if any) and CPU µs/msg."""
+
+    def more(key: str) -> str:
+        xs = ab[f"{key}_per_repeat"]
+        return f"per repeat {min(xs):.3f}-{max(xs):.3f}, of medians {ab[f'{key}_of_medians']:.3f}"
+
+    verdict = ""
+    if goal is not None:
+        verdict = "  [ok]" if ab["msgs_per_s"] >= goal else f"  [below the {goal} goal]"
+    return [
+        (f"{label} msgs/s", f"{ab['msgs_per_s']:.3f}{verdict}  {more('msgs_per_s')}"),
+        (f"{label} CPU µs/msg", f"{ab['cpu_us_per_msg']:.3f}  {more('cpu_us_per_msg')}"),
+    ]
+
+
 def print_table(rep: dict[str, Any]) -> None:
-    rss, cpu, m = rep["peak_rss_mib"], rep["cpu_us_per_msg"], rep["machine"]
+    rss, cpu, m, roles = rep["peak_rss_mib"], rep["cpu_us_per_msg"], rep["machine"], rep["roles"]
     ratio_ok = "ok" if rep["ratio"] >= GOAL_RATIO else f"below the {GOAL_RATIO} goal"
     rss_ok = "ok" if max(rss.values()) < RSS_LIMIT_MIB else f"over {RSS_LIMIT_MIB:.0f} MiB"
     spans_per_s = rep["sidecar_msgs_per_s"] * rep["spans"] / rep["messages"]
+    side = f"{rep['sidecar_msgs_per_s']:,.0f} msgs/s ({spans_per_s:,.0f} spans/s)"
     rows = [
         ("messages / spans", f"{rep['messages']:,} / {rep['spans']:,}"),
         ("mean message bytes", f"{rep['mean_message_bytes']:,.0f}"),
         ("chunk context bytes / trace", f"{rep['context_bytes_per_trace']:,.0f}"),
         ("fill", f"{rep['fill']['msgs_per_s']:,.0f} msgs/s"),
         ("(a) raw aiokafka", f"{rep['raw_msgs_per_s']:,.0f} msgs/s"),
-        ("(b) sidecar, judging off", f"{rep['sidecar_msgs_per_s']:,.0f} msgs/s ({spans_per_s:,.0f} spans/s)"),
+        ("(b) sidecar, sampling off", side),
         ("(b) to last decode", f"{rep['sidecar_msgs_per_s_to_last_decode']:,.0f} msgs/s"),
         ("ratio (b)/(a)", f"{rep['ratio']:.2f}  [{ratio_ok}]"),
-        ("CPU µs/msg raw / sidecar", f"{cpu['raw']:.0f} / {cpu['sidecar']:.0f}"),
-        ("peak RSS raw / sidecar", f"{rss['raw']:.0f} / {rss['sidecar']:.0f} MiB  [{rss_ok}]"),
     ]
+    labels = {"on": "sampling on, judge none", "judged": "sampling on, lexical judge"}
+    for role, label in labels.items():
+        if role in roles:
+            x = roles[role]
+            rows.append((label, f"{x['msgs_per_s']:,.0f} msgs/s, {x['sampled_share']:.1%} sampled"))
+    ab = rep["sampling"]
+    if ab["on_off"] is not None:
+        rows += _ab_rows("on/off", ab["on_off"], GOAL_SAMPLING_RATIO)
+    if ab["judged_off"] is not None:
+        rows += _ab_rows("judged/off", ab["judged_off"], None)
+        x = roles["judged"]
+        done = f"{x['judged']:,.0f} / {x['judge_skipped']:,.0f} / {x['results_lines']:,.0f}"
+        rows.append(("judged: requests / skipped / lines", done))
+    names = " / ".join(roles)
+    rows.append((f"CPU µs/msg {names}", " / ".join(f"{cpu[r]:.0f}" for r in roles)))
+    rows.append((f"peak RSS {names}", " / ".join(f"{rss[r]:.0f}" for r in roles) + f" MiB  [{rss_ok}]"))
     width = max(len(k) for k, _ in rows)
+    policy = ", ".join(f"{k} {v}" for k, v in SAMPLING_ON.items())
     _say(f"\nmedians of {rep['params']['repeat']} run(s); {m['nproc']} CPU, Python {m['python']}")
+    _say(f"sampling on: {policy}, other signals at their defaults; judged/off is not the criterion")
     for key, value in rows:
         _say(f"  {key:<{width}}  {value}")
     _say(f"monitor sources sha256: {rep['monitor_sha256']}")
@@ -478,7 +660,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mode", choices=("per_trace", "batched"), default="per_trace", help=f"1 or {BATCH} traces a message"
     )
     p.add_argument(
-        "--repeat", type=int, default=1, help="run (a) and (b) alternately R times; report medians"
+        "--repeat", type=int, default=1, help="run (a) and every variant of (b) R times; report medians"
+    )
+    p.add_argument(
+        "--sampling",
+        default=",".join(VARIANTS),
+        help=f"sidecar variants, comma-separated, 'off' included (default {','.join(VARIANTS)})",
     )
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
     p.add_argument("--seed", type=int, default=7)
@@ -486,6 +673,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain")
     # Internal: one side of the measurement, in its own process.
     p.add_argument("--role", choices=("raw", "sidecar"), help=argparse.SUPPRESS)
+    p.add_argument("--variant", choices=VARIANTS, default="off", help=argparse.SUPPRESS)
     for name in ("--bootstrap", "--topic", "--group", "--consumer"):
         p.add_argument(name, help=argparse.SUPPRESS)
     p.add_argument("--expect-messages", type=int, help=argparse.SUPPRESS)
@@ -495,14 +683,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.traces = QUICK_TRACES if args.quick else FULL_TRACES
     if min(args.traces, args.partitions, args.repeat) < 1:
         p.error("--traces, --partitions and --repeat must be >= 1")
+    variants = [v.strip() for v in args.sampling.split(",") if v.strip()]
+    if "off" not in variants or not set(variants) <= set(VARIANTS) or len(set(variants)) < len(variants):
+        p.error(f"--sampling: distinct names from {', '.join(VARIANTS)}, 'off' (the baseline) included")
+    args.sampling = [v for v in VARIANTS if v in variants]  # off, on, judged: `on` next to `off`
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.role is not None:
-        run = run_raw if args.role == "raw" else run_sidecar
-        print(json.dumps(asyncio.run(run(args))))
+        result = asyncio.run(run_raw(args)) if args.role == "raw" else run_sidecar(args)
+        print(json.dumps(result))
         return 0
     report = orchestrate(args)
     if args.json:
