@@ -28,6 +28,7 @@ from monitor.judge.base import (
     output_schema,
     parse_output,
     price_for,
+    system_prompt,
 )
 from monitor.judge.model import Claim, ClaimVerdict, JudgeOutput, TokenUsage
 from monitor.model import Chunk, RagRecord
@@ -162,12 +163,24 @@ def test_output_schema_is_strict_and_derived_from_the_model() -> None:
         assert o["additionalProperties"] is False and o["required"] == list(o["properties"])
     assert set(schema["properties"]) == set(JudgeOutput.model_fields)
     assert set(schema["properties"]["claims"]["items"]["properties"]) == set(ClaimVerdict.model_fields)
-    assert schema["properties"]["answer_relevance"] == {
-        "description": JudgeOutput.model_fields["answer_relevance"].description,
-        "enum": [1, 2, 3],
-        "type": "integer",
+    assert schema["properties"]["answer_relevance"] == {"enum": [1, 2, 3], "type": "integer"}
+    assert schema["properties"]["claims"]["items"]["properties"]["chunk_id"] == {
+        "anyOf": [{"type": "string"}, {"type": "null"}]
     }
     assert "$ref" not in json.dumps(schema) and "$defs" not in schema
+
+
+def test_schema_sends_no_descriptions_and_the_prompt_explains_every_field() -> None:
+    """Field meanings are told once, by the system prompt's steps; the schema sent to the model
+    carries only names, types, enums and the strict shape (descriptions cost tokens on every call)."""
+    types = ["lookup", "comparison"]
+    for schema, system in ((output_schema(), SYSTEM_PROMPT), (output_schema(types), system_prompt(types))):
+        assert "description" not in json.dumps(schema)
+        claim = schema["properties"]["claims"]["items"]["properties"]
+        for name in [*schema["properties"], *claim]:
+            assert name in system, name
+    # The pydantic models keep their descriptions as documentation.
+    assert all(f.description for f in JudgeOutput.model_fields.values())
 
 
 def test_parse_output_reports_precise_problems() -> None:

@@ -111,7 +111,7 @@ async def test_label_is_asked_for_and_recorded(api: FakeAPI, make: Any) -> None:
     body = api.requests[0].body
     schema = sent_schema(body)
     prop = schema["properties"]["query_type"]
-    assert prop["enum"] == TYPES and prop["type"] == "string" and prop["description"]
+    assert prop == {"enum": TYPES, "type": "string"}  # what a type means is the prompt's step
     # Still the strict shape: every property required, nothing else allowed, verdicts unchanged.
     assert set(schema["required"]) == set(schema["properties"]) and schema["additionalProperties"] is False
     verdicts = {k: v for k, v in schema["properties"].items() if k != "query_type"}

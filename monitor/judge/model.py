@@ -4,7 +4,9 @@ Two layers, on purpose:
 
 - `JudgeOutput` / `ClaimVerdict` (pydantic): the boundary. An LLM judge's structured output is
   untrusted input; it is validated here (and against the record: a cited chunk must exist) before
-  anything is scored. Its JSON schema is what the LLM is asked to produce (`base.output_schema`).
+  anything is scored. Its JSON schema is what the LLM is asked to produce (`base.output_schema`),
+  minus the field descriptions: they document the fields here, and the numbered steps of the
+  system prompt are what tell the model what each field means.
 - `LabelledJudgeOutput`: the same plus the judge's own query-type label, asked for only when an
   allow-list is configured; `labelled_output_model` narrows the label to that list, so a label
   outside it fails validation like any other bad field.
