@@ -226,12 +226,14 @@ async def _service_traffic(
                 delay = t0 + counter[0] / opts.rate - time.monotonic()
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=delay)
+                        async with asyncio.timeout(delay):
+                            await stop.wait()
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)  # flushes its queued spans, then exits
             try:
-                await asyncio.wait_for(proc.wait(), timeout=15)
+                async with asyncio.timeout(15):
+                    await proc.wait()
             except TimeoutError:
                 proc.kill()
 
@@ -269,7 +271,8 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
             console.status("starting: sidecar joining the consumer group…"),
             contextlib.suppress(TimeoutError),
         ):
-            await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=60)
+            async with asyncio.timeout(60):
+                await sidecar.source.assigned.wait()
         started = time.monotonic()
         root = _example_service_dir() if opts.source in ("auto", "service") else None
         if opts.source == "service" and root is None:
@@ -289,7 +292,8 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
                         stop.set()
                     live.update(_render(sidecar.metrics.registry, produced[0], started, opts, url))
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=0.5)
+                        async with asyncio.timeout(0.5):
+                            await stop.wait()
                 await prod_task
                 await asyncio.sleep(settings.assembly.grace_seconds + 0.5)  # let the last traces land
                 sidecar_stop.set()

@@ -95,7 +95,8 @@ class KafkaSource:
                     delay,
                 )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
                 delay = min(delay * 2, self._cfg.reconnect_backoff_max_seconds)
         return False
 
@@ -161,7 +162,8 @@ class KafkaSource:
             if high is None:
                 continue
             try:
-                pos = await asyncio.wait_for(self._consumer.position(tp), timeout=1.0)
+                async with asyncio.timeout(1.0):
+                    pos = await self._consumer.position(tp)
             except (KafkaError, TimeoutError, AssertionError):
                 continue
             out[tp.partition] = max(0, high - pos)

@@ -4,6 +4,7 @@ the broker may be down at start or restart, and /metrics is valid Prometheus exp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -188,3 +189,40 @@ async def test_metrics_endpoint_is_valid_exposition(
         subprocess.run, ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+async def test_shutdown_never_hangs_on_a_task_that_swallows_its_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Python 3.11's `wait_for` returns its result instead of raising when a cancel lands as its
+    inner future completes; a housekeeping loop built on it then runs on after `cancel()`. Seen as a
+    SIGTERM'd sidecar that wrote everything but never exited. Shutdown reaps such a task, bounded."""
+    from monitor.pipeline import _cancel_all
+
+    running = True
+
+    async def stubborn() -> None:
+        while running:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.05)
+
+    async def failing() -> None:
+        raise RuntimeError("a worker's bug")
+
+    async def polite() -> None:
+        await asyncio.sleep(3600)
+
+    loop = asyncio.get_running_loop()
+    tasks = [asyncio.create_task(polite(), name="polite"), asyncio.create_task(stubborn(), name="stubborn")]
+    await asyncio.sleep(0.1)  # both running, as the sidecar's tasks are when it stops
+    started = loop.time()
+    await _cancel_all(tasks, grace=1.0)
+    assert loop.time() - started < 2.0
+    assert tasks[0].cancelled() and not tasks[1].done()
+    assert "abandoning tasks that ignore cancellation: ['stubborn']" in caplog.text
+    running = False  # stubborn is still running: stop it the only way it listens to
+    await asyncio.wait_for(tasks[1], timeout=1.0)
+    broken = asyncio.create_task(failing())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="a worker's bug"):
+        await _cancel_all([broken, asyncio.create_task(polite())])

@@ -251,7 +251,8 @@ class KafkaSpanExporter(SpanExporter):
                 with contextlib.suppress(Exception):
                     await producer.stop()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), backoff)
+                    async with asyncio.timeout(backoff):
+                        await self._closing.wait()
                 backoff = min(backoff * 2, self._backoff_max)
                 continue
             self._connected = True
@@ -279,8 +280,10 @@ class KafkaSpanExporter(SpanExporter):
                 await self._wake.wait()
                 self._wake.clear()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.flush(), self._shutdown_timeout)
+                async with asyncio.timeout(self._shutdown_timeout):
+                    await producer.flush()
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), 5)
+                async with asyncio.timeout(5):
+                    await producer.stop()
             self._connected = False
