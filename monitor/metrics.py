@@ -106,6 +106,13 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.budget_remaining = Gauge(
+            f"{PREFIX}judge_budget_remaining",
+            "Judge budget left in the current sliding window, per limit (calls, tokens, usd); "
+            "this replica's share",
+            ["limit"],
+            registry=r,
+        )
         self.judge = JudgeMetrics(r)
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:

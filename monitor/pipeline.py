@@ -440,6 +440,9 @@ class Sidecar:
             await self.source.commit()
             self._export_estimates()
             self._count_events()
+            if self.budget is not None:
+                for limit, left in self.budget.remaining().items():
+                    m.budget_remaining.labels(limit=limit).set(left)
 
     def _count_events(self) -> None:
         if self.events is None:

@@ -46,6 +46,13 @@ async def test_two_replicas_spend_the_budget_once_between_them(
         await eventually(
             lambda: sum(len(result_lines(f)) for f in files) == 90, within=60, what="every trace written"
         )
+
+        # Each replica shows its own share as spent; limits not configured have no series.
+        def left(s: Sidecar, limit: str) -> float | None:
+            return s.metrics.registry.get_sample_value("ragmon_judge_budget_remaining", {"limit": limit})
+
+        await eventually(lambda: [left(s, "calls") for s in group] == [0.0, 0.0], what="budget gauges")
+        assert [left(s, "tokens") for s in group] == [None, None]
     lines = [result_lines(f) for f in files]
     judged = [sum("judge_skipped" not in r for r in rs) for rs in lines]
     # Every record was sampled; two replicas together judged the group's limit of 12, not 24.
