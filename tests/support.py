@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from monitor.broker import free_port
 from monitor.config import Settings, load_settings
@@ -82,6 +83,28 @@ def result_ids(path: Path) -> set[str]:
 def sample(sidecar: Sidecar, name: str, **labels: str) -> float:
     value = sidecar.metrics.registry.get_sample_value(name, labels)
     return value or 0.0
+
+
+async def read_topic(
+    bootstrap: str, topic: str, *, count: int | None = None, within: float = 20.0, **consumer: Any
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """`topic` from its beginning, every partition, no group: until `count` messages are in, or
+    (no count) until a fetch comes back empty after some arrived; at most `within` seconds."""
+    reader = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None, **consumer
+    )
+    await reader.start()
+    out: list[ConsumerRecord[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + within
+        while (count is None or len(out) < count) and time.monotonic() < deadline:
+            batch = await reader.getmany(timeout_ms=500)
+            if not batch and count is None and out:
+                break
+            out.extend(m for msgs in batch.values() for m in msgs)
+        return out
+    finally:
+        await reader.stop()
 
 
 async def committed_total(bootstrap: str, topic: str, group: str, partitions: int = 3) -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from support import (
     committed_total,
     eventually,
+    read_topic,
     result_ids,
     result_lines,
     running,
@@ -153,21 +154,14 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
     )
 
     # Every whole-message reject is in the dead-letter topic, byte for byte.
-    consumer = AIOKafkaConsumer(
-        dlq,
-        bootstrap_servers=bs,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        seen: list[bytes] = []
-        while len(seen) < len(whole_message_rejects):
-            batch = await consumer.getmany(timeout_ms=2000)
-            if not batch:
-                break
-            seen += [m.value for msgs in batch.values() for m in msgs]
-    finally:
-        await consumer.stop()
+    seen = [
+        m.value
+        for m in await read_topic(
+            bs,
+            dlq,
+            count=len(whole_message_rejects),
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024,
+        )
+    ]
     assert sorted(seen) == sorted(v for _, v in whole_message_rejects)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,10 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support import eventually, example_service, result_lines, running, settings_for
+from support import eventually, example_service, read_topic, result_lines, running, settings_for
 
 from examples.rag_service.app import MODEL_NAME, RagPipeline, classify, create_app
 from monitor.assemble import build_record
@@ -148,27 +146,15 @@ def service(broker: EmbeddedBroker, topic: str) -> Iterator[tuple[str, subproces
 
 
 async def _replayed_from_kafka(bootstrap: str, topic: str, query: str) -> RagRecord:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        parts = [TopicPartition(topic, p) for p in range(3)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        facts = []
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=300)
-            if not batch and facts:
-                break
-            for msgs in batch.values():
-                for m in msgs:
-                    facts.extend(decode(m.value, Encoding.OTLP_PROTO).spans)
-        tid = next(f.trace_id for f in facts if f.query == query)
-        rec, _ = build_record(tid, [f for f in facts if f.trace_id == tid])
-        assert rec is not None
-        return rec
-    finally:
-        await consumer.stop()
+    facts = [
+        f
+        for m in await read_topic(bootstrap, topic, within=10.0)
+        for f in decode(m.value, Encoding.OTLP_PROTO).spans
+    ]
+    tid = next(f.trace_id for f in facts if f.query == query)
+    rec, _ = build_record(tid, [f for f in facts if f.trace_id == tid])
+    assert rec is not None
+    return rec
 
 
 async def test_example_service_end_to_end(

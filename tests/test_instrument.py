@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -27,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from support import eventually, result_lines, running, settings_for
+from support import eventually, read_topic, result_lines, running, settings_for
 
 from monitor.assemble import build_record
 from monitor.broker import EmbeddedBroker, free_port
@@ -734,24 +733,6 @@ def _langchain_traces(provider: Any, expected: dict[str, dict[str, Any]]) -> Non
         instrumentor.uninstrument()
 
 
-async def _read_all(bootstrap: str, topic: str, n: int) -> list[tuple[bytes | None, bytes]]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        parts = [TopicPartition(topic, p) for p in range(3)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        out: list[tuple[bytes | None, bytes]] = []
-        deadline = time.monotonic() + 20
-        while len(out) < n and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500)
-            for msgs in batch.values():
-                out.extend((m.key, m.value) for m in msgs)
-        return out
-    finally:
-        await consumer.stop()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def kafka_run(
     broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
@@ -810,7 +791,7 @@ async def kafka_run(
     finally:
         shutdown()
 
-    messages = await _read_all(broker.bootstrap_servers, topic, n_traces)
+    messages = [(m.key, m.value) for m in await read_topic(broker.bootstrap_servers, topic, count=n_traces)]
     results = tmp_path_factory.mktemp("instr") / "results.jsonl"
     async with running(settings_for(broker.bootstrap_servers, topic, results)):
         # Replay traffic is measured by the replay run: the sidecar keeps it out of its output.

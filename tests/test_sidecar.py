@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
 from support import (
     eventually,
+    read_topic,
     result_ids,
     result_lines,
     running,
@@ -178,13 +178,7 @@ async def test_other_dialects_through_kafka(broker: EmbeddedBroker, topic: str, 
         await eventually(lambda: sample(sidecar, "ragmon_golden_last_run_timestamp_seconds") > 0)
         assert sample(sidecar, "ragmon_golden_metric_ratio", query_type="all", metric="recall_at_k") == 1.0
     # The results topic holds the same lines as the file, keyed by trace id.
-    consumer = AIOKafkaConsumer(results_topic, bootstrap_servers=bs, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        batch = await consumer.getmany(timeout_ms=5000)
-    finally:
-        await consumer.stop()
-    keyed = {m.key: json.loads(m.value) for msgs in batch.values() for m in msgs}
+    keyed = {m.key: json.loads(m.value) for m in await read_topic(bs, results_topic, count=2, within=5.0)}
     assert set(keyed) == {genai_id.encode(), legacy_id.encode()}
     assert all(v["trace_id"] == k.decode() for k, v in keyed.items())
     # Judged twice: the deterministic lexical judge agrees with itself.
