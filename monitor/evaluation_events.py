@@ -289,11 +289,8 @@ class EvaluationEventSink:
             )
         )
         self._logger = self._provider.get_logger("monitor.evaluation_events")
-        log.info(
-            "evaluation events: exporting to %s (headers: %s)",
-            _safe_url(config.endpoint),
-            ", ".join(sorted(config.headers)) or "none",
-        )
+        shown = config.redacted()
+        log.info("evaluation events: exporting to %s (headers: %s)", shown["endpoint"], shown["headers"])
 
     @classmethod
     def from_config(cls, config: EventsConfig) -> EvaluationEventSink | None:
