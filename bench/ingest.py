@@ -4,7 +4,7 @@ Fills a topic on the embedded broker with the workload's OpenInference traces (t
 ~2 KB of retrieved chunk text per trace, OTLP protobuf as the Collector writes it), then drains it
 
   (a) raw: an `AIOKafkaConsumer` in a fresh group, `getmany` until every message is in, no
-      processing, with the consumer settings `monitor.source.KafkaSource` uses;
+      processing, with the consumer settings `monitor.kafka.consumer.KafkaSource` uses;
   (b) sidecar: `monitor.pipeline.Sidecar` in a fresh group, every span decoded and assembled and
       every record counted, in one of three sampling variants (`--sampling`, default all three):
       off     `sampling.rate` 0, `min_per_window` 0, judge `none`. `Sampler.decide` still runs: with
@@ -337,8 +337,8 @@ def _counted(pairs: Iterator[tuple[bytes | None, bytes]], fill: Fill) -> Iterato
 async def fill_topic(bootstrap: str, topic: str, args: argparse.Namespace) -> Fill:
     """Create the topic and produce the workload into it, generating as it sends."""
     from monitor.config import KafkaConfig
-    from monitor.source import ensure_topics
-    from monitor.workload import produce, trace_messages
+    from monitor.demo.workload import produce, trace_messages
+    from monitor.kafka.client import ensure_topics
 
     await ensure_topics(KafkaConfig(bootstrap_servers=bootstrap), [topic], partitions=args.partitions)
     fill = Fill()
@@ -353,7 +353,7 @@ async def fill_topic(bootstrap: str, topic: str, args: argparse.Namespace) -> Fi
 
 def context_bytes_per_trace(args: argparse.Namespace) -> float:
     """Mean UTF-8 bytes of retrieved chunk text per trace, over one cycle of the request pool."""
-    from monitor.workload import WorkloadConfig, iter_workload, load_corpus
+    from monitor.demo.workload import WorkloadConfig, iter_workload, load_corpus
 
     chunks = load_corpus().chunks
     n = min(args.traces, WorkloadConfig().pool_size)
@@ -366,7 +366,7 @@ def context_bytes_per_trace(args: argparse.Namespace) -> float:
 
 
 def raw_consumer_settings() -> dict[str, Any]:
-    """The keyword arguments `KafkaSource.start` (monitor/source.py) gives `AIOKafkaConsumer`.
+    """The keyword arguments `KafkaSource.start` (monitor/kafka/consumer.py) gives `AIOKafkaConsumer`.
 
     Captured from the real code with a stand-in consumer class that records them and fails to
     connect, so (a) keeps matching (b) whatever source.py changes. The per-role identity
@@ -376,9 +376,9 @@ def raw_consumer_settings() -> dict[str, Any]:
 
     from aiokafka.errors import KafkaConnectionError
 
-    from monitor import source
     from monitor.config import load_settings
-    from monitor.offsets import OffsetTracker
+    from monitor.kafka import consumer as source
+    from monitor.kafka.offsets import OffsetTracker
 
     captured: dict[str, Any] = {}
     stop = asyncio.Event()
@@ -409,7 +409,7 @@ def raw_consumer_settings() -> dict[str, Any]:
         namespace["AIOKafkaConsumer"] = real
         quiet.setLevel(level)
     if "max_poll_records" not in captured:
-        raise RuntimeError("could not capture the sidecar's consumer settings from monitor/source.py")
+        raise RuntimeError("could not capture the sidecar's consumer settings from monitor/kafka/consumer.py")
     for key in ("group_id", "bootstrap_servers", "client_id"):
         captured.pop(key, None)
     return captured
@@ -537,7 +537,7 @@ def compare(runs: dict[str, list[dict[str, Any]]], a: str, b: str) -> dict[str, 
 
 
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
-    from monitor.broker import EmbeddedBroker
+    from monitor.demo.broker import EmbeddedBroker
 
     command = shlex.join([sys.executable, *sys.argv])
     info = machine()

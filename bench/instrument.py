@@ -33,6 +33,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from monitor.demo.workload import load_corpus
 from monitor.instrument import (
     ContentPolicy,
     configure,
@@ -41,7 +42,6 @@ from monitor.instrument import (
     trace_request,
     trace_retriever,
 )
-from monitor.workload import load_corpus
 
 GOAL_US = 50.0
 

@@ -2,7 +2,7 @@
 
 Everything runs against fake LLM servers this script starts on loopback; no request leaves the machine.
 
-(a) Cost per judged record. The same records (``monitor.workload.generate`` traces: the query, the
+(a) Cost per judged record. The same records (``monitor.demo.workload.generate`` traces: the query, the
     retrieved chunks' text from the bundled corpus, the answer) are judged by
 
       - ours: `AnthropicJudge` (the real `anthropic` SDK) against a fake Messages API;
@@ -79,11 +79,11 @@ from typing import Any
 os.environ["RAGAS_DO_NOT_TRACK"] = "true"
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 
+from monitor.demo.workload import TraceTruth, WorkloadConfig, generate, iter_workload, load_corpus
 from monitor.judge import create_judge
 from monitor.judge.base import SYSTEM_PROMPT, TOOL_DESCRIPTION, TOOL_NAME, output_schema
 from monitor.judge.lexical import is_refusal, split_claims
 from monitor.model import Chunk, RagRecord
-from monitor.workload import TraceTruth, WorkloadConfig, generate, iter_workload, load_corpus
 
 LATENCY = 0.3  # seconds the fake Messages API takes per request in (b)
 GOAL_TOKEN_RATIO = 0.5

@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from monitor.demo.workload import REFUSAL, load_corpus
 from monitor.golden import GoldenRow, run_replay
-from monitor.workload import REFUSAL, load_corpus
 
 
 def _server(latency: float) -> ThreadingHTTPServer:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from monitor.ingest.sample import Sampler, SamplingPolicy, trace_fraction
 from monitor.model import Chunk, RagRecord
-from monitor.sample import Sampler, SamplingPolicy, trace_fraction
 
 TYPES = ("lookup", "comparison", "multi_hop", "exact_match", "abstractive", "out_of_corpus")
 ANSWER = (

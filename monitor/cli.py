@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from monitor.config import ConfigError, Settings, load_settings
-from monitor.decode import Encoding
+from monitor.ingest.decode import Encoding
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
 DemoSource = Literal["auto", "service", "synthetic"]
@@ -88,7 +88,7 @@ def run(
 
 
 async def _run(settings: Settings) -> None:
-    from monitor.export import MetricsServer
+    from monitor.outputs.results import MetricsServer
     from monitor.pipeline import Sidecar
 
     stop = asyncio.Event()
@@ -174,7 +174,7 @@ def demo(
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "WARNING",
 ) -> None:
     """Everything on one machine: embedded broker, synthetic RAG traffic, the sidecar, a live view."""
-    from monitor.demo import DemoOptions, run_demo
+    from monitor.demo.run import DemoOptions, run_demo
 
     _setup_logging(log_level)
     opts = DemoOptions(duration, rate, metrics_port, results_file, bad_every, seed, source)
@@ -187,7 +187,7 @@ def broker(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
 ) -> None:
     """Run the embedded Kafka-compatible broker (tansu, memory storage) in the foreground."""
-    from monitor.broker import EmbeddedBroker
+    from monitor.demo.broker import EmbeddedBroker
 
     b = EmbeddedBroker(port=port, host=host).start()
     typer.echo(f"broker ready on {b.bootstrap_servers} (memory storage; Ctrl-C stops it)")

@@ -18,11 +18,11 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from monitor.budget import BudgetPolicy
-from monitor.decode import Encoding
 from monitor.estimate import EstimatePolicy
-from monitor.evaluation_events import EventsConfig
-from monitor.sample import SamplingPolicy
+from monitor.ingest.decode import Encoding
+from monitor.ingest.sample import SamplingPolicy
+from monitor.judge.budget import BudgetPolicy
+from monitor.outputs.evaluation_events import EventsConfig
 
 DEFAULT_QUERY_TYPES = (
     "lookup",
@@ -123,7 +123,7 @@ class GoldenConfig(_Section):
 
 
 class SamplingConfig(SamplingPolicy):
-    """Per-query-type rates, priority signals and per-window floors (monitor/sample.py)."""
+    """Per-query-type rates, priority signals and per-window floors (monitor/ingest/sample.py)."""
 
 
 class MetricsConfig(_Section):

@@ -20,24 +20,25 @@ from aiokafka import TopicPartition
 if TYPE_CHECKING:
     from monitor.golden import GoldenGauges
 
-from monitor.assemble import Assembler, Finished
-from monitor.budget import JudgeBudget, upper_bound
-from monitor.classify import QueryClassifier
 from monitor.config import Settings
-from monitor.decode import Encoding, decode
 from monitor.estimate import WindowEstimator
-from monitor.evaluation_events import EvaluationEventSink
-from monitor.export import FileSink, KafkaOutput, ResultSink, TopicSink, encode_line
+from monitor.ingest.assemble import Assembler, Finished
+from monitor.ingest.classify import QueryClassifier
+from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.sample import Sampler, trace_fraction
 from monitor.judge import Judge, Judgement, JudgeOutcome, create_judge, skip_reason
 from monitor.judge.base import LLMJudgeConfig, price_for
+from monitor.judge.budget import JudgeBudget, upper_bound
 from monitor.judge.calibrate import disagreements
+from monitor.kafka.consumer import KafkaSource
+from monitor.kafka.offsets import MessageRef, OffsetTracker
+from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics, RecordSeries
 from monitor.model import RagRecord, Reject
-from monitor.offsets import MessageRef, OffsetTracker
+from monitor.outputs.evaluation_events import EvaluationEventSink
+from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
 from monitor.rejects import Rejections
-from monitor.sample import Sampler, trace_fraction
 from monitor.slices import BoundedLabel
-from monitor.source import KafkaSource
 
 log = logging.getLogger(__name__)
 

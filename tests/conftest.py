@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from monitor.broker import EmbeddedBroker
 from monitor.config import KafkaConfig
-from monitor.source import ensure_topics
+from monitor.demo.broker import EmbeddedBroker
+from monitor.kafka.client import ensure_topics
 
 
 @pytest.fixture(scope="session")

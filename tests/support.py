@@ -17,8 +17,8 @@ import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from monitor.broker import free_port
 from monitor.config import Settings, load_settings
+from monitor.demo.broker import free_port
 from monitor.pipeline import Sidecar
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def to_otlp_json(value: bytes) -> bytes:
 def oracle_target(query: str, k: int) -> dict[str, Any]:
     """A perfect RAG service for golden replays: the golden row's relevant chunks and reference
     answer (a refusal when the row is unanswerable). Used as the `module:function` target."""
-    from monitor.workload import REFUSAL, load_corpus
+    from monitor.demo.workload import REFUSAL, load_corpus
 
     corpus = load_corpus()
     question = next(q for q in corpus.questions if q.query == query)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from monitor.assemble import Assembler
 from monitor.config import AssemblyConfig
+from monitor.ingest.assemble import Assembler
+from monitor.kafka.offsets import OffsetTracker
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
-from monitor.offsets import OffsetTracker
 
 
 def span(tid: str, sid: str, parent: str = "", role: SpanRole = SpanRole.OTHER, **kw: object) -> SpanFacts:

@@ -18,13 +18,13 @@ from support import (
     settings_for,
 )
 
-from monitor.broker import EmbeddedBroker
 from monitor.config import KafkaConfig
+from monitor.demo.broker import EmbeddedBroker
+from monitor.demo.workload import generate, produce
 from monitor.judge import Judgement
+from monitor.kafka.client import ensure_topics
 from monitor.model import RagRecord
 from monitor.pipeline import Sidecar
-from monitor.source import ensure_topics
-from monitor.workload import generate, produce
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.budget import BudgetPolicy, Grant, JudgeBudget, upper_bound
 from monitor.judge.base import Price
+from monitor.judge.budget import BudgetPolicy, Grant, JudgeBudget, upper_bound
 from monitor.model import Chunk, RagRecord
 
 T0 = 1_700_000_000.0

@@ -21,9 +21,9 @@ from monitor.estimate import (
     weighted_rate,
     wilson,
 )
+from monitor.ingest.sample import Sampler, SamplingPolicy
 from monitor.judge.model import Judgement, JudgeOutcome
 from monitor.model import Chunk, RagRecord
-from monitor.sample import Sampler, SamplingPolicy
 
 Z95 = 1.959963984540054
 

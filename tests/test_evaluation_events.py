@@ -22,16 +22,16 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from pydantic import ValidationError
 from support import eventually, result_lines, running, sample, settings_for
 
-from monitor.broker import EmbeddedBroker
-from monitor.evaluation_events import (
+from monitor.demo.broker import EmbeddedBroker
+from monitor.demo.workload import generate, produce
+from monitor.judge.model import Claim, Judgement, JudgeOutcome
+from monitor.model import Chunk, RagRecord
+from monitor.outputs.evaluation_events import (
     EVENT_NAME,
     EvaluationEventSink,
     EventsConfig,
     evaluation_events,
 )
-from monitor.judge.model import Claim, Judgement, JudgeOutcome
-from monitor.model import Chunk, RagRecord
-from monitor.workload import generate, produce
 
 # Distinctive markers in every piece of user text: none may reach the exported bytes or the logs.
 QUERY = "QUERYMARKER-q7 what is the refund window?"
@@ -357,7 +357,7 @@ def test_invalid_ids_skip_the_record(receiver: Receiver, caplog: pytest.LogCaptu
         record(span_id="zz" * 8),
     ]
     for r in bad:
-        with caplog.at_level(logging.WARNING, logger="monitor.evaluation_events"):
+        with caplog.at_level(logging.WARNING, logger="monitor.outputs.evaluation_events"):
             caplog.clear()
             sink.emit(GROUNDED, r)  # never raises
             assert len([r for r in caplog.records if "skipped" in r.getMessage()]) == 1

@@ -19,12 +19,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support import eventually, example_service, read_topic, result_lines, running, settings_for
 
 from examples.rag_service.app import MODEL_NAME, RagPipeline, classify, create_app
-from monitor.assemble import build_record
-from monitor.broker import EmbeddedBroker
-from monitor.decode import Encoding, decode
+from monitor.demo.broker import EmbeddedBroker
+from monitor.demo.workload import REFUSAL, load_corpus
+from monitor.ingest.assemble import build_record
+from monitor.ingest.decode import Encoding, decode
 from monitor.instrument import configure, shutdown
 from monitor.model import RagRecord
-from monitor.workload import REFUSAL, load_corpus
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from support import example_service
 from typer.testing import CliRunner
 
-from monitor.broker import free_port
+from monitor.demo.broker import free_port
 from monitor.golden import (
     GoldenGauges,
     GoldenRow,

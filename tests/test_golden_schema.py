@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from monitor.demo.workload import load_corpus
 from monitor.golden import GoldenRow, load_golden, validate
 from monitor.golden.cli import register
-from monitor.workload import load_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 

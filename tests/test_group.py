@@ -10,9 +10,9 @@ import pytest
 from aiokafka import TopicPartition
 from support import eventually, result_lines, running, settings_for
 
-from monitor.broker import EmbeddedBroker
+from monitor.demo.broker import EmbeddedBroker
+from monitor.demo.workload import generate, produce
 from monitor.pipeline import Sidecar
-from monitor.workload import generate, produce
 
 
 def owners(group: list[Sidecar], topic: str) -> list[int]:

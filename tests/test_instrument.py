@@ -28,10 +28,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from support import eventually, read_topic, result_lines, running, settings_for
 
-from monitor.assemble import build_record
-from monitor.broker import EmbeddedBroker, free_port
 from monitor.config import KafkaConfig
-from monitor.decode import Encoding, decode
+from monitor.demo.broker import EmbeddedBroker, free_port
+from monitor.ingest.assemble import build_record
+from monitor.ingest.decode import Encoding, decode
 from monitor.instrument import (
     ContentPolicy,
     KafkaSpanExporter,
@@ -52,8 +52,8 @@ from monitor.instrument import (
     truncate,
 )
 from monitor.instrument import spans as spans_mod
+from monitor.kafka.client import ensure_topics
 from monitor.model import RagRecord
-from monitor.source import ensure_topics
 
 HITS = [
     {"id": "c1", "content": "Paris is the capital of France.", "score": 0.91},

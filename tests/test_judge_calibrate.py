@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from monitor.demo.workload import WorkloadConfig, generate, load_corpus
 from monitor.judge import Judgement, JudgeOutcome, LexicalJudge
 from monitor.judge.calibrate import (
     Confusion,
@@ -22,7 +23,6 @@ from monitor.judge.calibrate import (
     self_agreement,
 )
 from monitor.judge.model import Claim
-from monitor.workload import WorkloadConfig, generate, load_corpus
 
 META: dict[str, Any] = {"query_type": "lookup", "service": "s", "backend": "t", "model": "m"}
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from monitor.demo.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
 from monitor.judge import lexical
 from monitor.judge.calibrate import Labels, compare
 from monitor.judge.lexical import LexicalJudge, is_refusal, split_claims
 from monitor.model import Chunk, RagRecord
-from monitor.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
 
 CHUNKS = [
     Chunk(

@@ -30,13 +30,13 @@ from test_judge_llm import (
     record,
 )
 
-from monitor.broker import EmbeddedBroker
-from monitor.classify import classify_query
 from monitor.config import ConfigError, load_settings
+from monitor.demo.broker import EmbeddedBroker
+from monitor.demo.workload import produce
+from monitor.ingest.classify import classify_query
 from monitor.judge import create_judge
 from monitor.judge.base import SYSTEM_PROMPT, LLMJudgeConfig, build_prompt, output_schema, parse_output
 from monitor.judge.model import Judgement, JudgeOutcome
-from monitor.workload import produce
 
 __all__ = ["_server", "api"]  # the fake API's fixtures, shared with test_judge_llm.py
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from support import committed_total, eventually, result_ids, running, sample, settings_for
 
-from monitor.broker import EmbeddedBroker, free_port
 from monitor.config import KafkaConfig
-from monitor.export import MetricsServer
+from monitor.demo.broker import EmbeddedBroker, free_port
+from monitor.demo.workload import generate, produce
+from monitor.kafka.client import ensure_topics
+from monitor.outputs.results import MetricsServer
 from monitor.pipeline import Sidecar
-from monitor.source import ensure_topics
-from monitor.workload import generate, produce
 
 
 def start_sidecar(bs: str, topic: str, results: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.ingest.sample import Sampler, SamplingPolicy, looks_like_refusal, trace_fraction
 from monitor.model import Chunk, RagRecord
-from monitor.sample import Sampler, SamplingPolicy, looks_like_refusal, trace_fraction
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_700_000_000.0
@@ -67,7 +67,7 @@ def no_signal_policy(rate: float, **kw: float) -> SamplingPolicy:
 _CHILD = """
 import json, sys
 from monitor.model import Chunk, RagRecord
-from monitor.sample import Sampler, SamplingPolicy, trace_fraction
+from monitor.ingest.sample import Sampler, SamplingPolicy, trace_fraction
 ids = json.loads(sys.stdin.read())
 s = Sampler(SamplingPolicy(rate=0.1, min_per_window=0))
 out = []

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, TracesData
 from support import read_topic
 
-from monitor.workload import (
+from monitor.demo.workload import (
     QUERY_TYPES,
     REFUSAL,
     TraceTruth,
@@ -52,7 +52,7 @@ def _parse(value: bytes) -> tuple[dict[str, Any], list[Span]]:
     assert len(data.resource_spans) == 1
     rs = data.resource_spans[0]
     assert len(rs.scope_spans) == 1
-    assert rs.scope_spans[0].scope.name == "monitor.workload"
+    assert rs.scope_spans[0].scope.name == "monitor.demo.workload"
     return {kv.key: _value(kv.value) for kv in rs.resource.attributes}, list(rs.scope_spans[0].spans)
 
 

@@ -1,7 +1,7 @@
 """A small RAG service over the bundled corpus, instrumented with `monitor.instrument`.
 
 Real lexical retrieval (BM25 via `bm25s`, built in memory at start-up from
-`monitor.workload.load_corpus()`), a deterministic extractive generator (the best sentences of the
+`monitor.demo.workload.load_corpus()`), a deterministic extractive generator (the best sentences of the
 top chunk; a refusal when the top BM25 score is low), and knobs that make it worse on purpose, so
 the monitor has something to catch:
 
@@ -27,6 +27,7 @@ import bm25s
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from monitor.demo.workload import REFUSAL, Corpus, load_corpus
 from monitor.instrument import (
     ReplayMiddleware,
     set_query_type,
@@ -34,7 +35,6 @@ from monitor.instrument import (
     trace_request,
     trace_retriever,
 )
-from monitor.workload import REFUSAL, Corpus, load_corpus
 
 __all__ = [
     "MODEL_NAME",

@@ -13,7 +13,7 @@
     @trace_request(query_type=classify)
     async def answer(query: str) -> dict: ...
 
-The spans use the OpenInference attributes that `monitor.dialects` decodes, so the sidecar turns
+The spans use the OpenInference attributes that `monitor.ingest.dialects` decodes, so the sidecar turns
 each request into a RAG record. See `spans` (semantics), `content` (capture switches, truncation,
 redaction), `provider` (`configure`), `kafka` (the direct exporter) and `web` (replay marking).
 """

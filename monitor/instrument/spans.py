@@ -1,6 +1,6 @@
 """Decorators and a context manager that turn a RAG service's own functions into OpenInference spans.
 
-The attributes are exactly those `monitor.dialects` decodes (CHAIN / RETRIEVER / LLM spans,
+The attributes are exactly those `monitor.ingest.dialects` decodes (CHAIN / RETRIEVER / LLM spans,
 ``input.value``, ``output.value``, ``retrieval.documents.{i}.document.*``, ``llm.*``,
 ``rag.query_type``, ``rag.replay``), so the sidecar builds a record from them with no mapping.
 

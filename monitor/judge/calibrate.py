@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.decode import Encoding, decode
+from monitor.ingest.decode import Encoding, decode
 from monitor.judge.base import Judge
 from monitor.judge.model import Judgement
 from monitor.model import RagRecord

@@ -195,7 +195,7 @@ def _claim_words(sentence: str) -> tuple[set[str], set[str]]:
 class LexicalJudge:
     """See the module docstring: an honest approximation, not a language model.
 
-    Thresholds were chosen on the bundled synthetic workload (`monitor.workload`), whose grounded
+    Thresholds were chosen on the bundled synthetic workload (`monitor.demo.workload`), whose grounded
     answers quote their evidence: expect lower agreement on real, paraphrasing models.
     """
 

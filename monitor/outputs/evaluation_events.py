@@ -288,7 +288,7 @@ class EvaluationEventSink:
                 max_queue_size=config.max_queue_size,
             )
         )
-        self._logger = self._provider.get_logger("monitor.evaluation_events")
+        self._logger = self._provider.get_logger("monitor.outputs.evaluation_events")
         shown = config.redacted()
         log.info("evaluation events: exporting to %s (headers: %s)", shown["endpoint"], shown["headers"])
 

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
-from aiokafka import AIOKafkaProducer
 from prometheus_client import CollectorRegistry, start_http_server
 
-from monitor.config import KafkaConfig
+from monitor.kafka.producer import KafkaOutput
 
 log = logging.getLogger(__name__)
 
@@ -49,32 +48,6 @@ class FileSink:
 
     async def close(self) -> None:
         await asyncio.to_thread(self._fh.close)
-
-
-class KafkaOutput:
-    """One producer for the results topic and the dead-letter topic."""
-
-    def __init__(self, config: KafkaConfig) -> None:
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=config.bootstrap_servers,
-            client_id=f"{config.client_id}-out",
-            acks="all",
-            linger_ms=20,
-            # Rejected messages can be larger than max_message_bytes (that is why they were
-            # rejected); the dead-letter topic's max.message.bytes must allow this much.
-            max_request_size=4 * config.max_message_bytes,
-            **config.extra,
-        )
-
-    async def start(self) -> None:
-        await self._producer.start()
-
-    async def send_many(self, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
-        futures = [await self._producer.send(topic, value=v, key=k) for k, v in items]
-        await asyncio.gather(*futures)
-
-    async def close(self) -> None:
-        await self._producer.stop()
 
 
 class TopicSink:

@@ -26,12 +26,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from monitor.broker import EmbeddedBroker, free_port
 from monitor.config import Settings, load_settings
-from monitor.export import MetricsServer
+from monitor.demo.broker import EmbeddedBroker, free_port
+from monitor.demo.workload import WorkloadConfig, iter_workload, produce
+from monitor.kafka.client import ensure_topics
+from monitor.outputs.results import MetricsServer
 from monitor.pipeline import Sidecar
-from monitor.source import ensure_topics
-from monitor.workload import WorkloadConfig, iter_workload, produce
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ async def _service_traffic(
     with the corpus questions, every query type included; malformed messages go straight to Kafka."""
     import httpx
 
-    from monitor.workload import load_corpus
+    from monitor.demo.workload import load_corpus
 
     port = free_port()
     log_path = opts.results_file.parent / "example-service.log"

@@ -10,15 +10,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from monitor.config import KafkaConfig
-from monitor.offsets import OffsetTracker
+from monitor.kafka.client import client_kwargs
+from monitor.kafka.offsets import OffsetTracker
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,6 @@ class KafkaSource:
         self._committed: dict[TopicPartition, int] = {}
         self.assigned = asyncio.Event()  # set once the group has given this member partitions
 
-    def _client_kwargs(self) -> dict[str, Any]:
-        return {
-            "bootstrap_servers": self._cfg.bootstrap_servers,
-            "client_id": self._cfg.client_id,
-            **self._cfg.extra,
-        }
-
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
         delay = 0.25
@@ -78,7 +70,7 @@ class KafkaSource:
                 session_timeout_ms=self._cfg.session_timeout_ms,
                 heartbeat_interval_ms=max(100, self._cfg.session_timeout_ms // 3),
                 metadata_max_age_ms=30_000,
-                **self._client_kwargs(),
+                **client_kwargs(self._cfg),
             )
             try:
                 await consumer.start()
@@ -181,17 +173,3 @@ class KafkaSource:
             log.warning("Kafka silent for %.0fs at shutdown; uncommitted work will be re-read", grace_seconds)
         finally:
             self._consumer = None
-
-
-async def ensure_topics(config: KafkaConfig, topics: list[str], partitions: int = 3) -> None:
-    """Create topics that do not exist (the demo and tests; production topics are provisioned)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap_servers, **config.extra)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):  # a concurrent creator won
-                await admin.create_topics(new)
-    finally:
-        await admin.close()

@@ -11,8 +11,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from monitor.config import AssemblyConfig
+from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
-from monitor.offsets import MessageRef
 
 
 @dataclass(slots=True)

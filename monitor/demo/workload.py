@@ -520,7 +520,7 @@ class _SdkRenderer:
         limits = SpanLimits(max_span_attributes=SpanLimits.UNSET, max_attribute_length=SpanLimits.UNSET)
         self.provider = TracerProvider(resource=resource, id_generator=self.ids, span_limits=limits)
         self.provider.add_span_processor(self.collect)
-        self.tracer = self.provider.get_tracer("monitor.workload")
+        self.tracer = self.provider.get_tracer("monitor.demo.workload")
 
     def spans(self, t: _Trace) -> list[ReadableSpan]:
         """The trace's three spans in end order: retriever, LLM, root."""

@@ -2,7 +2,7 @@
 
 This is the hot path of the sidecar: protobuf is read with plain field access (no json_format, no
 per-span validation) and attributes are turned into one plain dict per span, which
-`monitor.dialects` maps onto `SpanFacts`. Bad input never raises: it comes back as a `Reject`
+`monitor.ingest.dialects` maps onto `SpanFacts`. Bad input never raises: it comes back as a `Reject`
 reason, because one poison message must not stop the consumer.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from monitor import dialects
+from monitor.ingest import dialects
 from monitor.model import RagRecord, Reject, SpanFacts
 
 __all__ = ["Decoded", "Encoding", "decode"]
