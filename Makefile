@@ -16,11 +16,14 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# promtool checks the exposition format of /metrics in the tests.
+# promtool checks the exposition format of /metrics in the tests; stunnel puts TLS in front of the
+# embedded broker (tests/test_kafka_security.py). apt runs only for what is missing.
 debs:
-	@command -v promtool >/dev/null || { \
-		$(SUDO) apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+	@missing=""; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	{ command -v stunnel4 || command -v stunnel; } >/dev/null || missing="$$missing stunnel4"; \
+	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 
 demo: $(STAMP)
 	$(BIN)/rag-monitor demo $(DEMO_ARGS)

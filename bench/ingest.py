@@ -5,7 +5,7 @@ Fills a topic on the embedded broker with the workload's OpenInference traces (t
 
   (a) raw: an `AIOKafkaConsumer` in a fresh group, `getmany` until every message is in, no
       processing, with the consumer settings `monitor.kafka.consumer.KafkaSource` uses;
-  (b) sidecar: `monitor.pipeline.Sidecar` in a fresh group, every span decoded and assembled and
+  (b) sidecar: `monitor.run.Sidecar` in a fresh group, every span decoded and assembled and
       every record counted, in one of three sampling variants (`--sampling`, default all three):
       off     `sampling.rate` 0, `min_per_window` 0, judge `none`. `Sampler.decide` still runs: with
               rate 0 the bound is 0, so it returns None after the trace-id hash (its common path),
@@ -13,11 +13,13 @@ Fills a topic on the embedded broker with the workload's OpenInference traces (t
               `none` now, so no judge is built) and the (b) of the (b)/(a) ratio;
       on      rate 0.05, floor 20 per query type, `low_score_threshold` 0.7 (the workload's top
               scores: 0.78-0.93 with the evidence retrieved, 0.55-0.75 without; 0.7 flags ~12 %),
-              the other signals at their defaults, judge `none` and no results sink: the full
-              decision per record, nothing queued (`Sidecar._finish`). on/off is the sampling
-              cost, the issue's criterion: on/off >= 0.95 in msgs/s;
-      judged  the same policy with the offline `lexical` judge and a results file: what judging
-              and writing the ~6 % sample adds on top. Reported apart; not the criterion.
+              the other signals at their defaults, the ingest stage alone (`--role ingest`): the
+              full decision per record, and each sampled record produced to the samples topic,
+              its input offset held until the broker acknowledges (`IngestStage._finish`). on/off
+              is the cost of sampling and of the stage split, the criterion: on/off >= 0.95;
+      judged  the same policy with both stages in the process (`--role all`), the offline
+              `lexical` judge and a results file: what judging and writing the ~6 % sample adds
+              on top. Reported apart; not the criterion.
 
 All figures are Kafka messages per second. The clock starts when the first non-empty fetch
 returns, so the group join (~15 s with tansu) is excluded, and that first batch is not counted.
@@ -189,11 +191,17 @@ def sidecar_overrides(args: argparse.Namespace, results: str | None = None) -> d
             "group_id": args.group,
             "client_id": f"ingest-bench-{args.variant}",
             "encoding": args.encoding,
+            "auto_offset_reset": "earliest",  # the topic is filled before the group joins
         },
         "assembly": {"grace_seconds": GRACE_SECONDS},
         "sampling": sampling,
         "judge": {"backend": "lexical" if judged else "none"},
         "results": {"file": results if judged else None, "topic": None},
+        "pipeline": {
+            "role": "all" if judged else "ingest",
+            "samples_topic": f"{args.group}-samples",
+            "judge_group_id": f"{args.group}-judge",
+        },
     }
 
 
@@ -219,17 +227,20 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
 
     from monitor.config import load_settings
     from monitor.model import RagRecord
-    from monitor.pipeline import Sidecar
+    from monitor.run import Sidecar
 
     logging.basicConfig(level=logging.WARNING)
     sidecar = Sidecar(load_settings(None, sidecar_overrides(args, results)))
     registry = sidecar.metrics.registry
-    tracker = sidecar.tracker
+    ingest = sidecar.ingest
+    assert ingest is not None
+    judge = sidecar.judge_stage
+    tracker = ingest.tracker
     clock = Clock(args.expect_messages)
     stop = asyncio.Event()
     marks: dict[str, float] = {}
-    inner = sidecar.source.fetch
-    decide = sidecar.sampler.decide
+    inner = ingest.source.fetch
+    decide = ingest.sampler.decide
     sampled = 0
 
     def counted_decide(record: RagRecord, now: float) -> float | None:
@@ -240,9 +251,10 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         return p
 
     def settled() -> bool:
-        """Every tracked message done: its traces emitted and, if sampled, judged and written."""
+        """Every tracked message done: its traces emitted and, if sampled, produced to the
+        samples topic — and, with the judge stage here (`judged`), judged and written."""
         tracker.committable()
-        return tracker.in_flight() == 0
+        return tracker.in_flight() == 0 and (judge is None or judge.written >= ingest.samples.delivered)
 
     async def timed_fetch(timeout_ms: int) -> Any:
         # One call per consumer-loop turn: on entry, everything fetched so far has been processed.
@@ -273,14 +285,14 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
                 "fetched": clock.fetched,
                 "records": metric_total(registry, "ragmon_records_total"),
                 "rejected": rejected,
-                "open_traces": sidecar.assembler.open_traces,
+                "open_traces": ingest.assembler.open_traces,
                 "messages_in_flight": tracker.in_flight(),
                 "sampled": sampled,
             }
         )
 
-    sidecar.source.fetch = timed_fetch  # type: ignore[method-assign]
-    sidecar.sampler.decide = counted_decide  # type: ignore[method-assign]
+    ingest.source.fetch = timed_fetch  # type: ignore[method-assign]
+    ingest.sampler.decide = counted_decide  # type: ignore[method-assign]
     task = asyncio.create_task(sidecar.run(stop))
     try:
         await asyncio.wait_for(stop.wait(), timeout=args.timeout)
@@ -379,6 +391,7 @@ def raw_consumer_settings() -> dict[str, Any]:
     from monitor.config import load_settings
     from monitor.kafka import consumer as source
     from monitor.kafka.offsets import OffsetTracker
+    from monitor.metrics import Metrics
 
     captured: dict[str, Any] = {}
     stop = asyncio.Event()
@@ -397,7 +410,11 @@ def raw_consumer_settings() -> dict[str, Any]:
     async def no_revoke(revoked: set[Any]) -> None:
         pass
 
-    src = source.KafkaSource(load_settings(None, {}).kafka, OffsetTracker(), no_revoke)
+    kafka = load_settings(None, {"kafka": {"auto_offset_reset": "earliest"}}).kafka  # as sidecar_overrides
+    spec = source.SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
+    m = Metrics()
+    metrics = source.ConsumerMetrics(m.consumer_lag, m.consumer_restarts)
+    src = source.KafkaSource(kafka, spec, OffsetTracker(), metrics, no_revoke)
     namespace = vars(source)
     real, namespace["AIOKafkaConsumer"] = namespace["AIOKafkaConsumer"], Capture
     quiet = logging.getLogger(source.__name__)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from monitor.config import ConfigError, Settings, load_settings
+from monitor.config import ConfigError, Role, Settings, load_settings
 from monitor.ingest.decode import Encoding
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
@@ -47,9 +47,12 @@ def _load(config: Path | None, overrides: dict[str, object]) -> Settings:
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", help="YAML config file")] = None,
+    role: Annotated[
+        Role | None, typer.Option(help="all: both stages here; ingest or judge: one, scaled on its own")
+    ] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
     topic: Annotated[str | None, typer.Option(help="input topic of OTLP spans")] = None,
-    group_id: Annotated[str | None, typer.Option(help="consumer group")] = None,
+    group_id: Annotated[str | None, typer.Option(help="consumer group of the ingest stage")] = None,
     encoding: Annotated[Encoding | None, typer.Option(help="wire format of the input topic")] = None,
     sample_rate: Annotated[
         float | None, typer.Option(help="share of records judged and written, 0..1")
@@ -61,8 +64,8 @@ def run(
     judge: Annotated[JudgeBackend | None, typer.Option(help="judge backend (default lexical)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
-    """The sidecar: consume spans, judge a sample, export metrics, write results.
-    SIGTERM drains and exits 0."""
+    """The sidecar: ingest spans and sample them (ingest stage), judge the samples and write
+    results (judge stage); metrics on /metrics. SIGTERM drains and exits 0."""
     _setup_logging(log_level)
     settings = _load(
         config,
@@ -78,27 +81,31 @@ def run(
             "judge": {"backend": judge},
             "metrics": {"port": metrics_port},
             "results": {"topic": results_topic, "file": results_file},
+            "pipeline": {"role": role},
         },
     )
     try:
         asyncio.run(_run(settings))
-    except ValueError as exc:  # a judge that cannot start (no API key, bad option)
+    except (OSError, ValueError) as exc:
+        # A judge or an output that cannot start: no API key, an unreadable key or results file...
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
 async def _run(settings: Settings) -> None:
-    from monitor.outputs.results import MetricsServer
-    from monitor.pipeline import Sidecar
+    from monitor.outputs.http import MetricsServer
+    from monitor.run import Sidecar
 
     stop = asyncio.Event()
     _install_stop(stop)
     sidecar = Sidecar(settings)
-    server = MetricsServer(sidecar.metrics.registry, settings.metrics.host, settings.metrics.port)
+    server = MetricsServer(
+        sidecar.metrics.registry, settings.metrics.host, settings.metrics.port, sidecar.readiness
+    )
     try:
         server.start()
     except OSError as exc:
-        logging.getLogger("monitor").error("cannot serve metrics on port %d: %s", settings.metrics.port, exc)
+        typer.echo(f"error: cannot serve metrics on port {settings.metrics.port}: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         await sidecar.run(stop)
@@ -197,6 +204,21 @@ def broker(
         pass
     finally:
         b.stop()
+
+
+config_app = typer.Typer(no_args_is_help=True, help="The configuration the sidecar would run with.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file")] = None,
+) -> None:
+    """The effective configuration (the file, then RAGMON_ environment variables) as YAML, secrets
+    redacted. An invalid one exits 2 with the errors `run` would give."""
+    import yaml
+
+    typer.echo(yaml.safe_dump(_load(config, {}).redacted(), sort_keys=False), nl=False)
 
 
 def _register_subcommands() -> None:

@@ -6,22 +6,39 @@ surfacing as a strange error deep in the pipeline.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from monitor.estimate import EstimatePolicy
 from monitor.ingest.decode import Encoding
 from monitor.ingest.sample import SamplingPolicy
 from monitor.judge.budget import BudgetPolicy
+from monitor.judge.lexical import LexicalJudge
 from monitor.outputs.evaluation_events import EventsConfig
 
 DEFAULT_QUERY_TYPES = (
@@ -36,7 +53,11 @@ DEFAULT_QUERY_TYPES = (
 )
 
 
-_ENV_APPLIED: ContextVar[bool] = ContextVar("_ENV_APPLIED", default=False)
+# The CLI flags of the `load_settings` call under way: the source that beats the environment.
+_FLAGS: ContextVar[dict[str, Any] | None] = ContextVar("_FLAGS", default=None)
+
+SECRET_MASK = "**********"  # how pydantic prints a SecretStr
+_SECRET_NAME = re.compile("key|password|secret|token|credential", re.IGNORECASE)
 
 
 class _Section(BaseModel):
@@ -50,7 +71,11 @@ class KafkaConfig(_Section):
     client_id: str = "rag-monitor"
     encoding: Encoding = Encoding.AUTO
     dead_letter_topic: str | None = None
-    auto_offset_reset: str = Field("earliest", pattern="^(earliest|latest)$")
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        "latest",
+        description="where a group with no committed offset starts: latest (now: a first deployment on "
+        "a busy topic does not judge its backlog) or earliest; a committed offset always wins",
+    )
     # Messages above this are rejected as too_large (and dead-lettered); fetch limits follow it so a
     # large message can never wedge a partition.
     max_message_bytes: int = Field(8 * 1024 * 1024, gt=0)
@@ -58,8 +83,110 @@ class KafkaConfig(_Section):
     commit_interval_seconds: float = Field(2.0, gt=0)
     session_timeout_ms: int = Field(30_000, gt=0)
     reconnect_backoff_max_seconds: float = Field(10.0, gt=0)
-    # Passed unchanged to aiokafka (security_protocol, sasl_mechanism, ssl_context is not supported).
+    fetch_watchdog_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="restart the consumer when no fetch returns this long while assigned (0 = off)",
+    )
+    dead_letter_max_inflight: int = Field(100, gt=0, description="dead-letter copies awaiting their ack")
+    # Passed unchanged to aiokafka, for its settings without a field here; security has its fields.
     extra: dict[str, Any] = Field(default_factory=dict)
+    # Security, in aiokafka's own names (design.md, Kafka connection). Files are checked here and read
+    # when the clients start (monitor/kafka/client.py). security_protocol comes last: its validator
+    # checks the fields above together.
+    ssl_cafile: Path | None = Field(None, description="CA bundle for the brokers; default: system CAs")
+    ssl_certfile: Path | None = Field(None, description="client certificate (mutual TLS)")
+    ssl_keyfile: Path | None = Field(None, description="client private key (mutual TLS)")
+    ssl_keyfile_password: SecretStr | None = None
+    ssl_keyfile_password_file: Path | None = None
+    ssl_check_hostname: bool = True
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = Field(None, description="e.g. a mounted Kubernetes secret")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", validate_default=True
+    )
+
+    # Pydantic prints a failed model's input in its errors; here that input holds the secrets.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    @field_validator(
+        "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password_file", "sasl_password_file"
+    )
+    @classmethod
+    def _readable(cls, path: Path | None) -> Path | None:
+        """A missing certificate fails start-up, not the first connection minutes later."""
+        if path is not None:
+            try:
+                with path.open("rb") as f:
+                    empty = not f.read(1)
+            except OSError as exc:
+                raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+            if empty:
+                raise ValueError(f"{path} is empty")
+        return path
+
+    @field_validator("security_protocol")
+    @classmethod
+    def _security_is_consistent(cls, protocol: str, info: ValidationInfo) -> str:
+        """Options the protocol would silently ignore are errors, as are half-given credentials.
+
+        A field validator, not a model validator: the error then shows this field's value, never the
+        section's input with its passwords, even where `hide_input_in_errors` does not reach.
+        """
+        got = info.data
+        if _CHECKED - got.keys():
+            return protocol  # one of them failed already, with its own error
+        for key in got["extra"]:
+            if key in ("security_protocol", "ssl_context") or key.startswith("sasl_"):
+                raise ValueError(
+                    f"extra.{key} is not passed to aiokafka: use kafka.{_EXTRA_FIELDS.get(key, 'sasl_*')}"
+                )
+        tls, sasl = protocol in ("SSL", "SASL_SSL"), protocol.startswith("SASL_")
+        tls_set = [n for n in _TLS_OPTIONS if got[n] is not None]
+        tls_set += [] if got["ssl_check_hostname"] else ["ssl_check_hostname"]
+        sasl_set = [n for n in _SASL_OPTIONS if got[n] is not None]
+        sasl_set += [] if got["sasl_mechanism"] == "PLAIN" else ["sasl_mechanism"]
+        if tls_set and not tls:
+            raise ValueError(f"{', '.join(tls_set)}: only used with SSL or SASL_SSL, ignored with {protocol}")
+        if sasl_set and not sasl:
+            raise ValueError(
+                f"{', '.join(sasl_set)}: only used with SASL_PLAINTEXT or SASL_SSL, ignored with {protocol}"
+            )
+        if sasl and not got["sasl_username"]:
+            raise ValueError(f"{protocol} needs sasl_username")
+        if sasl and got["sasl_password"] is None and got["sasl_password_file"] is None:
+            raise ValueError(f"{protocol} needs sasl_password or sasl_password_file")
+        if sasl and None not in (got["sasl_password"], got["sasl_password_file"]):
+            raise ValueError("give sasl_password or sasl_password_file, not both")
+        if (got["ssl_certfile"] is None) != (got["ssl_keyfile"] is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together (mutual TLS)")
+        key_passwords = [got["ssl_keyfile_password"], got["ssl_keyfile_password_file"]]
+        if key_passwords != [None, None] and got["ssl_keyfile"] is None:
+            raise ValueError("ssl_keyfile_password(_file) given without ssl_keyfile")
+        if None not in key_passwords:
+            raise ValueError("give ssl_keyfile_password or ssl_keyfile_password_file, not both")
+        return protocol
+
+
+_TLS_OPTIONS = (
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_keyfile_password",
+    "ssl_keyfile_password_file",
+)
+_SASL_OPTIONS = ("sasl_username", "sasl_password", "sasl_password_file")
+_CHECKED = frozenset({"extra", "ssl_check_hostname", "sasl_mechanism", *_TLS_OPTIONS, *_SASL_OPTIONS})
+# aiokafka argument -> the field that now sets it
+_EXTRA_FIELDS = {
+    "security_protocol": "security_protocol",
+    "ssl_context": "ssl_cafile, ssl_certfile and ssl_keyfile",
+    "sasl_mechanism": "sasl_mechanism",
+    "sasl_plain_username": "sasl_username",
+    "sasl_plain_password": "sasl_password or sasl_password_file",
+}
 
 
 class AssemblyConfig(_Section):
@@ -95,6 +222,22 @@ class SlicesConfig(_Section):
         return v
 
 
+class BreakerConfig(_Section):
+    """The judge circuit breaker: consecutive outage errors (connection refused, 429, 5xx, 529,
+    timeout) open it; judging then pauses, one probe at a time, instead of burning samples as
+    failed judgements."""
+
+    failures: int = Field(5, gt=0, description="consecutive outage errors that open the breaker")
+    min_pause_seconds: float = Field(1.0, gt=0)
+    max_pause_seconds: float = Field(60.0, gt=0)
+    max_attempts: int = Field(
+        5,
+        gt=0,
+        description="outage errors of one sample before it is written failed, provided other samples "
+        "were judged since its first (the sample is the trouble); in an outage nothing is given up",
+    )
+
+
 class JudgeConfig(_Section):
     backend: Literal["lexical", "anthropic", "openai", "none"] = "lexical"
     workers: int = Field(8, gt=0, description="judgements in flight at once")
@@ -105,10 +248,64 @@ class JudgeConfig(_Section):
         description="share of judged records judged a second time to expose judge instability",
     )
     budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
     # prices... (monitor/judge/base.py LLMJudgeConfig). Prefer api_key_file or the environment
     # variable over a key in this file.
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _options_of_the_backend(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Options the backend does not have stop start-up: LLM options on the lexical judge mean the
+        operator believes an LLM judges. Checked with the backend's own option model, without
+        creating the judge, so no API key is needed to validate (or show) a configuration."""
+        backend = info.data.get("backend")
+        if backend is None or not options:  # a bad backend has its own error
+            return options
+        if backend == "none":
+            raise ValueError("no option applies: the judge is off (judge.backend none)")
+        model = _judge_options_model(backend)
+        try:
+            model.model_validate(options)
+        except ValidationError as exc:
+            raise ValueError(
+                _option_problems(exc, f"the {backend} judge", sorted(model.model_fields))
+            ) from None
+        return options
+
+
+def _option_problems(exc: ValidationError, owner: str, known: list[str]) -> str:
+    """One line: the unknown options together, with the list of known ones, then bad values."""
+    errors = exc.errors()
+    unknown = [e for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+    problems = [_error_line(e) for e in errors if e not in unknown]
+    if unknown:
+        names = ", ".join(repr(e["loc"][0]) for e in unknown)
+        verb = "is not an option" if len(unknown) == 1 else "are not options"
+        problems.insert(0, f"{names} {verb} of {owner} (options: {', '.join(known)})")
+    return "; ".join(problems)
+
+
+@functools.cache
+def _judge_options_model(backend: str) -> type[BaseModel]:
+    """The model `create_judge` validates `judge.options` with. The LLM modules are imported for
+    their own backend only: they pull in their SDKs."""
+    if backend == "anthropic":
+        from monitor.judge.anthropic_judge import AnthropicJudgeConfig
+
+        return AnthropicJudgeConfig
+    if backend == "openai":
+        from monitor.judge.openai_judge import OpenAIJudgeConfig
+
+        return OpenAIJudgeConfig
+    # The lexical judge takes its options as keyword arguments: the model is its signature.
+    hints = get_type_hints(LexicalJudge.__init__)
+    fields: dict[str, Any] = {
+        name: (hints[name], param.default)
+        for name, param in inspect.signature(LexicalJudge).parameters.items()
+    }
+    return create_model("LexicalJudgeOptions", __config__=ConfigDict(extra="forbid"), **fields)
 
 
 class GoldenConfig(_Section):
@@ -136,13 +333,32 @@ class ResultsConfig(_Section):
     topic: str | None = None
 
 
+Role = Literal["all", "ingest", "judge"]
+
+
 class PipelineConfig(_Section):
-    queue_size: int = Field(1000, gt=0, description="records waiting for judging/output")
-    drain_timeout_seconds: float = Field(20.0, gt=0)
+    """The two stages and the durable samples topic between them (design.md, Pipeline)."""
+
+    role: Role = Field("all", description="run both stages in this process, or one of them")
+    samples_topic: str = Field("rag_samples", min_length=1, description="ingest -> judge, durable")
+    judge_group_id: str = Field("rag-monitor-judge", min_length=1, description="the judge stage's group")
+    queue_size: int = Field(
+        1000, gt=0, description="samples held by the judge stage (queued, judged, being written)"
+    )
+    max_inflight_produces: int = Field(
+        10_000, gt=0, description="samples produced and not yet acknowledged before ingest waits"
+    )
+    shutdown_seconds: float = Field(
+        25.0,
+        gt=0,
+        description="SIGTERM to exit, everything included (Kubernetes' default grace period is 30 s)",
+    )
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RAGMON_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="RAGMON_", env_nested_delimiter="__", extra="forbid", hide_input_in_errors=True
+    )
 
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
@@ -174,25 +390,45 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment beats the file (passed as init kwargs): the Kubernetes convention of a
-        # ConfigMap file with per-pod env overrides. CLI flags are merged after, without env.
-        if _ENV_APPLIED.get():
-            return (init_settings,)
-        return env_settings, init_settings
+        # Flags beat the environment, which beats the file (passed as init kwargs): the Kubernetes
+        # convention of a ConfigMap file with per-pod env overrides. All merged before the one
+        # validation, so checks across fields see the values in effect, not the file's alone.
+        flags = InitSettingsSource(settings_cls, init_kwargs=_FLAGS.get() or {})
+        return flags, env_settings, init_settings
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as plain data fit to print: every SecretStr masked, and so is any value in a
+        free-form mapping (judge.options, kafka.extra...) whose key names a credential. The events
+        section redacts itself: every header value, and credentials in its URL."""
+        out: dict[str, Any] = _redact(self, self.model_dump(mode="json"))
+        out["events"] = self.events.redacted()
+        return out
+
+
+def _redact(value: Any, dumped: Any) -> Any:
+    """`dumped` (the JSON-mode dump of `value`) with its secrets masked. Walks the live objects
+    alongside, since only they say which fields are secrets and which mappings are free-form."""
+    if isinstance(value, SecretStr):
+        return SECRET_MASK
+    if isinstance(value, BaseModel):
+        return {name: _redact(getattr(value, name), d) for name, d in dumped.items()}
+    if isinstance(value, dict):
+        return {
+            key: SECRET_MASK if _SECRET_NAME.search(str(key)) and not _never_secret(v) else _redact(v, d)
+            for (key, v), d in zip(value.items(), dumped.values(), strict=True)
+        }
+    if isinstance(value, list | tuple):
+        return [_redact(v, d) for v, d in zip(value, dumped, strict=True)]
+    return dumped
+
+
+def _never_secret(value: Any) -> bool:
+    """Numbers, booleans and unset values are no credentials, and worth seeing (`max_tokens`)."""
+    return isinstance(value, int | float | None)
 
 
 class ConfigError(Exception):
     """A configuration problem, worded for the operator."""
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
@@ -206,18 +442,15 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
         data = loaded or {}
+    token = _FLAGS.set(_drop_none(overrides or {}))
     try:
-        settings = Settings(**data)
-        clean = _drop_none(overrides or {})
-        if clean:
-            token = _ENV_APPLIED.set(True)
-            try:
-                settings = Settings(**_deep_merge(settings.model_dump(), clean))
-            finally:
-                _ENV_APPLIED.reset(token)
+        return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
-    return settings
+    except SettingsError as exc:  # a RAGMON_ variable holding a section or a mapping is not JSON
+        raise ConfigError(f"invalid configuration:\n  environment: {exc} ({exc.__cause__})") from None
+    finally:
+        _FLAGS.reset(token)
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -233,9 +466,10 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe(exc: ValidationError) -> str:
-    lines = ["invalid configuration:"]
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")  # our own validators name their fields
-        lines.append(f"  {where}: {msg}" if where else f"  {msg}")
-    return "\n".join(lines)
+    return "\n".join(["invalid configuration:", *(f"  {_error_line(err)}" for err in exc.errors())])
+
+
+def _error_line(err: ErrorDetails) -> str:
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")  # our own validators name their fields
+    return f"{where}: {msg}" if where else msg

@@ -93,12 +93,48 @@ class Metrics:
         )
         self.consumer_lag = Gauge(
             f"{PREFIX}consumer_lag_messages",
-            "Messages between the consumer position and the partition's high watermark",
-            ["partition"],
+            "Messages between the group's committed offset and the partition's end, per owned partition",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.consumer_restarts = Counter(
+            f"{PREFIX}consumer_restarts",
+            "Consumers restarted by the fetch watchdog (no fetch returned while assigned)",
+            ["topic"],
+            registry=r,
+        )
+        self.produce_errors = Counter(
+            f"{PREFIX}produce_errors",
+            "Failed produce attempts, retried with their source offsets held (samples, dead_letter)",
+            ["stream"],
+            registry=r,
+        )
+        self.produce_pending = Gauge(
+            f"{PREFIX}produce_pending",
+            "Messages produced and not yet acknowledged, their source offsets held",
+            ["stream"],
+            registry=r,
+        )
+        self.bad_samples = Counter(
+            f"{PREFIX}bad_samples",
+            "Samples-topic messages the judge stage could not read (skipped, logged)",
+            registry=r,
+        )
+        self.judge_circuit_open = Gauge(
+            f"{PREFIX}judge_circuit_open",
+            "1 while the judge circuit breaker holds judgements back after repeated outage errors",
+            registry=r,
+        )
+        self.judge_retries = Counter(
+            f"{PREFIX}judge_retries",
+            "Judgements that failed for an outage (connection, 429, 5xx, 529, timeout) and were "
+            "put back to judge again",
             registry=r,
         )
         self.inflight = Gauge(
-            f"{PREFIX}inflight_judgements", "Sampled records queued or being judged and written", registry=r
+            f"{PREFIX}inflight_judgements",
+            "Samples read by the judge stage and not yet written (queued, judged or being written)",
+            registry=r,
         )
         self.evaluation_events = Counter(
             f"{PREFIX}evaluation_events",
@@ -207,9 +243,9 @@ class JudgeMetrics:
             registry=r,
         )
 
-    def observe(self, j: Judgement, service: str) -> None:
-        """Cost and outcome always; verdicts only for a successful judgement (never averaged in
-        as zeros when the judge failed)."""
+    def observe_cost(self, j: Judgement) -> None:
+        """What a judgement cost, whatever it was for (production or golden replay) and however
+        it ended: its outcome, latency, tokens, USD."""
         self.requests.labels(backend=j.backend, model=j.model, outcome=j.outcome.value).inc()
         self.latency.labels(backend=j.backend).observe(j.latency_s)
         for kind, n in j.tokens.as_dict().items():
@@ -217,6 +253,11 @@ class JudgeMetrics:
                 self.tokens.labels(model=j.model, type=kind).inc(n)
         if j.cost_usd:
             self.cost.labels(model=j.model).inc(j.cost_usd)
+
+    def observe_verdicts(self, j: Judgement, service: str) -> None:
+        """What the judge said about production traffic; only for a successful judgement (never
+        averaged in as zeros when the judge failed), and never for golden replays, which would
+        skew production's rates."""
         if not j.ok:
             return
         labels = {"service": service, "query_type": j.query_type}

@@ -19,7 +19,8 @@ from aiokafka.structs import ConsumerRecord
 
 from monitor.config import Settings, load_settings
 from monitor.demo.broker import free_port
-from monitor.pipeline import Sidecar
+from monitor.judge import Judge
+from monitor.run import Sidecar
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,10 @@ def settings_for(
             "topic": topic,
             "group_id": f"g-{topic}",
             "commit_interval_seconds": 0.3,
+            "auto_offset_reset": "earliest",
         },
+        # Per test, like the input topic: a session's tests share one broker.
+        "pipeline": {"samples_topic": f"{topic}-samples", "judge_group_id": f"g-{topic}-judge"},
         "assembly": {"grace_seconds": 0.2, "timeout_seconds": 3.0},
         "sampling": {"rate": 1.0},
         "results": {"file": str(results_file) if results_file else None},
@@ -44,18 +48,14 @@ def settings_for(
 
 
 @asynccontextmanager
-async def running(
-    settings: Settings, prepare: Callable[[Sidecar], None] | None = None
-) -> AsyncIterator[Sidecar]:
-    """The sidecar in this event loop; stopped (drained) on exit, and its errors re-raised.
-    `prepare` may swap a stage (e.g. the judge) before it starts."""
-    sidecar = Sidecar(settings)
-    if prepare is not None:
-        prepare(sidecar)
+async def running(settings: Settings, judge: Judge | None = None) -> AsyncIterator[Sidecar]:
+    """The sidecar (the stages of `settings.pipeline.role`) in this event loop; stopped (drained)
+    on exit, and its errors re-raised. `judge` replaces the configured one."""
+    sidecar = Sidecar(settings, judge=judge)
     stop = asyncio.Event()
     task = asyncio.create_task(sidecar.run(stop))
     try:
-        await asyncio.wait_for(sidecar.source.assigned.wait(), timeout=30)
+        await asyncio.wait_for(sidecar.wait_assigned(), timeout=30)
         yield sidecar
     finally:
         stop.set()

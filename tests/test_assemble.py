@@ -39,6 +39,7 @@ def rag_spans(tid: str) -> list[SpanFacts]:
 
 def test_children_before_root_wait_for_grace_then_emit() -> None:
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     asm = Assembler(AssemblyConfig(grace_seconds=1.0, timeout_seconds=30))
     root, ret, llm = rag_spans("t1")
     refs = [tracker.track("p0", i) for i in range(3)]
@@ -59,6 +60,7 @@ def test_children_before_root_wait_for_grace_then_emit() -> None:
 
 def test_rootless_trace_times_out_with_reason() -> None:
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     asm = Assembler(AssemblyConfig(grace_seconds=1.0, timeout_seconds=5))
     ref = tracker.track("p0", 0)
     asm.add(span("t2", "ret", "r", SpanRole.RETRIEVER, chunks=[Chunk("c1")]), ref, 10, now=0.0)
@@ -71,6 +73,7 @@ def test_rootless_trace_times_out_with_reason() -> None:
 def test_timeout_emits_when_enough_is_present_without_root() -> None:
     asm = Assembler(AssemblyConfig(timeout_seconds=5))
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     ref = tracker.track("p0", 0)
     asm.add(span("t3", "ret", "x", SpanRole.RETRIEVER, query="q", chunks=[Chunk("c")]), ref, 10, now=0.0)
     asm.add(span("t3", "llm", "x", SpanRole.LLM, answer="ans"), ref, 10, now=0.0)
@@ -81,6 +84,7 @@ def test_timeout_emits_when_enough_is_present_without_root() -> None:
 def test_capacity_evicts_oldest_and_late_span_is_flagged() -> None:
     asm = Assembler(AssemblyConfig(max_open_traces=2, timeout_seconds=100))
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     out = []
     for i in range(3):
         ref = tracker.track("p0", i)
@@ -95,6 +99,7 @@ def test_capacity_evicts_oldest_and_late_span_is_flagged() -> None:
 def test_byte_bound() -> None:
     asm = Assembler(AssemblyConfig(max_open_bytes=1000, timeout_seconds=100))
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     evicted = []
     for i in range(5):
         evicted += asm.add(span(f"t{i}", "x", "p"), tracker.track("p0", i), 400, now=0.0)
@@ -104,6 +109,7 @@ def test_byte_bound() -> None:
 def test_reranker_output_is_the_final_ranking() -> None:
     asm = Assembler(AssemblyConfig(grace_seconds=0))
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     ref = tracker.track("p0", 0)
     spans = rag_spans("t4")
     spans.append(span("t4", "rr", "r", SpanRole.RERANKER, chunks=[Chunk("c2", "y", 3.0)]))
@@ -115,7 +121,9 @@ def test_reranker_output_is_the_final_ranking() -> None:
 
 def test_a_trace_without_rag_content_is_not_rag_not_missing_query() -> None:
     asm = Assembler(AssemblyConfig(grace_seconds=0))
-    ref = OffsetTracker().track("p0", 0)
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    ref = tracker.track("p0", 0)
     asm.add(span("h", "root", role=SpanRole.ROOT), ref, 10, now=0.0)  # e.g. GET /healthz
     asm.add(span("h", "child", "root"), ref, 10, now=0.0)
     (fin,) = asm.poll(0.0)
@@ -124,6 +132,7 @@ def test_a_trace_without_rag_content_is_not_rag_not_missing_query() -> None:
 
 def test_offsets_commit_stops_at_first_unfinished_message() -> None:
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     a, b, c = (tracker.track("p0", i) for i in (5, 6, 7))
     a.release()
     c.release()
@@ -137,6 +146,7 @@ def test_offsets_commit_stops_at_first_unfinished_message() -> None:
 def test_flush_on_shutdown_leaves_incomplete_traces_held() -> None:
     asm = Assembler(AssemblyConfig(grace_seconds=10))
     tracker = OffsetTracker()
+    tracker.assign(["p0"])
     r0, r1 = tracker.track("p0", 0), tracker.track("p0", 1)
     for s in rag_spans("done"):
         asm.add(s, r0, 10, now=0.0)

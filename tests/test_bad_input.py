@@ -24,7 +24,7 @@ from monitor.demo.workload import generate, produce
 from monitor.judge import Judgement
 from monitor.kafka.client import ensure_topics
 from monitor.model import RagRecord
-from monitor.pipeline import Sidecar
+from monitor.run import build_judge
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 
@@ -73,25 +73,23 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
     results = tmp_path / "results.jsonl"
     settings = settings_for(bs, topic, results, kafka={"dead_letter_topic": dlq})
 
-    def buggy_judge(sidecar: Sidecar) -> None:
+    real = build_judge(settings)
+    assert real is not None
+
+    class Buggy:
         """A judge with a bug on one record: that judgement fails, the pipeline goes on."""
-        real = sidecar.judge
-        assert real is not None
 
-        class Buggy:
-            name, model = real.name, real.model
+        name, model = real.name, real.model
 
-            async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
-                if record.trace_id == old_id:
-                    raise RuntimeError("judge bug")
-                return await real.judge(record, sampling_weight=sampling_weight)
+        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
+            if record.trace_id == old_id:
+                raise RuntimeError("judge bug")
+            return await real.judge(record, sampling_weight=sampling_weight)
 
-            async def aclose(self) -> None:
-                await real.aclose()
+        async def aclose(self) -> None:
+            await real.aclose()
 
-        sidecar.judge = Buggy()
-
-    async with running(settings, buggy_judge) as sidecar:
+    async with running(settings, Buggy()) as sidecar:
         producer = AIOKafkaProducer(bootstrap_servers=bs, max_request_size=12 * 1024 * 1024)
         await producer.start()
         try:

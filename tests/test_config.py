@@ -1,12 +1,20 @@
-"""Configuration: file, environment and flags, and errors that name the bad field."""
+"""Configuration: file, environment and flags; errors that name the bad field; `config show`."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from click.testing import Result
+from typer.testing import CliRunner
 
-from monitor.config import ConfigError, load_settings
+from monitor.cli import app
+from monitor.config import SECRET_MASK, ConfigError, load_settings
 from monitor.slices import BoundedLabel
 
 
@@ -53,3 +61,193 @@ def test_service_label_takes_first_n_then_other() -> None:
     names = [svc.bound(f"Svc-{i}")[0] for i in range(10)]
     assert names[:3] == ["Svc-0", "Svc-1", "Svc-2"] and set(names[3:]) == {"other"}
     assert svc.bound("Svc-1")[0] == "Svc-1"
+
+
+# -- judge.options belong to the backend ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (
+            {"judge": {"options": {"model": "claude-haiku-4-5"}}},
+            "judge.options: 'model' is not an option of the lexical judge (options: answerable_coverage, ",
+        ),
+        (
+            {"judge": {"backend": "anthropic", "options": {"modle": "claude-haiku-4-5"}}},
+            "judge.options: 'modle' is not an option of the anthropic judge (options: api_key, ",
+        ),
+        (
+            {"judge": {"backend": "openai", "options": {"max_concurrency": 0}}},
+            "judge.options: max_concurrency: Input should be greater than or equal to 1",
+        ),
+        ({"judge": {"options": {"support_threshold": "high"}}}, "judge.options: support_threshold: "),
+        (
+            {"judge": {"backend": "none", "options": {"model": "m"}}},
+            "judge.options: no option applies: the judge is off",
+        ),
+    ],
+)
+def test_judge_options_the_backend_does_not_have_stop_start_up(
+    overrides: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, overrides)
+    assert needle in str(info.value)
+
+
+def test_judge_options_are_checked_without_an_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    options = {"model": "claude-sonnet-4-5", "api_key_file": "/run/secrets/none", "max_concurrency": 2}
+    s = load_settings(None, {"judge": {"backend": "anthropic", "options": options}})
+    assert s.judge.options == options
+    lexical = {"support_threshold": 0.5, "query_types": ["lookup"]}
+    assert load_settings(None, {"judge": {"options": lexical}}).judge.options == lexical
+
+
+def test_options_are_checked_against_the_backend_in_effect(tmp_path: Path) -> None:
+    """The file's LLM options with `--judge anthropic` are fine; the same file alone is not."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("judge:\n  options:\n    model: claude-haiku-4-5\n")
+    assert load_settings(cfg, {"judge": {"backend": "anthropic"}}).judge.backend == "anthropic"
+    with pytest.raises(ConfigError, match="not an option of the lexical judge"):
+        load_settings(cfg)
+
+
+# -- kafka.auto_offset_reset -------------------------------------------------------------------------
+
+
+def test_a_new_group_starts_from_now_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().kafka.auto_offset_reset == "latest"
+    monkeypatch.setenv("RAGMON_KAFKA__AUTO_OFFSET_RESET", "earliest")
+    assert load_settings().kafka.auto_offset_reset == "earliest"
+    monkeypatch.setenv("RAGMON_KAFKA__AUTO_OFFSET_RESET", "beginning")
+    with pytest.raises(
+        ConfigError, match=r"kafka\.auto_offset_reset: Input should be 'earliest' or 'latest'"
+    ):
+        load_settings()
+
+
+# -- `rag-monitor config show` -----------------------------------------------------------------------
+
+
+def test_config_show_prints_the_effective_config_with_secrets_redacted(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"topic": "from_file", "security_protocol": "SASL_SSL", "sasl_username": "monitor"},
+                "judge": {
+                    "backend": "openai",
+                    "options": {"model": "local", "api_key": "sk-options-secret", "max_tokens": 512},
+                },
+                "events": {
+                    "endpoint": "https://user:url-secret@collector:4318/v1/logs",
+                    "headers": {"Authorization": "Bearer header-secret"},
+                },
+            }
+        )
+    )
+    env = {"RAGMON_KAFKA__SASL_PASSWORD": "env-secret", "RAGMON_KAFKA__TOPIC": "from_env"}
+    result = CliRunner().invoke(app, ["config", "show", "--config", str(cfg)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "secret" not in result.stdout
+    shown = yaml.safe_load(result.stdout)
+    assert shown["kafka"]["topic"] == "from_env"  # the environment beats the file
+    assert shown["kafka"]["sasl_password"] == SECRET_MASK  # a SecretStr field
+    assert shown["kafka"]["sasl_username"] == "monitor"
+    options = shown["judge"]["options"]
+    assert options == {"model": "local", "api_key": SECRET_MASK, "max_tokens": 512}
+    assert shown["events"]["endpoint"] == "https://collector:4318/v1/logs"
+    assert "'**********'" in result.stdout  # as pydantic prints a secret
+    assert shown["kafka"]["auto_offset_reset"] == "latest" and shown["metrics"]["port"] == 9612
+
+
+@pytest.mark.parametrize("key", ["api_key", "X-Api-Key", "sasl_oauth_token", "PASSWORD", "credentials"])
+def test_free_form_values_under_secret_names_are_redacted(key: str) -> None:
+    s = load_settings()  # options set afterwards: no backend has all these names
+    s.judge.options = {key: {"nested": "value"}, "retries": 3, "max_tokens": 64}
+    assert s.redacted()["judge"]["options"] == {key: SECRET_MASK, "retries": 3, "max_tokens": 64}
+
+
+# -- `rag-monitor run` with a bad value: `error: ...` lines, exit 2, no traceback -------------------
+
+
+def _run(tmp_path: Path, config: str | None, *flags: str, **env: str | None) -> Result:
+    args = ["run", "--bootstrap-servers", "127.0.0.1:1", *flags]
+    if config is not None:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(config)
+        args += ["--config", str(cfg)]
+    return CliRunner().invoke(app, args, env={"ANTHROPIC_API_KEY": None, **env})
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "env", "needle"),
+    [
+        ("kafka: [\n", (), {}, "cannot read config file"),
+        ("kafka:\n  bogus: 1\n", (), {}, "kafka.bogus: Extra inputs are not permitted"),
+        ("sampling:\n  rate: lots\n", (), {}, "sampling.rate: Input should be a valid number"),
+        (None, ("--sample-rate", "2"), {}, "sampling.rate: Input should be less than or equal to 1"),
+        (None, (), {"RAGMON_KAFKA__MAX_POLL_RECORDS": "many"}, "kafka.max_poll_records: Input should be"),
+        (
+            None,
+            (),
+            {"RAGMON_JUDGE__OPTIONS": "{model: x"},
+            'environment: error parsing value for field "judge"',
+        ),
+        (
+            "judge:\n  options:\n    model: m\n",
+            (),
+            {},
+            "judge.options: 'model' is not an option of the lexical",
+        ),
+        (None, ("--judge", "anthropic"), {}, "error: no Anthropic API key"),
+        (
+            "judge:\n  backend: anthropic\n  options:\n    api_key_file: /nonexistent/key\n",
+            (),
+            {},
+            "error: [Errno 2] No such file or directory: '/nonexistent/key'",
+        ),
+    ],
+)
+def test_run_with_a_bad_value_says_error_and_exits_2(
+    tmp_path: Path, config: str | None, flags: tuple[str, ...], env: dict[str, str], needle: str
+) -> None:
+    result = _run(tmp_path, config, *flags, **env)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert isinstance(result.exception, SystemExit)  # typer.Exit: nothing escaped
+    assert result.stderr.startswith("error: ") and needle in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["config", "show", "--config", str(tmp_path / "absent.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: cannot read config file {tmp_path / 'absent.yaml'}: ")
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_process_prints_no_traceback(tmp_path: Path) -> None:
+    """The real entry point, as a process: tracebacks and asyncio's warnings at exit show only there."""
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY" and not k.startswith("RAGMON_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor.cli",
+            "run",
+            "--judge",
+            "anthropic",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    # One line: no traceback, and no warning about what start-up left half-built.
+    assert proc.stderr.startswith("error: no Anthropic API key") and proc.stderr.count("\n") == 1, proc.stderr

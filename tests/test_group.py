@@ -12,12 +12,15 @@ from support import eventually, result_lines, running, settings_for
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.pipeline import Sidecar
+from monitor.run import Sidecar
 
 
 def owners(group: list[Sidecar], topic: str) -> list[int]:
-    """How many of the topic's 3 partitions each member owns."""
-    return [sum(s.source.owns(TopicPartition(topic, p)) for p in range(3)) for s in group]
+    """How many of the 3 partitions of the input topic (ingest) and of the samples topic (judge)
+    each member owns."""
+    return [
+        sum(src.owns(TopicPartition(src.spec.topic, p)) for p in range(3)) for s in group for src in s.sources
+    ]
 
 
 async def test_two_replicas_spend_the_budget_once_between_them(
@@ -36,10 +39,15 @@ async def test_two_replicas_spend_the_budget_once_between_them(
     ]
     async with contextlib.AsyncExitStack() as stack:
         group = [await stack.enter_async_context(running(s)) for s in settings]
-        await eventually(lambda: sorted(owners(group, topic)) == [1, 2], within=60, what="a balanced group")
+        await eventually(
+            lambda: sorted(owners(group, topic)) == [1, 1, 2, 2], within=60, what="balanced groups"
+        )
         # The floor follows the partitions each member owns; the budget is split as configured.
-        assert sorted(s.sampler.share for s in group) == pytest.approx([1 / 3, 2 / 3])
-        assert [s.budget.share for s in group if s.budget] == [0.5, 0.5]
+        assert sorted(s.ingest.sampler.share for s in group if s.ingest) == pytest.approx([1 / 3, 2 / 3])
+        assert [s.judge_stage.budget.share for s in group if s.judge_stage and s.judge_stage.budget] == [
+            0.5,
+            0.5,
+        ]
 
         work = generate(90, seed=21, mode="per_trace")
         await produce(broker.bootstrap_servers, topic, [(m.key, m.value) for m in work.messages])

@@ -87,7 +87,9 @@ class FakeAPI:
 
     def _next(self, path: str, body: dict[str, Any]) -> Reply:
         with self.lock:
-            reply = self.replies.popleft() if self.replies else Reply()
+            reply = self.replies.popleft() if self.replies else None
+        if reply is None:
+            return self.default(path, body)
         if reply.body is None:
             built = self.default(path, body)
             reply = Reply(reply.status, built.body, {**built.headers, **reply.headers}, reply.delay)
@@ -372,6 +374,7 @@ async def test_anthropic_error_outcomes(api: FakeAPI, status: int, kind: str, ou
     assert str(status) in (j.error or "") and kind in (j.error or "")
     retried = status != 400
     assert len(api.requests) == (3 if retried else 1)  # SDK retries 429/5xx, not 400
+    assert j.requests == len(api.requests)  # every try is a request the provider counts
     assert j.tokens.as_dict() == {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
     assert j.cost_usd == 0.0
 
@@ -381,7 +384,28 @@ async def test_anthropic_retry_then_success_after_529(api: FakeAPI) -> None:
     judge = anthropic(api)
     j = await judge.judge(record())
     await judge.aclose()
-    assert j.ok and len(api.requests) == 2 and j.requests == 1
+    assert j.ok and len(api.requests) == 2 and j.requests == 2  # the SDK's retry counts too
+
+
+async def test_requests_are_counted_per_judgement_under_concurrency(api: FakeAPI) -> None:
+    """The request hook is shared by the client; each judgement still gets only its own tries."""
+    tries: dict[str, int] = {}
+
+    def retry_unlucky(path: str, body: dict[str, Any]) -> Reply:
+        key = "unlucky" if "unlucky" in json.dumps(body["messages"][0]) else "lucky"
+        tries[key] = tries.get(key, 0) + 1
+        if key == "unlucky" and tries[key] <= 2:
+            return Reply(529, _error_body(path, "overloaded_error", "busy"), {"retry-after-ms": "50"})
+        return Reply(body=anthropic_message(good_output(body)), delay=0.05)
+
+    api.default = retry_unlucky
+    judge = anthropic(api)
+    records = [record(), record("Paris, says the unlucky one."), record(), record()]
+    results = await asyncio.gather(*(judge.judge(r) for r in records))
+    await judge.aclose()
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.requests for r in results] == [1, 3, 1, 1]
+    assert len(api.requests) == 6
 
 
 async def test_anthropic_slow_response_times_out(api: FakeAPI) -> None:
@@ -559,7 +583,7 @@ async def test_openai_error_outcomes(api: FakeAPI, status: int, outcome: JudgeOu
     judge = openai(api, max_retries=2)
     j = await judge.judge(record())
     await judge.aclose()
-    assert j.outcome is outcome and len(api.requests) == attempts
+    assert j.outcome is outcome and len(api.requests) == attempts == j.requests
     assert_no_scores(j)
 
 
@@ -578,7 +602,7 @@ async def test_openai_timeout(api: FakeAPI) -> None:
     t0 = time.monotonic()
     j = await judge.judge(record())
     await judge.aclose()
-    assert j.outcome is JudgeOutcome.TIMEOUT and len(api.requests) == 2
+    assert j.outcome is JudgeOutcome.TIMEOUT and len(api.requests) == 2 == j.requests
     assert time.monotonic() - t0 < 1.4
 
 
@@ -591,6 +615,17 @@ async def test_openai_invalid_json_repaired(api: FakeAPI) -> None:
     msgs = api.requests[1].body["messages"]
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[2]["content"] == '{"claims": [' and "not valid JSON" in msgs[3]["content"]
+
+
+async def test_openai_counts_its_retries_and_the_repair(api: FakeAPI) -> None:
+    api.script(
+        Reply(503, _error_body("/v1/chat/completions", "x", "busy")),
+        Reply(body=openai_completion('{"claims": [')),
+    )
+    judge = openai(api)
+    j = await judge.judge(record())
+    await judge.aclose()
+    assert j.ok and j.requests == 3 == len(api.requests)  # 503, retried; invalid, repaired
 
 
 async def test_openai_truncated_twice_is_invalid_output(api: FakeAPI) -> None:

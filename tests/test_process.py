@@ -20,15 +20,21 @@ from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
-from monitor.outputs.results import MetricsServer
-from monitor.pipeline import Sidecar
+from monitor.outputs.http import MetricsServer
+from monitor.run import Sidecar
 
 
-def start_sidecar(bs: str, topic: str, results: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+def start_sidecar(
+    bs: str, topic: str, results: Path, log: Path, *args: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """`rag-monitor run` as a process (`args`: more options, e.g. `--role judge`)."""
     environ = {
         **os.environ,
         "RAGMON_ASSEMBLY__GRACE_SECONDS": "0.2",
         "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.2",
+        "RAGMON_KAFKA__AUTO_OFFSET_RESET": "earliest",
+        "RAGMON_PIPELINE__SAMPLES_TOPIC": f"{topic}-samples",
+        "RAGMON_PIPELINE__JUDGE_GROUP_ID": f"g-{topic}-judge",
         **env,
     }
     cmd = [
@@ -48,6 +54,7 @@ def start_sidecar(bs: str, topic: str, results: Path, log: Path, **env: str) -> 
         str(results),
         "--metrics-port",
         "0",
+        *args,
     ]
     return subprocess.Popen(cmd, env=environ, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
@@ -197,7 +204,7 @@ async def test_shutdown_never_hangs_on_a_task_that_swallows_its_cancellation(
     """Python 3.11's `wait_for` returns its result instead of raising when a cancel lands as its
     inner future completes; a housekeeping loop built on it then runs on after `cancel()`. Seen as a
     SIGTERM'd sidecar that wrote everything but never exited. Shutdown reaps such a task, bounded."""
-    from monitor.pipeline import _cancel_all
+    from monitor.tasks import cancel_all
 
     running = True
 
@@ -216,7 +223,7 @@ async def test_shutdown_never_hangs_on_a_task_that_swallows_its_cancellation(
     tasks = [asyncio.create_task(polite(), name="polite"), asyncio.create_task(stubborn(), name="stubborn")]
     await asyncio.sleep(0.1)  # both running, as the sidecar's tasks are when it stops
     started = loop.time()
-    await _cancel_all(tasks, grace=1.0)
+    await cancel_all(tasks, grace=1.0)
     assert loop.time() - started < 2.0
     assert tasks[0].cancelled() and not tasks[1].done()
     assert "abandoning tasks that ignore cancellation: ['stubborn']" in caplog.text
@@ -225,4 +232,4 @@ async def test_shutdown_never_hangs_on_a_task_that_swallows_its_cancellation(
     broken = asyncio.create_task(failing())
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="a worker's bug"):
-        await _cancel_all([broken, asyncio.create_task(polite())])
+        await cancel_all([broken, asyncio.create_task(polite())])

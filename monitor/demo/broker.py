@@ -26,10 +26,17 @@ class EmbeddedBroker:
     """A `tansu` broker process on loopback; a context manager that waits until it accepts."""
 
     def __init__(
-        self, port: int | None = None, host: str = "127.0.0.1", log_file: Path | None = None
+        self,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        log_file: Path | None = None,
+        advertised_port: int | None = None,
     ) -> None:
+        """`advertised_port`: the port clients are told to use after bootstrap, when they reach the
+        broker through a proxy (the TLS tests put stunnel in front); default `port`."""
         self.host = host
         self.port = port or free_port(host)
+        self.advertised_port = advertised_port or self.port
         self._log_file = log_file
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -39,6 +46,7 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port}"
         log = open(self._log_file, "ab") if self._log_file else subprocess.DEVNULL  # noqa: SIM115
         self._proc = subprocess.Popen(
             [
@@ -47,7 +55,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
                 "--storage-engine",
                 "memory://tansu/",
             ],

@@ -30,8 +30,8 @@ from monitor.config import Settings, load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, iter_workload, produce
 from monitor.kafka.client import ensure_topics
-from monitor.outputs.results import MetricsServer
-from monitor.pipeline import Sidecar
+from monitor.outputs.http import MetricsServer
+from monitor.run import Sidecar
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,13 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
         settings = load_settings(
             None,
             {
-                "kafka": {"bootstrap_servers": broker.bootstrap_servers, "commit_interval_seconds": 1.0},
+                "kafka": {
+                    "bootstrap_servers": broker.bootstrap_servers,
+                    "commit_interval_seconds": 1.0,
+                    # The embedded broker starts empty: reading from the start misses no request
+                    # sent while the group joins.
+                    "auto_offset_reset": "earliest",
+                },
                 "assembly": {"grace_seconds": 0.5},
                 "sampling": {"rate": 1.0},
                 "metrics": {"host": "127.0.0.1", "port": opts.metrics_port},
@@ -253,7 +259,9 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
         )
         await ensure_topics(settings.kafka, [settings.kafka.topic], partitions=3)
         sidecar = Sidecar(settings)
-        server = MetricsServer(sidecar.metrics.registry, settings.metrics.host, settings.metrics.port)
+        server = MetricsServer(
+            sidecar.metrics.registry, settings.metrics.host, settings.metrics.port, sidecar.readiness
+        )
         try:
             port = server.start()
         except OSError:
@@ -272,7 +280,7 @@ async def run_demo(opts: DemoOptions, console: Console | None = None) -> Setting
             contextlib.suppress(TimeoutError),
         ):
             async with asyncio.timeout(60):
-                await sidecar.source.assigned.wait()
+                await sidecar.wait_assigned()
         started = time.monotonic()
         root = _example_service_dir() if opts.source in ("auto", "service") else None
         if opts.source == "service" and root is None:

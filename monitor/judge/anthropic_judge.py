@@ -9,9 +9,11 @@ minimum cacheable prompt length (several thousand tokens for Haiku models); with
 expect ``cache_read`` to stay 0 unless the instructions grow — the marker then costs nothing.
 
 Retries of 408/409/429/5xx and timeouts are the SDK's (``max_retries``; it honours ``retry-after``
-and ``retry-after-ms``); a per-judgement deadline bounds the total, including those waits. A tool
-input that fails validation gets one repair request (the model's own tool call answered with an
-``is_error`` tool result naming the problem) before the judgement is ``invalid_output``.
+and ``retry-after-ms``); a per-judgement deadline bounds the total, including those waits. Each try
+is an API request the provider counts against its rate limits, so a request hook on the SDK's HTTP
+client counts every one in `Judgement.requests` (`base.count_request`). A tool input that fails
+validation gets one repair request (the model's own tool call answered with an ``is_error`` tool
+result naming the problem) before the judgement is ``invalid_output``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from monitor.judge.base import (
     LLMJudgeConfig,
     RecordMeta,
     Redactor,
+    count_request,
+    json_bytes,
     outcome_for_status,
     output_schema,
     parse_output,
@@ -68,6 +72,8 @@ class AnthropicJudge(LLMJudgeBase):
             # No SDK spans of the judge's own calls: a monitor whose process exports traces to the
             # topic it reads would otherwise ingest its judge as gen_ai traffic.
             open_telemetry=False,
+            # The SDK's defaults, plus the hook that counts every request it sends, retries included.
+            http_client=anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [count_request]}),
         )
         self._tool: ToolParam = {
             "name": TOOL_NAME,
@@ -76,6 +82,7 @@ class AnthropicJudge(LLMJudgeBase):
         }
         system = system_prompt(config.query_types)
         self._system: list[Any] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+        self._format_bytes = json_bytes(self._tool)
 
     def __repr__(self) -> str:
         return f"AnthropicJudge(model={self.model!r})"
@@ -89,7 +96,6 @@ class AnthropicJudge(LLMJudgeBase):
         messages: list[MessageParam] = [{"role": "user", "content": prompt.user}]
         problem = ""
         for attempt in range(2):  # the judgement, then at most one repair
-            state.requests += 1
             try:
                 msg = await self._client.messages.create(
                     model=cfg.model,

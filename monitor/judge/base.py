@@ -22,12 +22,14 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from monitor.judge.budget import Cost
 from monitor.judge.model import (
     MAX_CLAIMS,
     Judgement,
@@ -58,7 +60,9 @@ __all__ = [
     "Redactor",
     "build_prompt",
     "cost_usd",
+    "count_request",
     "escape_data",
+    "json_bytes",
     "outcome_for_status",
     "output_schema",
     "parse_output",
@@ -416,8 +420,39 @@ class CallState:
     """What one judgement has spent so far; kept even when it fails or hits its deadline."""
 
     tokens: TokenUsage
-    requests: int = 0
+    requests: int = 0  # HTTP requests sent, counted by `count_request`
     raw: Any = None
+
+
+# The judgement in progress in this task, for `count_request`.
+_CALL: ContextVar[CallState | None] = ContextVar("ragmon_judge_call", default=None)
+
+
+async def count_request(_request: object) -> None:
+    """An HTTP client's request hook (``event_hooks={"request": [count_request]}``): one more
+    request for the judgement in progress.
+
+    The client runs it for every request it sends — each retry of the SDK's or ours, a repair, a
+    redirect — in the task that awaits the send, which is the one `LLMJudgeBase.judge` runs in; so
+    the context variable it set names the right judgement however many share the client.
+    """
+    state = _CALL.get()
+    if state is not None:
+        state.requests += 1
+
+
+def json_bytes(value: Any) -> int:
+    """UTF-8 bytes of `value` as JSON: the weight of a definition sent with every request."""
+    return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+# Tokens an API adds to a request beyond the text it was sent: Anthropic's hidden tool-use system
+# prompt (at most 530 tokens in its published table), the rendering of a tool or response schema,
+# special tokens around the turns. Per message: role and block markers, ids such as a tool_use id.
+_REQUEST_OVERHEAD_TOKENS = 1024
+_MESSAGE_OVERHEAD_TOKENS = 64
+# UTF-8 encodes a character in at most 4 bytes.
+_MAX_UTF8_BYTES = 4
 
 
 class LLMJudgeBase:
@@ -427,6 +462,9 @@ class LLMJudgeBase:
     """
 
     name = "llm"
+    # UTF-8 bytes of the output definition every request carries (a tool, a response format):
+    # set by each backend, for `cost_bound`.
+    _format_bytes = 0
 
     def __init__(self, config: LLMJudgeConfig, redactor: Redactor) -> None:
         self.config = config
@@ -446,6 +484,7 @@ class LLMJudgeBase:
         )
         async with self._sem:  # latency below excludes the wait for a slot: that is queueing
             state = CallState(TokenUsage())
+            counting = _CALL.set(state)
             t0 = time.perf_counter()
             try:
                 async with asyncio.timeout(self.config.deadline_seconds):
@@ -460,6 +499,8 @@ class LLMJudgeBase:
             except Exception as exc:  # a judge bug must cost one judgement, not the pipeline
                 log.error("judge %s crashed on trace %s: %s", self.name, record.trace_id, type(exc).__name__)
                 result = self._fail(JudgeOutcome.INTERNAL_ERROR, type(exc).__name__, meta, state)
+            finally:
+                _CALL.reset(counting)
             result.latency_s = time.perf_counter() - t0
         result.tokens = state.tokens
         result.requests = state.requests
@@ -470,6 +511,39 @@ class LLMJudgeBase:
 
     async def _run(self, record: RagRecord, state: CallState, meta: RecordMeta) -> Judgement:
         raise NotImplementedError
+
+    def cost_bound(self, record: RagRecord) -> Cost:
+        """An upper bound of what judging `record` can cost, for the budget to reserve.
+
+        Tokens: Claude's and OpenAI's tokenizers are byte-level BPE — every token stands for at
+        least one byte of the UTF-8 text — so a text never costs more tokens than its UTF-8 bytes,
+        whatever the script (a CJK character is 3 bytes, an emoji 4 or more, and at worst as many
+        tokens: any characters-per-token guess undercounts some text). What is counted is what
+        is sent: the user turn as `build_prompt` makes it (escaped and clipped), the system
+        prompt, the output definition (`_format_bytes`), plus `_REQUEST_OVERHEAD_TOKENS` and
+        `_MESSAGE_OVERHEAD_TOKENS` for what the API wraps around them. A repair request sends all
+        of that again with the rejected output (at most max_tokens as the model wrote it, counted
+        twice: the API re-renders it as input, with its own whitespace and escapes) and the repair
+        text (its problem is cut to `_MAX_PROBLEM_CHARS`). Each request answers with at most
+        max_tokens. Each of the two requests may be tried 1 + max_retries times, and a failed try
+        may still be billed (a timeout after the model ran), so every try counts, in calls too.
+
+        USD prices input at the dearer of plain input and cache write, so the bound holds
+        whatever the prompt cache does; with no price the USD bound is 0 (see `try_acquire`).
+        """
+        c = self.config
+        prompt = self._prompt(record)
+        sent = len(prompt.system.encode()) + len(prompt.user.encode()) + self._format_bytes
+        first = sent + _REQUEST_OVERHEAD_TOKENS + 2 * _MESSAGE_OVERHEAD_TOKENS
+        repair = first + _REPAIR_BYTES + 2 * c.max_tokens + 2 * _MESSAGE_OVERHEAD_TOKENS
+        tries = 1 + c.max_retries
+        tokens_in = tries * (first + repair)
+        tokens_out = tries * 2 * c.max_tokens
+        price = self._price
+        usd = 0.0
+        if price is not None:
+            usd = (tokens_in * max(price.input, price.cache_write) + tokens_out * price.output) / 1e6
+        return Cost(calls=2 * tries, tokens=tokens_in + tokens_out, usd=usd)
 
     def _prompt(self, record: RagRecord) -> Prompt:
         c = self.config
@@ -508,10 +582,17 @@ class RecordMeta:
         }
 
 
+_MAX_PROBLEM_CHARS = 1500
+
+
 def repair_message(problem: str) -> str:
     """What the single repair request says: the exact validation problem, and what to do."""
     return (
-        f"Your previous output was rejected: {problem[:1500]}. "
+        f"Your previous output was rejected: {problem[:_MAX_PROBLEM_CHARS]}. "
         f"Produce the complete judgement again, valid against the schema, with every supported claim "
         f"citing the id of one of the given chunks."
     )
+
+
+# The most a repair text weighs: its fixed words plus a problem of the longest, widest characters.
+_REPAIR_BYTES = len(repair_message("").encode()) + _MAX_UTF8_BYTES * _MAX_PROBLEM_CHARS

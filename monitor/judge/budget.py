@@ -7,11 +7,13 @@ under a burst; this form never lets more than `limit` through in *any* period-lo
 Spending is kept in 60 time buckets per period, and a bucket counts until the whole of it has left
 the window, so the check errs by at most 1/60 of a period towards spending less.
 
-A judgement's cost is only known afterwards, so `try_acquire` reserves an estimate and `settle`
-replaces it with what was billed. The limits hold exactly when estimates are upper bounds (an LLM
-judge caps its output tokens, so prompt tokens + max output tokens is one); an under-estimate can
-overshoot by at most the error of the judgements in flight, and the excess then blocks further
-calls until it leaves the window.
+A judgement's cost is only known afterwards, so `try_acquire` reserves an upper bound of it
+(`cost_bound`: an LLM judge's own, `LLMJudgeBase.cost_bound`, says why it is one) and `settle`
+replaces that with what was spent. A call is one API request, as the provider's rate limits count
+them: a repair request and every retry of the HTTP client are calls; a judge that makes no request
+(the offline lexical judge) spends one call per judgement. The limits hold exactly because the
+reservations are upper bounds; were one short, the overshoot would be at most the error of the
+judgements in flight, and the excess would then block further calls until it left the window.
 
 With `state_file` set, spending survives a restart: the buckets are written (atomically: temp
 file, fsync, rename) after every change, with wall-clock times. An unreadable state file fails
@@ -39,14 +41,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monitor.judge.base import Price
+from monitor.judge.model import Judgement
 from monitor.model import RagRecord
 
-__all__ = ["BudgetPolicy", "Grant", "JudgeBudget", "SlidingLimit", "upper_bound"]
+if TYPE_CHECKING:  # base imports Cost from here
+    from monitor.judge.base import Judge
+
+__all__ = [
+    "OFFLINE_COST",
+    "BudgetPolicy",
+    "Cost",
+    "CostBounded",
+    "Grant",
+    "JudgeBudget",
+    "SlidingLimit",
+    "cost_bound",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +73,11 @@ class BudgetPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    calls_per_minute: int | None = Field(None, ge=0)
+    calls_per_minute: int | None = Field(
+        None,
+        ge=0,
+        description="API requests, repairs and client retries included (offline judge: 1 a judgement)",
+    )
     tokens_per_hour: int | None = Field(None, ge=0)
     usd_per_day: float | None = Field(None, ge=0)
     state_file: Path | None = Field(None, description="keeps spending across restarts")
@@ -125,12 +143,43 @@ class SlidingLimit:
 
 
 @dataclass(slots=True, frozen=True)
+class Cost:
+    """What one judgement may spend (the bound `try_acquire` reserves) or spent (what `settle`
+    charges instead): API requests, tokens, USD. `usd` None: unknown, the model has no price."""
+
+    calls: int
+    tokens: int
+    usd: float | None
+
+    @classmethod
+    def of(cls, judgement: Judgement) -> Cost:
+        """What `judgement` spent. At least one call: a judgement that sent no request (the offline
+        judge, or an LLM judge failing before it sent one) still took its turn."""
+        return cls(max(1, judgement.requests), sum(judgement.tokens.as_dict().values()), judgement.cost_usd)
+
+
+OFFLINE_COST = Cost(calls=1, tokens=0, usd=0.0)
+
+
+@runtime_checkable
+class CostBounded(Protocol):
+    """A judge that knows, before judging, an upper bound of what a record can cost (the LLM judges)."""
+
+    def cost_bound(self, record: RagRecord) -> Cost: ...
+
+
+def cost_bound(record: RagRecord, judge: Judge) -> Cost:
+    """What to reserve for `judge` judging `record`: the judge's own bound, or for a judge that has
+    none — an offline one, which sends no request — one call and nothing else."""
+    return judge.cost_bound(record) if isinstance(judge, CostBounded) else OFFLINE_COST
+
+
+@dataclass(slots=True, frozen=True)
 class Grant:
     """A reservation made by `try_acquire`, to be handed back to `settle`."""
 
     at: float
-    tokens: int
-    usd: float
+    bound: Cost
 
 
 class JudgeBudget:
@@ -166,27 +215,29 @@ class JudgeBudget:
         self._last = t
         return t
 
-    def try_acquire(self, est_tokens: int, est_usd: float) -> Grant | None:
-        """Reserve one call with these estimates; None when any limit lacks room (skip it, and
-        count `ragmon_judge_skipped_total{reason="budget"}`)."""
+    def try_acquire(self, bound: Cost) -> Grant | None:
+        """Reserve `bound` (a judgement's upper-bound cost); None when any limit lacks room (skip
+        it, and count `ragmon_judge_skipped_total{reason="budget"}`). A bound without USD reserves
+        none: a USD limit cannot be enforced for a model whose price is unknown."""
         now = self._now()
-        amounts = {"calls": 1.0, "tokens": float(est_tokens), "usd": float(est_usd)}
+        amounts = _amounts(bound)
         limits = self._limits
-        if not all(lim.allows(amounts[name], now) for name, lim in limits.items()):
+        if not all(lim.allows(amounts[name] or 0.0, now) for name, lim in limits.items()):
             return None
         for name, lim in limits.items():
-            lim.charge(amounts[name], now)
+            lim.charge(amounts[name] or 0.0, now)
         self._persist()
-        return Grant(now, est_tokens, est_usd)
+        return Grant(now, bound)
 
-    def settle(self, grant: Grant, actual_tokens: int, actual_usd: float | None) -> None:
-        """Replace the grant's estimates with what was billed (None USD: keep the estimate —
-        an unpriced model is not free). A failed call that billed nothing settles with zeros."""
+    def settle(self, grant: Grant, actual: Cost) -> None:
+        """Replace the grant's reservation with what was spent, limit by limit (unknown USD: keep
+        the reservation — an unpriced model is not free)."""
         now = self._now()
-        if "tokens" in self._limits:
-            self._limits["tokens"].adjust(actual_tokens - grant.tokens, grant.at, now)
-        if "usd" in self._limits and actual_usd is not None:
-            self._limits["usd"].adjust(actual_usd - grant.usd, grant.at, now)
+        reserved, spent = _amounts(grant.bound), _amounts(actual)
+        for name, lim in self._limits.items():
+            amount = spent[name]
+            if amount is not None:
+                lim.adjust(amount - (reserved[name] or 0.0), grant.at, now)
         self._persist()
 
     def set_group(self, owned: int, total: int) -> None:
@@ -284,32 +335,6 @@ class JudgeBudget:
             lim.fill(now)
 
 
-def upper_bound(
-    record: RagRecord,
-    *,
-    max_output_tokens: int,
-    price: Price | None,
-    attempts: int = 2,
-    prompt_tokens: int = 1500,
-    max_chunks: int = 20,
-    max_chunk_chars: int = 4000,
-) -> tuple[int, float]:
-    """An upper bound on one judgement's (tokens, USD), for `try_acquire`.
-
-    Text is counted at 3 characters a token (English averages ~4, so this over-counts), chunks
-    as the LLM judges cut them, plus the fixed instructions and the output cap; `attempts` covers
-    the LLM judges' one repair request, which re-sends the prompt and the rejected output. Input
-    is priced at the dearer of plain input and cache write, so the bound holds whatever the
-    prompt cache does. With no price (an unpriced model) the USD bound is 0: a USD limit cannot
-    be enforced for a model whose price is unknown.
-    """
-    chars = len(record.query) + len(record.answer)
-    for chunk in record.chunks[:max_chunks]:
-        chars += min(len(chunk.content or ""), max_chunk_chars) + len(chunk.id) + 32
-    one_prompt = prompt_tokens + chars // 3 + 1
-    tokens_in = attempts * one_prompt + (attempts - 1) * max_output_tokens
-    tokens_out = attempts * max_output_tokens
-    if price is None:
-        return tokens_in + tokens_out, 0.0
-    per_input = max(price.input, price.cache_write)
-    return tokens_in + tokens_out, (tokens_in * per_input + tokens_out * price.output) / 1e6
+def _amounts(cost: Cost) -> dict[str, float | None]:
+    """`cost` per limit name."""
+    return {"calls": float(cost.calls), "tokens": float(cost.tokens), "usd": cost.usd}

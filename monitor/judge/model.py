@@ -60,6 +60,7 @@ class JudgeOutcome(StrEnum):
     CLIENT_ERROR = "client_error"  # 4xx other than 408/429: bad key, bad model, bad request
     CONNECTION_ERROR = "connection_error"  # refused, reset, DNS
     INTERNAL_ERROR = "internal_error"  # a bug on our side, caught so the pipeline goes on
+    BUDGET_EXHAUSTED = "budget_exhausted"  # the judge budget had no room: nothing sent or counted
 
 
 # -- boundary: the structured output asked of a judge ---------------------------------------------
@@ -214,7 +215,7 @@ class Judgement:
     tokens: TokenUsage = field(default_factory=TokenUsage)
     cost_usd: float | None = None  # None: model missing from the price table (not "free")
     latency_s: float = 0.0  # judge service time, excluding the wait for a concurrency slot
-    requests: int = 0  # API calls made (a repair counts; the client's transport retries do not)
+    requests: int = 0  # HTTP requests sent: a repair and every retry count (0: the offline judge)
     error: str | None = None
     raw: Any = None  # the judge's own output, kept for inspection
 

@@ -9,7 +9,9 @@ automatically above 1024 tokens) can reuse them; ``cached_tokens`` is reported a
 Retries are ours (the SDK-less path): 408/409/429/5xx, timeouts and connection errors, with
 exponential backoff and jitter, honouring ``Retry-After`` (seconds or HTTP date) and
 ``retry-after-ms``. A server that asks for a longer wait than `max_retry_after_seconds` is not
-waited for: the judgement fails with the status's outcome and the slot is freed.
+waited for: the judgement fails with the status's outcome and the slot is freed. Every try counts
+in `Judgement.requests`, as in the provider's rate limits: the client's request hook counts them
+(`base.count_request`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from monitor.judge.base import (
     LLMJudgeConfig,
     RecordMeta,
     Redactor,
+    count_request,
+    json_bytes,
     outcome_for_status,
     output_schema,
     parse_output,
@@ -81,6 +85,7 @@ class OpenAIJudge(LLMJudgeBase):
             base_url=(config.base_url or "https://api.openai.com/v1").rstrip("/") + "/",
             headers=headers,
             timeout=httpx.Timeout(config.timeout_seconds),
+            event_hooks={"request": [count_request]},
         )
         self._response_format = {
             "type": "json_schema",
@@ -90,6 +95,7 @@ class OpenAIJudge(LLMJudgeBase):
                 "schema": output_schema(config.query_types),
             },
         }
+        self._format_bytes = json_bytes(self._response_format)
 
     def __repr__(self) -> str:
         return f"OpenAIJudge(model={self.model!r})"
@@ -106,7 +112,6 @@ class OpenAIJudge(LLMJudgeBase):
         ]
         problem = ""
         for attempt in range(2):  # the judgement, then at most one repair
-            state.requests += 1
             try:
                 body = await self._post(messages, state)
             except _Failed as f:

@@ -1,7 +1,13 @@
 """The Kafka source: a consumer-group member with manual, at-least-once commits.
 
-Offsets are committed only up to the first message that is not done (see `offsets`), on a timer,
-on rebalance and on shutdown. Starting before the broker is up, or losing it, only delays.
+Both stages use it the same way (spans for ingest, samples for the judge). Offsets are committed
+only up to the first message that is not done (see `offsets`), on a timer, on rebalance and on
+shutdown, and never backwards. Starting before the broker is up, or losing it, only delays.
+
+Lag is measured from the committed offset, not the fetch position: work fetched but not finished
+(open traces, samples awaiting their judgement) is still owed. A fetch watchdog restarts the
+consumer when an assigned member sees no fetch come back for `fetch_watchdog_seconds` (aiokafka's
+`getmany` has been seen to hang while the member kept heartbeating, holding its partitions).
 """
 
 from __future__ import annotations
@@ -9,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord
+from prometheus_client import Counter, Gauge
 
 from monitor.config import KafkaConfig
 from monitor.kafka.client import client_kwargs
@@ -24,6 +33,23 @@ log = logging.getLogger(__name__)
 RevokeHandler = Callable[[set[TopicPartition]], Awaitable[None]]
 # (partitions this member owns, partitions of the topic): the member's share of the traffic.
 AssignHandler = Callable[[int, int], None]
+Batch = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """What differs between the stages' consumers."""
+
+    topic: str
+    group_id: str
+    auto_offset_reset: str
+    max_poll_records: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMetrics:
+    lag: Gauge  # labels: topic, partition
+    restarts: Counter  # labels: topic
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -35,36 +61,44 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._source.handle_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))
-        self._source.handle_assigned(assigned)
+        self._source.handle_assigned(set(assigned))
 
 
 class KafkaSource:
     def __init__(
         self,
         config: KafkaConfig,
+        spec: SourceSpec,
         tracker: OffsetTracker,
+        metrics: ConsumerMetrics,
         on_revoked: RevokeHandler,
         on_assigned: AssignHandler | None = None,
     ) -> None:
         self._cfg = config
+        self.spec = spec
         self._tracker = tracker
+        self._metrics = metrics
         self._on_revoked = on_revoked
         self._on_assigned = on_assigned
         self._consumer: AIOKafkaConsumer | None = None
         self._committed: dict[TopicPartition, int] = {}
+        self._lag_series: set[int] = set()
         self.assigned = asyncio.Event()  # set once the group has given this member partitions
+        self.owned: frozenset[TopicPartition] = frozenset()  # read by /readyz from another thread
+        self.last_fetch = time.monotonic()  # when a fetch last came back (watchdog, readiness)
+        self.last_contact: float | None = None  # when the broker last answered anything
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
         delay = 0.25
         fetch_limit = self._cfg.max_message_bytes + 64 * 1024
+        spec = self.spec
         while not stop.is_set():
             consumer = AIOKafkaConsumer(
-                group_id=self._cfg.group_id,
+                group_id=spec.group_id,
                 enable_auto_commit=False,
-                auto_offset_reset=self._cfg.auto_offset_reset,
-                max_poll_records=self._cfg.max_poll_records,
+                auto_offset_reset=spec.auto_offset_reset,
+                max_poll_records=spec.max_poll_records,
                 max_partition_fetch_bytes=fetch_limit,
                 fetch_max_bytes=max(fetch_limit, 52_428_800),
                 session_timeout_ms=self._cfg.session_timeout_ms,
@@ -74,9 +108,11 @@ class KafkaSource:
             )
             try:
                 await consumer.start()
-                consumer.subscribe([self._cfg.topic], listener=_Rebalance(self))
+                consumer.subscribe([spec.topic], listener=_Rebalance(self))
                 self._consumer = consumer
-                log.info("consuming %s as group %s", self._cfg.topic, self._cfg.group_id)
+                self.last_fetch = time.monotonic()
+                self.last_contact = self.last_fetch
+                log.info("consuming %s as group %s", spec.topic, spec.group_id)
                 return True
             except KafkaError as exc:
                 await consumer.stop()
@@ -92,33 +128,89 @@ class KafkaSource:
                 delay = min(delay * 2, self._cfg.reconnect_backoff_max_seconds)
         return False
 
-    async def fetch(self, timeout_ms: int) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+    async def fetch(self, timeout_ms: int) -> Batch:
         """Up to max_poll_records messages. May take far longer than `timeout_ms` while the group
         (re)joins (seen: 30 s), so callers must not tie their clock to it."""
         assert self._consumer is not None
-        batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = await self._consumer.getmany(
-            timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records
+        batch: Batch = await self._consumer.getmany(
+            timeout_ms=timeout_ms, max_records=self.spec.max_poll_records
         )
+        self.last_fetch = self.last_contact = time.monotonic()
         return batch
 
+    async def consume(self, stop: asyncio.Event, handle: Callable[[Batch], Awaitable[None]]) -> None:
+        """Fetch until `stop`, handing each batch to `handle` — an empty one at least every 0.2 s,
+        so a stage's clock (assembly timeouts, pausing) keeps ticking while a rebalance holds the
+        fetch. The next fetch is asked for before the batch is handled: aiokafka refills its buffer
+        only when asked, and the broker round trip overlaps the work. Whatever a cancelled fetch
+        brings is uncommitted, so the next owner reads it again."""
+        stopping = asyncio.ensure_future(stop.wait())
+        fetch: asyncio.Future[Batch] | None = None
+        try:
+            while not stop.is_set():
+                if fetch is None:
+                    fetch = asyncio.ensure_future(self.fetch(timeout_ms=100))
+                await asyncio.wait((fetch, stopping), timeout=0.2, return_when=asyncio.FIRST_COMPLETED)
+                batch: Batch = {}
+                if fetch.done():
+                    batch = fetch.result()
+                    fetch = asyncio.ensure_future(self.fetch(timeout_ms=100))
+                elif self.stalled(time.monotonic()):
+                    await _cancelled(fetch)
+                    fetch = None
+                    if not await self.restart(stop):
+                        return
+                await handle(batch)
+        finally:
+            stopping.cancel()
+            if fetch is not None:
+                await _cancelled(fetch)
+
+    def stalled(self, now: float) -> bool:
+        """An assigned member whose fetches stopped coming back: the watchdog's trigger."""
+        limit = self._cfg.fetch_watchdog_seconds
+        return bool(self.owned) and limit > 0 and now - self.last_fetch > limit
+
+    async def restart(self, stop: asyncio.Event) -> bool:
+        """Replace a wedged consumer: give up its partitions as a revoke would (what is done is
+        committed, open work is dropped for the next owner), leave, and join again."""
+        self._metrics.restarts.labels(topic=self.spec.topic).inc()
+        log.error(
+            "no fetch of %s returned for %.0fs while assigned; restarting the consumer",
+            self.spec.topic,
+            time.monotonic() - self.last_fetch,
+        )
+        if self.owned:
+            await self.handle_revoked(set(self.owned))
+        await self.stop()
+        return await self.start(stop)
+
+    def pause(self) -> None:
+        if self._consumer is not None:
+            self._consumer.pause(*self._consumer.assignment())
+
+    def resume(self) -> None:
+        if self._consumer is not None:
+            self._consumer.resume(*self._consumer.assignment())
+
     async def commit(self, only: set[TopicPartition] | None = None) -> None:
-        """Commit every partition whose done-offset moved since the last successful commit."""
+        """Commit every owned partition whose done-offset moved forward since the last commit."""
         if self._consumer is None:
             return
-        assigned = self._consumer.assignment()
         offsets = {
             tp: off
             for tp, off in self._tracker.committable().items()
             if isinstance(tp, TopicPartition)
-            and tp in assigned
+            and tp in self.owned
             and (only is None or tp in only)
-            and self._committed.get(tp) != off
+            and off > self._committed.get(tp, -1)
         }
         if not offsets:
             return
         try:
             await self._consumer.commit(offsets)
             self._committed.update(offsets)
+            self.last_contact = time.monotonic()
         except CommitFailedError as exc:
             # The group moved on (rebalance): the new assignment re-reads from the last commit.
             log.warning("offset commit rejected by the group coordinator: %s", exc)
@@ -128,37 +220,77 @@ class KafkaSource:
     async def handle_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.commit(only=revoked)
         await self._on_revoked(revoked)
-        self._tracker.forget(list(revoked))
+        self._tracker.forget(revoked)
+        self.owned = self.owned - revoked
         for tp in revoked:
             self._committed.pop(tp, None)
+            if tp.partition in self._lag_series:
+                self._lag_series.discard(tp.partition)
+                with contextlib.suppress(KeyError):
+                    self._metrics.lag.remove(tp.topic, str(tp.partition))
+        if revoked:
+            log.info("%s: revoked partitions %s", self.spec.topic, sorted(tp.partition for tp in revoked))
 
     def handle_assigned(self, assigned: set[TopicPartition]) -> None:
+        new = assigned - self.owned
+        self._tracker.assign(new)
+        self.owned = self.owned | assigned
+        log.info("%s: assigned partitions %s", self.spec.topic, sorted(tp.partition for tp in self.owned))
         self.assigned.set()
         if self._on_assigned is None or self._consumer is None:
             return
-        topic = self._cfg.topic
+        topic = self.spec.topic
         total = len(self._consumer.partitions_for_topic(topic) or ())
         if total:
-            self._on_assigned(sum(1 for tp in assigned if tp.topic == topic), total)
+            self._on_assigned(sum(1 for tp in self.owned if tp.topic == topic), total)
 
     def owns(self, tp: TopicPartition) -> bool:
-        return self._consumer is not None and tp in self._consumer.assignment()
+        return tp in self.owned
 
-    async def lag(self) -> dict[int, int]:
-        """Messages behind the high watermark per assigned partition, as last seen in fetches."""
-        if self._consumer is None:
+    async def update_lag(self) -> None:
+        """`ragmon_consumer_lag_messages{topic,partition}`: the log end minus the committed offset
+        (the group's, when this member has committed nothing yet) of each owned partition."""
+        if self._consumer is None or not self.owned:
+            return
+        owned = sorted(self.owned)
+        try:
+            async with asyncio.timeout(2.0):
+                ends = await self._consumer.end_offsets(owned)
+                for tp in owned:
+                    if tp not in self._committed:
+                        committed = await self._consumer.committed(tp)
+                        if committed is not None:
+                            self._committed[tp] = committed
+        except (KafkaError, TimeoutError, AssertionError):
+            return
+        self.last_contact = time.monotonic()
+        for tp in owned:
+            if tp not in self.owned or tp not in ends:  # revoked meanwhile
+                continue
+            lag = max(0, ends[tp] - self._committed.get(tp, 0))
+            self._metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+            self._lag_series.add(tp.partition)
+
+    async def end_offsets(self) -> dict[TopicPartition, int]:
+        """The log end of each owned partition now ({} when the broker does not answer)."""
+        if self._consumer is None or not self.owned:
             return {}
-        out: dict[int, int] = {}
-        for tp in self._consumer.assignment():
-            high = self._consumer.highwater(tp)
-            if high is None:
-                continue
-            try:
+        try:
+            async with asyncio.timeout(2.0):
+                ends: dict[TopicPartition, int] = await self._consumer.end_offsets(sorted(self.owned))
+        except (KafkaError, TimeoutError):
+            return {}
+        return ends
+
+    async def positions(self) -> dict[TopicPartition, int]:
+        """The next offset to be fetched of each owned partition."""
+        out: dict[TopicPartition, int] = {}
+        if self._consumer is None:
+            return out
+        for tp in sorted(self.owned):
+            with contextlib.suppress(KafkaError, TimeoutError, AssertionError):
                 async with asyncio.timeout(1.0):
-                    pos = await self._consumer.position(tp)
-            except (KafkaError, TimeoutError, AssertionError):
-                continue
-            out[tp.partition] = max(0, high - pos)
+                    out[tp] = await self._consumer.position(tp)
         return out
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
@@ -173,3 +305,10 @@ class KafkaSource:
             log.warning("Kafka silent for %.0fs at shutdown; uncommitted work will be re-read", grace_seconds)
         finally:
             self._consumer = None
+            self.owned = frozenset()
+
+
+async def _cancelled(fut: asyncio.Future[Batch]) -> None:
+    fut.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await fut

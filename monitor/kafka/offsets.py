@@ -1,14 +1,20 @@
 """At-least-once offset tracking: which Kafka offsets are safe to commit.
 
-A message is done when every trace it fed has been emitted and written (or dropped for a counted
-reason). The committable offset of a partition is the first message that is not done, so a crash
-never skips spans that were still open in the assembler or records still being judged.
+A message is done when every piece of work it fed has finished (a trace emitted and its sample
+produced, a judgement written, a dead-letter copy acknowledged) or was dropped for a counted
+reason. The committable offset of a partition is the first message that is not done, so a crash
+never skips work that was still open.
+
+Ownership is tracked per assignment *generation*: a partition revoked and assigned again starts a
+new generation, and anything of an older one — a batch fetched before the revoke, a hold released
+after it — can neither be tracked nor move the new generation's offsets. Committable offsets only
+ever move forwards.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 
 class MessageRef:
@@ -28,30 +34,61 @@ class MessageRef:
         self.holds -= 1
 
 
+class _Partition:
+    __slots__ = ("generation", "next", "pending")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.pending: deque[MessageRef] = deque()
+        self.next: int | None = None  # committable offset once everything before it is done
+
+
 class OffsetTracker:
-    """Per-partition FIFO of in-flight messages; messages arrive in offset order per partition."""
+    """Per owned partition, the FIFO of in-flight messages (they arrive in offset order)."""
 
     def __init__(self) -> None:
-        self._pending: dict[Hashable, deque[MessageRef]] = {}
-        self._next: dict[Hashable, int] = {}  # committable offset once everything before is done
+        self._owned: dict[Hashable, _Partition] = {}
+        self._generation = 0
 
-    def track(self, partition: Hashable, offset: int) -> MessageRef:
+    def assign(self, partitions: Iterable[Hashable]) -> None:
+        """Start tracking newly assigned partitions, each in a fresh generation."""
+        for partition in partitions:
+            self._generation += 1
+            self._owned[partition] = _Partition(self._generation)
+
+    def forget(self, partitions: Iterable[Hashable]) -> None:
+        """Stop tracking revoked partitions: their new owner re-reads from the last commit."""
+        for partition in partitions:
+            self._owned.pop(partition, None)
+
+    def generation(self, partition: Hashable) -> int | None:
+        """The partition's current generation; None while it is not owned."""
+        state = self._owned.get(partition)
+        return None if state is None else state.generation
+
+    def track(self, partition: Hashable, offset: int, generation: int | None = None) -> MessageRef | None:
+        """A hold on a consumed message, or None when the partition is no longer owned in the
+        given generation (the batch predates a rebalance: skip it, the owner re-reads it)."""
+        state = self._owned.get(partition)
+        if state is None or (generation is not None and generation != state.generation):
+            return None
+        last = state.pending[-1].offset if state.pending else state.next
+        if last is not None and offset < last + (1 if state.pending else 0):
+            return None  # a re-delivery of what this generation already holds or finished
         ref = MessageRef(partition, offset)
-        self._pending.setdefault(partition, deque()).append(ref)
+        state.pending.append(ref)
         return ref
 
     def committable(self) -> dict[Hashable, int]:
-        """Per partition, the offset up to which every message is done (Kafka's next-to-read)."""
-        for partition, queue in self._pending.items():
+        """Per owned partition, the offset up to which every message is done (Kafka's next-to-read)."""
+        out: dict[Hashable, int] = {}
+        for partition, state in self._owned.items():
+            queue = state.pending
             while queue and queue[0].holds <= 0:
-                self._next[partition] = queue.popleft().offset + 1
-        return dict(self._next)
+                state.next = queue.popleft().offset + 1
+            if state.next is not None:
+                out[partition] = state.next
+        return out
 
     def in_flight(self) -> int:
-        return sum(len(q) for q in self._pending.values())
-
-    def forget(self, partitions: list[Hashable]) -> None:
-        """Drop state of partitions this consumer no longer owns; their new owner re-reads them."""
-        for partition in partitions:
-            self._pending.pop(partition, None)
-            self._next.pop(partition, None)
+        return sum(len(s.pending) for s in self._owned.values())

@@ -1,4 +1,4 @@
-"""Outputs: the results file and topic, the dead-letter topic, and the Prometheus endpoint.
+"""Outputs: the results file and topic (the HTTP endpoint is in `monitor.outputs.http`).
 
 A result is written before the offsets behind it may be committed, so the sinks report success
 only once the line is with the OS (file) or acknowledged by the broker (topic).
@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import threading
 from pathlib import Path
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIServer
-
-from prometheus_client import CollectorRegistry, start_http_server
 
 from monitor.kafka.producer import KafkaOutput
-
-log = logging.getLogger(__name__)
 
 
 class ResultSink(Protocol):
@@ -62,26 +55,3 @@ class TopicSink:
 
     async def close(self) -> None:
         """The shared producer is closed by its owner."""
-
-
-class MetricsServer:
-    """prometheus-client's HTTP server (its own thread): `/metrics` on the configured port."""
-
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self._registry = registry
-        self._host = host
-        self._port = port
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> int:
-        self._server, self._thread = start_http_server(self._port, addr=self._host, registry=self._registry)
-        port: int = self._server.server_port
-        log.info("metrics on http://%s:%d/metrics", self._host, port)
-        return port
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None

@@ -1,0 +1,241 @@
+"""The ingest stage: spans from Kafka → decode → assemble → slice → sample → record metrics, and
+each sampled record onto the samples topic.
+
+It never waits for a judge: the only thing downstream of it is the samples topic, and an input
+offset is committed once every record it fed is counted and, if sampled, acknowledged by the
+broker. Everything here is per span or per message, so it is kept lean: plain attribute access,
+labelled metric children cached, no per-record validation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from monitor.config import Settings
+from monitor.ingest.assemble import Assembler, Finished
+from monitor.ingest.classify import QueryClassifier
+from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.sample import Sampler
+from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.delivery import Delivery, DeliveryMetrics
+from monitor.kafka.offsets import MessageRef, OffsetTracker
+from monitor.kafka.producer import KafkaOutput
+from monitor.metrics import Metrics, RecordSeries
+from monitor.model import Reject
+from monitor.rejects import Rejections
+from monitor.samples import TypeSource, encode_sample
+from monitor.slices import BoundedLabel
+
+log = logging.getLogger(__name__)
+
+
+class IngestStage:
+    def __init__(self, settings: Settings, metrics: Metrics, output: KafkaOutput) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        kafka = settings.kafka
+        self.tracker = OffsetTracker()
+        self.assembler = Assembler(settings.assembly)
+        self.rejections = Rejections(metrics)
+        self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
+        self.services = BoundedLabel(
+            settings.slices.services,
+            fallback="other",
+            missing="unknown_service",
+            capacity=settings.slices.max_services,
+            normalize=False,
+        )
+        self.classifier = (
+            QueryClassifier(settings.slices.query_types) if settings.slices.classify != "off" else None
+        )
+        self.sampler = Sampler(settings.sampling)
+        spec = SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
+        self.source = KafkaSource(
+            kafka,
+            spec,
+            self.tracker,
+            ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+            self._on_revoked,
+            self._on_assigned,
+        )
+        produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending)
+        self.samples = Delivery(
+            output,
+            settings.pipeline.samples_topic,
+            "samples",
+            settings.pipeline.max_inflight_produces,
+            produced,
+        )
+        self.dead_letters = (
+            Delivery(output, kafka.dead_letter_topic, "dead_letter", kafka.dead_letter_max_inflight, produced)
+            if kafka.dead_letter_topic
+            else None
+        )
+        self._encoding = Encoding(kafka.encoding)
+        # Labelled children cached per (service, query_type): `.labels()` costs more than the
+        # observation itself, and both label sets are bounded, so the cache is too.
+        self._series: dict[tuple[str, str], RecordSeries] = {}
+        self.records_seen = 0
+
+    async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
+        """Consume until `stop`, then within the seconds `left()` gives: emit complete traces,
+        wait for their samples to be acknowledged, commit, leave the group."""
+        if not await self.source.start(stop):
+            return
+        keeper = asyncio.create_task(self._housekeeping(), name="ragmon-ingest-housekeeping")
+        try:
+            await self.source.consume(stop, self._process)
+            for fin in self.assembler.flush(complete_only=True):
+                await self._finish(fin)
+            for delivery in (self.samples, self.dead_letters):
+                # Room is left for the final commit and leaving the group.
+                if delivery is not None and not await delivery.drain(left() - 3.0):
+                    log.warning(
+                        "shutdown: %d %s messages unacknowledged; their input is re-read",
+                        delivery.in_flight,
+                        delivery.topic,
+                    )
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            await self.source.stop(grace_seconds=3.0)
+            for delivery in (self.samples, self.dead_letters):
+                if delivery is not None:
+                    await delivery.cancel()
+            self.metrics.open_traces.set(self.assembler.open_traces)
+            log.info("ingest stopped; %d records assembled", self.records_seen)
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    async def _process(self, batch: Batch) -> None:
+        """Decode and assemble one fetched batch (possibly empty), then emit what is due."""
+        now = time.monotonic()
+        wall_ns = time.time_ns()
+        max_bytes = self.settings.kafka.max_message_bytes
+        encoding = self._encoding
+        assembler = self.assembler
+        tracker = self.tracker
+        finished: list[Finished] = []
+        for tp, messages in batch.items():
+            # Ownership is checked per message against the generation the batch was fetched in:
+            # a rebalance during one of the pauses below makes the rest of it someone else's.
+            generation = tracker.generation(tp)
+            for i, msg in enumerate(messages):
+                if i and not i % 256:
+                    await asyncio.sleep(0)  # let the fetcher and heartbeats run
+                ref = tracker.track(tp, msg.offset, generation)
+                if ref is None:
+                    break
+                value = msg.value
+                if not value:
+                    await self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
+                    continue
+                size = len(value)
+                if size > max_bytes:
+                    detail = f"{size} bytes > max_message_bytes {max_bytes}"
+                    await self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
+                    continue
+                decoded = decode(value, encoding, wall_ns)
+                if decoded.error is not None:
+                    await self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
+                    continue
+                for problem in decoded.problems:
+                    self.rejections.count(problem, decoded.detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
+                spans = decoded.spans
+                if spans:
+                    per_span = size // len(spans) + 1
+                    for span in spans:
+                        finished.extend(assembler.add(span, ref, per_span, now))
+                for record in decoded.records:
+                    ref.acquire()
+                    finished.append(Finished(record.trace_id, record, None, [ref]))
+                ref.release()
+        finished.extend(assembler.poll(now))
+        for fin in finished:
+            await self._finish(fin)
+
+    async def _reject_message(
+        self, reason: Reject, detail: str, tp: TopicPartition, msg: Any, ref: MessageRef
+    ) -> None:
+        self.rejections.count(reason, detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
+        if self.dead_letters is not None and msg.value is not None:  # b"" too: it is what was sent
+            # The offset is held until the broker has the copy: a crash before re-reads the original.
+            await self.dead_letters.submit(msg.key, msg.value, [ref])
+        else:
+            ref.release()
+
+    async def _finish(self, fin: Finished) -> None:
+        record = fin.record
+        if record is None:
+            if fin.reason is not None:
+                self.rejections.count(fin.reason, f"trace {fin.trace_id}")
+            _release(fin.refs)
+            return
+        if record.replay:
+            # Golden-replay traffic is measured by the replay run, never as production quality.
+            self.metrics.replay_records.inc()
+            _release(fin.refs)
+            return
+        source: TypeSource = "span"
+        if not record.query_type:
+            source = "none"
+            if self.classifier is not None:
+                record.query_type = self.classifier(record.query)
+                source = "rules"
+        qt, outside = self.query_types.bound(record.query_type)
+        if outside:
+            self.rejections.count(
+                Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'"
+            )
+        record.query_type = qt
+        service, _ = self.services.bound(record.service)
+        series = self._series.get((service, qt))
+        if series is None:
+            series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
+        series.records.inc()
+        series.chunks.observe(len(record.chunks))
+        if record.chunks and record.chunks[0].score is not None:
+            series.top_score.observe(record.chunks[0].score)
+        now = time.time()
+        if record.end_ns:
+            self.metrics.record_lag.observe(max(0.0, now - record.end_ns / 1e9))
+        self.records_seen += 1
+        probability = self.sampler.decide(record, now)
+        if probability is None:
+            _release(fin.refs)
+            return
+        value = encode_sample(record, probability, service, source, now)
+        await self.samples.submit(record.trace_id.encode(), value, fin.refs)
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        interval = self.settings.kafka.commit_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            self.metrics.open_traces.set(self.assembler.open_traces)
+            await self.source.commit()
+            await self.source.update_lag()
+
+    def _on_assigned(self, owned: int, total: int) -> None:
+        """Floors are group-wide: this member takes the share its partitions carry."""
+        self.sampler.set_share(owned / total)
+        log.info("owning %d of %d partitions: floor share %.3g", owned, total, owned / total)
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        dropped = self.assembler.drop_partitions(set(revoked))
+        # Holds on partitions still owned must go too, or their offsets could never advance.
+        _release(dropped)
+        if dropped:
+            log.info("rebalance: %d open trace holds dropped; the new owner re-reads them", len(dropped))
+
+
+def _release(refs: list[MessageRef]) -> None:
+    for ref in refs:
+        ref.release()

@@ -1,0 +1,401 @@
+"""The judge stage: samples topic → budget → judge → results (file, topic, evaluation events) →
+judgement metrics and estimates.
+
+Its own consumer group reads the samples the ingest stage produced; an offset is committed once
+the results of every sample before it are written. Between fetch and write the samples held are
+bounded (`pipeline.queue_size`, plus one fetch): past it the partitions are paused, not the
+fetch loop, so the member keeps polling and is never evicted for a slow judge. A judge outage
+opens the circuit breaker (`breaker`): samples wait on their topic, and after recovery every one
+gets a real judgement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiokafka import TopicPartition
+
+from monitor.config import Settings
+from monitor.estimate import WindowEstimator
+from monitor.ingest.sample import trace_fraction
+from monitor.judge import Judge, Judgement, skip_reason
+from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
+from monitor.judge.budget import JudgeBudget
+from monitor.judge.calibrate import disagreements
+from monitor.judge.metered import MeteredJudge
+from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.offsets import MessageRef, OffsetTracker
+from monitor.kafka.producer import KafkaOutput
+from monitor.metrics import Metrics
+from monitor.model import RagRecord
+from monitor.outputs.evaluation_events import EvaluationEventSink
+from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
+from monitor.samples import BadSample, decode_sample
+from monitor.slices import BoundedLabel
+from monitor.tasks import cancel_all
+
+if TYPE_CHECKING:
+    from monitor.golden import GoldenGauges
+
+log = logging.getLogger(__name__)
+
+_WRITE_BATCH = 256
+
+
+@dataclass(slots=True)
+class _Sample:
+    record: RagRecord
+    weight: float  # 1 / inclusion probability
+    ref: MessageRef
+    partition: TopicPartition
+    service: str  # the bounded label value
+    type_source: str  # where query_type came from: span, rules (the judge may relabel), none
+    attempts: int = 0  # outage errors of this sample
+    successes_before: int = -1  # the breaker's success count at this sample's first outage error
+    line: bytes = b""  # the results line, once judged
+
+
+class JudgeStage:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, output: KafkaOutput, judge: Judge | None
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._output = output
+        jc = settings.judge
+        pc = settings.pipeline
+        self.tracker = OffsetTracker()
+        spec = SourceSpec(
+            pc.samples_topic,
+            pc.judge_group_id,
+            "earliest",
+            min(settings.kafka.max_poll_records, pc.queue_size),
+        )
+        self.source = KafkaSource(
+            settings.kafka,
+            spec,
+            self.tracker,
+            ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+            self._on_revoked,
+            self._on_assigned,
+        )
+        self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
+        self._judge_labels = settings.slices.classify == "judge"
+        self.budget = JudgeBudget(jc.budget) if jc.budget.enabled else None
+        self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
+        self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
+        self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
+        self._repeat = jc.repeat_fraction
+        self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
+        self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
+        self._held = 0  # samples read and not yet written
+        self._paused = False
+        self._sinks: list[ResultSink] = []
+        self.events: EvaluationEventSink | None = None
+        self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
+        self.judged_seen = 0
+        self.written = 0  # samples whose results are written (judged, skipped or failed)
+        self.golden_gauges: GoldenGauges | None = None
+        if settings.golden.file is not None and settings.golden.target:
+            from monitor.golden import GoldenGauges
+
+            self.golden_gauges = GoldenGauges(metrics.registry)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
+        """Consume until `stop`, then within the seconds `left()` gives: finish the judgements
+        in flight, write them, commit, leave the group. What is left unwritten is re-read."""
+        self._open_outputs()
+        if not await self.source.start(stop):
+            await self._close_outputs()
+            return
+        tasks = [
+            asyncio.create_task(self._judge_loop(), name=f"ragmon-judge-{i}")
+            for i in range(self.settings.judge.workers)
+        ]
+        tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
+        tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
+        golden = self.settings.golden
+        if golden.file is not None and golden.target:
+            tasks.append(asyncio.create_task(self._golden_loop(), name="ragmon-golden"))
+        try:
+            await self.source.consume(stop, self._admit)
+            # Samples not yet started are left for the next owner; those being judged finish.
+            self._drop_queued(lambda s: True)
+            await self._settle(lambda: left() - 3.0)
+            if self._held:
+                log.warning("shutdown: %d judgements unfinished; their samples are re-read", self._held)
+        finally:
+            await cancel_all(tasks)
+            if self.judge is not None:
+                await self.judge.aclose()
+            await self.source.stop(grace_seconds=3.0)
+            await self._close_outputs()
+            self.metrics.inflight.set(self._held)
+            log.info("judge stage stopped; %d samples judged", self.judged_seen)
+
+    async def _settle(self, left: Callable[[], float]) -> None:
+        """Until nothing read is unwritten, `left()` runs out, or the judge is down (then none
+        of what is held would end)."""
+        while self._held and left() > 0 and self.breaker.state is State.CLOSED:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    async def catch_up(self, left: Callable[[], float]) -> None:
+        """Until every sample on the topic now is read and its result written (or `left()` runs
+        out): with both stages in one process, what ingest produced on its way out."""
+        ends = await self.source.end_offsets()
+        while left() > 0 and self.breaker.state is State.CLOSED:
+            positions = await self.source.positions()
+            if all(positions.get(tp, 0) >= end for tp, end in ends.items()) and not self._held:
+                return
+            await asyncio.sleep(0.05)
+
+    def _open_outputs(self) -> None:
+        results = self.settings.results
+        if results.file is not None:
+            self._sinks.append(FileSink(results.file))
+        if results.topic:
+            self._sinks.append(TopicSink(self._output, results.topic))
+        self.events = EvaluationEventSink.from_config(self.settings.events)
+
+    async def _close_outputs(self) -> None:
+        for sink in self._sinks:
+            await sink.close()
+        if self.events is not None:
+            await asyncio.to_thread(self.events.shutdown, 5.0)
+            self._count_events()
+
+    # -- reading samples -------------------------------------------------------------------
+
+    async def _admit(self, batch: Batch) -> None:
+        tracker = self.tracker
+        for tp, messages in batch.items():
+            generation = tracker.generation(tp)
+            for msg in messages:
+                ref = tracker.track(tp, msg.offset, generation)
+                if ref is None:
+                    break  # revoked since this batch was fetched
+                try:
+                    sample, record = decode_sample(msg.value)
+                except BadSample as exc:
+                    self.metrics.bad_samples.inc()
+                    log.error("%s/%d@%d: not a sample, skipped: %s", tp.topic, tp.partition, msg.offset, exc)
+                    ref.release()
+                    continue
+                weight = 1.0 / sample.inclusion_probability
+                self._held += 1
+                self._queue.put_nowait(
+                    _Sample(record, weight, ref, tp, sample.service_label, sample.query_type_source)
+                )
+        # Pausing, not blocking, bounds what is held: the fetch loop keeps polling, so the
+        # member stays in its group however long the judge takes.
+        limit = self.settings.pipeline.queue_size
+        if not self._paused and self._held >= limit:
+            self._paused = True
+            self.source.pause()
+        elif self._paused and self._held <= limit // 2:
+            self._paused = False
+            self.source.resume()
+
+    def _drop_queued(self, which: Callable[[_Sample], bool]) -> None:
+        """Forget queued samples (not those being judged) that `which` selects: on a revoke,
+        their partition's new owner judges them; on shutdown, the next start does."""
+        keep: list[_Sample] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if which(item):
+                self._held -= 1
+            else:
+                keep.append(item)
+        for item in keep:
+            self._queue.put_nowait(item)
+
+    # -- judging and writing -----------------------------------------------------------------
+
+    async def _judge_loop(self) -> None:
+        """One of `judge.workers` tasks: judge, count, hand the results line to the writer."""
+        while True:
+            item = await self._queue.get()
+            line = await self._judge_item(item)
+            if line is None:  # an outage: back in the queue, after the others
+                self._queue.put_nowait(item)
+                continue
+            item.line = line
+            self._judged.put_nowait(item)
+
+    async def _judge_item(self, item: _Sample) -> bytes | None:
+        """The results line of one sample, or None when the judge was down (judge it again)."""
+        record = item.record
+        result = record.to_json_dict()
+        result["sampling_weight"] = item.weight
+        result["query_type_source"] = item.type_source
+        if self.judge is None:
+            return encode_line(result)
+        skip = skip_reason(record)
+        judgement: Judgement | None = None
+        if skip is None:
+            probe = await self.breaker.admit()
+            judgement = await self.judge.try_judge(record, sampling_weight=item.weight)
+            if judgement is not None and judgement.outcome in OUTAGE:
+                await self.breaker.failure(judgement.outcome, probe)
+                item.attempts += 1
+                if item.successes_before < 0:
+                    item.successes_before = self.breaker.successes
+                # Written failed only when the judge has worked for other samples since: then
+                # this sample, not the judge, is the trouble. In an outage nothing is given up.
+                served_others = self.breaker.successes > item.successes_before
+                if item.attempts < self.settings.judge.breaker.max_attempts or not served_others:
+                    self.metrics.judge_retries.inc()
+                    return None
+            elif judgement is not None:
+                await self.breaker.success()
+            elif probe:  # the budget said no before the probe could tell: let another probe
+                await self.breaker.abandon_probe()
+        if judgement is None:
+            skip = skip or "budget"
+            self.metrics.judge.skipped.labels(
+                service=item.service, query_type=record.query_type, reason=skip
+            ).inc()
+            result["judge_skipped"] = skip
+            return encode_line(result)
+        if self._judge_labels and item.type_source == "rules" and judgement.judged_query_type:
+            # The judge read the query: its label beats the rules' for what it judged.
+            # Weights stay 1/p, so per-type estimates are domain estimates, still unbiased.
+            judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
+            result["query_type_source"] = "judge"
+        if judgement.ok:
+            self.metrics.judge.observe_verdicts(judgement, item.service)
+            if self.events is not None:
+                self.events.emit(judgement, record)
+            self.estimator.observe(judgement)
+        result.update(judgement.to_json_dict())
+        if judgement.ok and self._repeat and trace_fraction(record.trace_id + ":repeat") < self._repeat:
+            # Same budget, and the first thing to give up when it runs short.
+            again = await self.judge.try_judge(record, sampling_weight=item.weight)
+            if again is not None and again.ok:
+                differ = disagreements(judgement, again)
+                self.metrics.judge.repeats.inc()
+                for check in differ:
+                    self.metrics.judge.disagreements.labels(check=check).inc()
+                result["repeat_disagreements"] = differ
+        self.judged_seen += 1
+        return encode_line(result)
+
+    async def _write_loop(self) -> None:
+        while True:
+            items = [await self._judged.get()]
+            while len(items) < _WRITE_BATCH and not self._judged.empty():
+                items.append(self._judged.get_nowait())
+            if self._sinks:
+                await self._write_until_done([(item.record.trace_id, item.line) for item in items])
+            for item in items:
+                item.ref.release()
+                self._held -= 1
+                self.written += 1
+
+    async def _write_until_done(self, lines: list[tuple[str, bytes]]) -> None:
+        delay = 0.5
+        for sink in self._sinks:
+            while True:
+                try:
+                    await sink.write(lines)
+                    break
+                except Exception as exc:  # a sink error must stall output, never lose it
+                    log.warning(
+                        "results sink %s failed (%s); retrying in %.1fs", type(sink).__name__, exc, delay
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        interval = self.settings.kafka.commit_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            m = self.metrics
+            m.inflight.set(self._held)
+            await self.source.commit()
+            await self.source.update_lag()
+            self._export_estimates()
+            self._count_events()
+            if self.budget is not None:
+                for limit, left in self.budget.remaining().items():
+                    m.budget_remaining.labels(limit=limit).set(left)
+
+    def _count_events(self) -> None:
+        if self.events is None:
+            return
+        s = self.events.stats()
+        now = (s.exported, s.failed, s.dropped)
+        for outcome, new, old in zip(("exported", "failed", "dropped"), now, self._events_seen, strict=True):
+            if new > old:
+                self.metrics.evaluation_events.labels(outcome=outcome).inc(new - old)
+        self._events_seen = now
+
+    def _export_estimates(self) -> None:
+        m = self.metrics
+        for qt, snap in self.estimator.snapshot().items():
+            m.window_samples.labels(query_type=qt).set(snap.samples)
+            for gauge, est in (
+                (m.faithfulness_window, snap.faithfulness),
+                (m.hallucination_window, snap.hallucination_rate),
+            ):
+                for bound in ("estimate", "lower", "upper"):
+                    if est is None:  # no sample in the window: no number, rather than a stale or NaN one
+                        with contextlib.suppress(KeyError):
+                            gauge.remove(qt, bound)
+                    else:
+                        gauge.labels(query_type=qt, bound=bound).set(getattr(est, bound))
+
+    async def _golden_loop(self) -> None:
+        """Replay the golden set every interval, on exactly one replica: the owner of partition 0
+        of the samples topic (ownership follows the judge group, so failover is free). Its judge
+        calls go through the budget and count in the judge cost metrics like any other."""
+        from monitor.golden import BaselineError, ReplayFailed, load_baseline, load_golden, run_replay
+
+        cfg = self.settings.golden
+        assert cfg.file is not None and cfg.target is not None
+        leader = TopicPartition(self.settings.pipeline.samples_topic, 0)
+        while True:
+            await asyncio.sleep(cfg.interval_seconds)
+            if not self.source.owns(leader):
+                continue
+            try:
+                check = await asyncio.to_thread(load_golden, cfg.file)
+                if not check.ok:
+                    log.error(
+                        "golden file %s has errors: %s", cfg.file, "; ".join(map(str, check.errors[:3]))
+                    )
+                    continue
+                baseline = await asyncio.to_thread(load_baseline, cfg.baseline) if cfg.baseline else None
+                report = await run_replay(
+                    check.rows,
+                    cfg.target,
+                    k=cfg.k,
+                    judge=self.judge,
+                    concurrency=cfg.concurrency,
+                    baseline=baseline,
+                    golden_sha256=check.sha256,
+                    golden_path=str(cfg.file),
+                    gauges=self.golden_gauges,
+                )
+                log.info(
+                    "golden replay: exit code %d, %d regression(s)", report.exit_code, len(report.regressions)
+                )
+            except (ReplayFailed, BaselineError, OSError) as exc:
+                log.error("golden replay failed: %s", exc)
+
+    def _on_assigned(self, owned: int, total: int) -> None:
+        """Budgets are group-wide: this member takes the share its partitions carry."""
+        if self.budget is not None:
+            self.budget.set_group(owned, total)
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._drop_queued(lambda s: s.partition in revoked)

@@ -1,0 +1,102 @@
+"""Produce a message while holding the offsets it came from, until the broker has it.
+
+Used for the samples topic (ingest → judge) and the dead-letter topic. The holds are released only
+on the broker's acknowledgement, so a crash before it re-reads the source message; a topic that
+keeps failing is retried with capped backoff for as long as it takes, holding its partition's
+commits (lag grows, `ragmon_produce_errors_total` counts), never losing the message. The number of
+messages in flight is bounded: when it is reached, `submit` waits, which is back-pressure on the
+stage that produces, not memory growth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Gauge
+
+from monitor.kafka.offsets import MessageRef
+from monitor.kafka.producer import KafkaOutput
+
+log = logging.getLogger(__name__)
+
+_MAX_BACKOFF = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryMetrics:
+    errors: Counter  # labels: stream
+    pending: Gauge  # labels: stream
+
+
+class Delivery:
+    def __init__(
+        self, output: KafkaOutput, topic: str, stream: str, max_inflight: int, metrics: DeliveryMetrics
+    ) -> None:
+        self.topic = topic
+        self._output = output
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._errors = metrics.errors.labels(stream=stream)
+        self._pending = metrics.pending.labels(stream=stream)
+        self._stream = stream
+        self._warned = -float("inf")
+        self.delivered = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def submit(self, key: bytes | None, value: bytes, refs: Sequence[MessageRef]) -> None:
+        """Send in the background; `refs` are released once the broker acknowledges."""
+        await self._slots.acquire()
+        task = asyncio.create_task(self._deliver(key, value, refs))
+        self._tasks.add(task)
+        self._pending.inc()
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._pending.dec()
+        self._slots.release()
+
+    async def _deliver(self, key: bytes | None, value: bytes, refs: Sequence[MessageRef]) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await self._output.send_many(self.topic, [(key, value)])
+                break
+            except Exception as exc:  # the producer raises several KafkaError kinds, and more
+                self._errors.inc()
+                now = time.monotonic()
+                if now - self._warned >= 10.0:
+                    self._warned = now
+                    log.warning(
+                        "%s: producing to %s failed (%s); retrying, offsets held",
+                        self._stream,
+                        self.topic,
+                        type(exc).__name__,
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_BACKOFF)
+        self.delivered += 1
+        for ref in refs:
+            ref.release()
+
+    async def drain(self, seconds: float) -> bool:
+        """Wait for what is in flight; False when some is still unacknowledged after `seconds`
+        (its offsets stay held, so it is re-read)."""
+        if not self._tasks:
+            return True
+        _, pending = await asyncio.wait(set(self._tasks), timeout=max(0.0, seconds))
+        return not pending
+
+    async def cancel(self) -> None:
+        tasks = set(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)

@@ -1,0 +1,187 @@
+"""`rag-monitor run`: wires the stages its role asks for, shares one producer between them, and
+owns start-up and shutdown. No stage logic lives here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from monitor.config import Settings
+from monitor.ingest.stage import IngestStage
+from monitor.judge import Judge, create_judge
+from monitor.judge.stage import JudgeStage
+from monitor.kafka.client import client_kwargs
+from monitor.kafka.consumer import KafkaSource
+from monitor.kafka.producer import KafkaOutput
+from monitor.metrics import Metrics
+from monitor.outputs.http import Readiness
+
+log = logging.getLogger(__name__)
+
+# Seconds without any answer from the broker after which /readyz says so.
+_BROKER_SILENCE = 30.0
+
+
+def build_judge(settings: Settings) -> Judge | None:
+    """The configured judge; ValueError when it cannot start (no API key, bad option)."""
+    jc = settings.judge
+    if jc.backend == "none":
+        return None
+    options = jc.options
+    if jc.backend in ("anthropic", "openai"):
+        # The workers are the in-flight bound; the backend's own semaphore must not halve it.
+        options = {"max_concurrency": jc.workers, **options}
+        if settings.slices.classify == "judge":  # `unknown` means "no label": not a choice for the judge
+            labels = [t for t in settings.slices.query_types if t != "unknown"]
+            options = {"query_types": labels, **options}
+    return create_judge(jc.backend, options)
+
+
+class Sidecar:
+    """The stages of one process: both by default, or the one `pipeline.role` names."""
+
+    def __init__(
+        self, settings: Settings, metrics: Metrics | None = None, judge: Judge | None = None
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        role = settings.pipeline.role
+        if judge is None and role in ("all", "judge"):
+            judge = build_judge(settings)  # first: it may refuse to start (no API key)
+        self.output = KafkaOutput(settings.kafka)
+        self.ingest = IngestStage(settings, self.metrics, self.output) if role in ("all", "ingest") else None
+        self.judge_stage = None
+        if role in ("all", "judge"):
+            self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
+
+    @property
+    def sources(self) -> list[KafkaSource]:
+        return [s.source for s in (self.ingest, self.judge_stage) if s is not None]
+
+    async def wait_assigned(self) -> None:
+        """Until every stage's consumer holds partitions (tests, the demo)."""
+        for source in self.sources:
+            await source.assigned.wait()
+
+    def readiness(self) -> Readiness:
+        """For /readyz (called from the HTTP thread: plain attribute reads only)."""
+        checks: dict[str, str] = {}
+        ready = True
+        now = time.monotonic()
+        for source in self.sources:
+            name = source.spec.topic
+            owned = len(source.owned)
+            checks[name] = f"{owned} partitions assigned"
+            ready &= owned > 0
+            contact = source.last_contact
+            if contact is None or now - contact > _BROKER_SILENCE:
+                ready = False
+                checks["broker"] = "unreachable" if contact is None else f"silent for {now - contact:.0f}s"
+        checks.setdefault("broker", "reachable")
+        return Readiness(ready, checks)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`; then within `pipeline.shutdown_seconds` of it: ingest emits its open
+        traces and has their samples acknowledged, the judge stage (when here too) judges what
+        ingest just produced, and each commits and leaves its group."""
+        if not await self._start_output(stop):
+            return
+        # Per-span objects are short-lived; the default GC thresholds made collections ~9% of
+        # the drain. Long-lived start-up objects are frozen out of every later collection.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
+        deadline = [float("inf")]  # set when `stop` is; the producer's close gets the last 2 s
+
+        def left() -> float:
+            return deadline[0] - time.monotonic()
+
+        async def on_stop() -> None:
+            await stop.wait()
+            deadline[0] = time.monotonic() + self.settings.pipeline.shutdown_seconds - 2.0
+
+        tasks = [asyncio.create_task(on_stop())]
+        judge_stop = stop
+        if self.ingest is not None:
+            tasks.append(asyncio.create_task(self.ingest.run(stop, left)))
+            if self.judge_stage is not None:
+                judge_stop = asyncio.Event()
+                tasks.append(asyncio.create_task(self._stop_judge_after_ingest(tasks[-1], judge_stop, left)))
+        if self.judge_stage is not None:
+            tasks.append(asyncio.create_task(self.judge_stage.run(judge_stop, left)))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                async with asyncio.timeout(2.0):
+                    await self.output.close()
+            except TimeoutError:
+                log.warning("producer did not close within 2s")
+
+    async def _stop_judge_after_ingest(
+        self, ingest: asyncio.Task[None], judge_stop: asyncio.Event, left: Callable[[], float]
+    ) -> None:
+        """Both stages here: the judge stops once ingest has stopped and the samples it produced
+        are judged and written — or when a third of the time is left for its own shutdown."""
+        assert self.judge_stage is not None
+        try:
+            await asyncio.wait({ingest})
+            await self.judge_stage.catch_up(lambda: left() - 5.0)
+        finally:
+            judge_stop.set()
+
+    async def _start_output(self, stop: asyncio.Event) -> bool:
+        kafka = self.settings.kafka
+        delay = 0.25
+        while not stop.is_set():
+            try:
+                await self.output.start()
+                break
+            except Exception as exc:  # the producer raises several KafkaError kinds on connect
+                log.warning("producer cannot connect (%s); retrying", type(exc).__name__)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
+                delay = min(delay * 2, kafka.reconnect_backoff_max_seconds)
+        else:
+            return False
+        await self._ensure_samples_topic()
+        return True
+
+    async def _ensure_samples_topic(self) -> None:
+        """Create the samples topic when missing, with the input topic's partition count (so the
+        judge group scales as far as the ingest group). Production clusters that forbid it log
+        a warning: provision the topic yourself."""
+        kafka = self.settings.kafka
+        samples = self.settings.pipeline.samples_topic
+        admin = AIOKafkaAdminClient(**client_kwargs(kafka, client_id=f"{kafka.client_id}-admin"))
+        try:
+            async with asyncio.timeout(10.0):
+                await admin.start()
+                try:
+                    existing = set(await admin.list_topics())
+                    if samples in existing:
+                        return
+                    partitions = 3
+                    if kafka.topic in existing:
+                        described = await admin.describe_topics([kafka.topic])
+                        partitions = max(1, len(described[0].get("partitions", ())) or 3)
+                    with contextlib.suppress(TopicAlreadyExistsError):  # another replica won
+                        await admin.create_topics([NewTopic(samples, partitions, 1)])
+                    log.info("created samples topic %s with %d partitions", samples, partitions)
+                finally:
+                    await admin.close()
+        except (KafkaError, TimeoutError, OSError) as exc:
+            log.warning(
+                "cannot check or create samples topic %s (%s): provision it", samples, type(exc).__name__
+            )

@@ -1,0 +1,98 @@
+"""The samples topic: the contract between the ingest stage and the judge stage.
+
+One message per sampled record, keyed by trace id (so a trace's samples stay in one partition, and
+judge replicas split the work by partition), the value a JSON object: the RAG record as the results
+lines show it, plus what only ingest knew — the inclusion probability the sampler used (estimates
+weight by its inverse), the bounded `service` label, and where the query type came from.
+
+JSON rather than protobuf: the judge path handles a small sample, the topic stays readable with
+any Kafka tool, and the record's fields are the results lines' own. `v` versions the layout; a
+judge stage refuses (counts and logs, never crashes on) a message it cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from monitor.model import Chunk, RagRecord
+
+SAMPLES_VERSION = 1
+
+TypeSource = Literal["span", "rules", "none"]
+
+
+class _ChunkIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    content: str | None = None
+    score: float | None = None
+
+
+class SampleMessage(BaseModel):
+    """The boundary model: validated once per sample, on the judge side."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    v: Literal[1]
+    trace_id: str = Field(pattern="^[0-9a-f]{32}$")
+    span_id: str = ""
+    service: str
+    service_label: str
+    query: str
+    query_type: str
+    query_type_source: TypeSource
+    chunks: list[_ChunkIn]
+    answer: str
+    model: str | None = None
+    start: float | None = None
+    end: float | None = None
+    inclusion_probability: float = Field(gt=0, le=1)
+    sampled_at: float
+
+
+class BadSample(ValueError):
+    """A samples-topic message the judge stage cannot read; the text says why, briefly."""
+
+
+def encode_sample(
+    record: RagRecord, probability: float, service_label: str, type_source: TypeSource, now: float
+) -> bytes:
+    doc = record.to_json_dict()
+    del doc["replay"]  # replay traffic is never sampled
+    doc.update(
+        v=SAMPLES_VERSION,
+        service_label=service_label,
+        query_type_source=type_source,
+        inclusion_probability=probability,
+        sampled_at=now,
+    )
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:
+    """The message and the record it carries; BadSample when it is not a valid sample."""
+    if not value:
+        raise BadSample("empty message")
+    try:
+        msg = SampleMessage.model_validate_json(value)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise BadSample(f"{where}: {first['msg']} ({exc.error_count()} problem(s))") from None
+    record = RagRecord(
+        trace_id=msg.trace_id,
+        span_id=msg.span_id,
+        service=msg.service,
+        query=msg.query,
+        query_type=msg.query_type,
+        chunks=[Chunk(c.id, c.content, c.score) for c in msg.chunks],
+        answer=msg.answer,
+        model=msg.model,
+        start_ns=round(msg.start * 1e9) if msg.start else 0,
+        end_ns=round(msg.end * 1e9) if msg.end else 0,
+    )
+    return msg, record
