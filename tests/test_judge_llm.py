@@ -56,7 +56,7 @@ class FakeAPI:
     """Scriptable: replies queued with `script` are used first, then `default` builds one from the
     request. Every request is recorded with its arrival time; concurrency is tracked."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.key = ""
         self.requests: list[Seen] = []
         self.replies: deque[Reply] = deque()
@@ -65,7 +65,7 @@ class FakeAPI:
         self.max_inflight = 0
         self.generation = 0
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

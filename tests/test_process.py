@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -158,7 +159,7 @@ async def test_metrics_endpoint_is_valid_exposition(
     bs = broker.bootstrap_servers
     work = generate(60, seed=41)
     async with running(settings_for(bs, topic, None, sampling={"rate": 0.0})) as sidecar:
-        server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", 0)
+        server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", 0, sidecar.readiness)
         port = server.start()
         try:
             await produce(bs, topic, work.pairs())
@@ -177,10 +178,17 @@ async def test_metrics_endpoint_is_valid_exposition(
             body = await asyncio.to_thread(
                 lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
             )
+            readyz = f"http://127.0.0.1:{port}/readyz"
+            ready = await asyncio.to_thread(
+                lambda: json.loads(urllib.request.urlopen(readyz, timeout=5).read())
+            )
         finally:
             server.stop()
         lookup = sum(1 for t in work.traces if t.query_type == "lookup")
         assert sample(sidecar, "ragmon_records_total", service="rag-demo", query_type="lookup") == lookup
+    # Both stages hold partitions of their topics (3 each), and the broker answers.
+    samples = sidecar.settings.pipeline.samples_topic
+    assert ready == {topic: "3 partitions assigned", samples: "3 partitions assigned", "broker": "reachable"}
     text = body.decode()
     for name in (
         "ragmon_records_total",

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from support import eventually, read_topic, result_ids, result_lines, running, sample, settings_for
 from test_judge_llm import FakeAPI, Reply, _error_body, default_reply
 from test_judge_llm import _server as _server
 from test_process import start_sidecar
 
-from monitor.demo.broker import EmbeddedBroker
+from monitor.config import KafkaConfig
+from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
+from monitor.kafka.client import ensure_topics
 from monitor.samples import decode_sample
 
 
@@ -105,6 +107,38 @@ async def test_judge_outage_never_slows_ingestion_and_loses_no_judgement(
     assert {r["trace_id"] for r in lines} == ids
 
 
+async def test_a_judge_that_refuses_connections_then_comes_up(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Connection refused (nothing listens yet): samples wait; once a server answers on that
+    port, every record gets a real judgement."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    port = free_port()
+    key = f"sk-ant-FAKEKEY-{uuid.uuid4().hex}"
+    options = {"api_key": key, "base_url": f"http://127.0.0.1:{port}", "max_retries": 0}
+    breaker = {"failures": 3, "min_pause_seconds": 0.2, "max_pause_seconds": 1.0}
+    settings = settings_for(
+        bs, topic, results, judge={"backend": "anthropic", "options": options, "breaker": breaker}
+    )
+    work = generate(40, seed=67)
+    async with running(settings) as sidecar:
+        await produce(bs, topic, work.pairs())
+        await eventually(lambda: sidecar.ingest is not None and sidecar.ingest.records_seen == 40)
+        await eventually(lambda: sample(sidecar, "ragmon_judge_circuit_open") == 1, what="breaker open")
+        assert result_lines(results) == []
+        api = FakeAPI(port=port)
+        api.key = key
+        api.thread.start()
+        try:
+            await eventually(lambda: len(result_ids(results)) == 40, within=60, what="judged after recovery")
+        finally:
+            api.server.shutdown()
+            api.server.server_close()
+    outcomes = {r["judge"]["outcome"] for r in result_lines(results) if "judge_skipped" not in r}
+    assert outcomes == {"ok"}, outcomes
+
+
 async def test_a_record_that_breaks_the_judge_is_still_written(
     api: FakeAPI, broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
@@ -148,10 +182,10 @@ async def test_either_stage_killed_at_any_moment_loses_no_judgement(
     try:
         for role, log in logs.items():
             await eventually(lambda log=log: "assigned partitions" in log.read_text(), within=60, what=role)
-        feeder = asyncio.create_task(produce(bs, topic, work.pairs(), rate=250))
-        for role, share in (("ingest", 6), ("judge", 3)):
-            await eventually(lambda s=share: len(result_ids(results)) >= len(ids) // s, within=60)
-            # Mid-stream: ingest while spans still come, the judge while samples wait for it.
+        feeder = asyncio.create_task(produce(bs, topic, work.pairs(), rate=200))
+        # Mid-stream: ingest while spans still come, the judge while samples wait for it.
+        for role, written in (("ingest", 50), ("judge", len(ids) // 3)):
+            await eventually(lambda n=written: len(result_ids(results)) >= n, within=60)
             assert not feeder.done() if role == "ingest" else len(result_ids(results)) < len(ids)
             procs[role].send_signal(signal.SIGKILL)
             procs[role].wait(timeout=10)
@@ -238,3 +272,79 @@ async def test_sigterm_ends_within_the_budget_even_with_a_hung_judge(
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
     assert took < 8 + 2, f"SIGTERM took {took:.1f}s with shutdown_seconds 8"
+
+
+async def test_a_failing_dead_letter_topic_holds_its_partition_and_shows(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A copy the dead-letter topic can never take (larger than the producer may send) is
+    retried, holding its partition's commits below it; the other partitions and every good
+    record go on."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    dlq = f"{topic}-dlq"
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [dlq], partitions=1)
+    kafka = {"dead_letter_topic": dlq, "max_message_bytes": 8000}  # the producer sends <= 32,000
+    settings = settings_for(bs, topic, results, kafka=kafka)
+    work = generate(60, seed=68)
+    async with running(settings) as sidecar:
+        producer = AIOKafkaProducer(bootstrap_servers=bs)
+        await producer.start()
+        try:
+            bad = await producer.send_and_wait(topic, b"x" * 40_000, partition=0)
+        finally:
+            await producer.stop()
+        await produce(bs, topic, work.pairs())
+        await eventually(
+            lambda: result_ids(results) >= {t.trace_id for t in work.traces}, what="good records"
+        )
+        await eventually(
+            lambda: sample(sidecar, "ragmon_produce_errors_total", stream="dead_letter") >= 2, what="retries"
+        )
+        assert sample(sidecar, "ragmon_produce_pending", stream="dead_letter") == 1
+        assert sample(sidecar, "ragmon_rejected_total", reason="too_large") == 1
+        await asyncio.sleep(1.0)  # commits run every 0.3 s
+        reader = AIOKafkaConsumer(bootstrap_servers=bs, group_id=settings.kafka.group_id)
+        await reader.start()
+        try:
+            committed = {p: await reader.committed(TopicPartition(topic, p)) for p in range(3)}
+        finally:
+            await reader.stop()
+    # The log's ends, from its records (tansu's ListOffsets counts batches, not records).
+    ends = {p: 0 for p in range(3)}
+    for m in await read_topic(bs, topic):
+        ends[m.partition] = max(ends[m.partition], m.offset + 1)
+    assert ends[0] > bad.offset + 1, "good messages follow the bad one in its partition"
+    assert (committed[0] or 0) <= bad.offset, "committed past a message whose copy never landed"
+    assert [committed[1], committed[2]] == [ends[1], ends[2]]
+
+
+async def test_fetch_watchdog_restarts_a_consumer_whose_fetch_never_returns(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    # A short session: the replaced member's successor joins without waiting out a long one.
+    settings = settings_for(
+        bs, topic, results, kafka={"fetch_watchdog_seconds": 2.0, "session_timeout_ms": 6000}
+    )
+    work = generate(50, seed=69)
+    async with running(settings) as sidecar:
+        source = sidecar.ingest.source if sidecar.ingest else None
+        assert source is not None
+        real = source.fetch
+        hung = asyncio.Event()
+
+        async def hangs_once(timeout_ms: int) -> Any:
+            if not hung.is_set():  # as aiokafka's getmany was seen to: never returns
+                hung.set()
+                await asyncio.Event().wait()
+            return await real(timeout_ms)
+
+        source.fetch = hangs_once  # type: ignore[method-assign]
+        await produce(bs, topic, work.pairs())
+        await eventually(
+            lambda: sample(sidecar, "ragmon_consumer_restarts_total", topic=topic) == 1, what="a restart"
+        )
+        ids = {t.trace_id for t in work.traces}
+        await eventually(lambda: result_ids(results) >= ids, within=120, what="every trace after the restart")

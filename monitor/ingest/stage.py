@@ -92,7 +92,8 @@ class IngestStage:
         try:
             await self.source.consume(stop, self._process)
             for fin in self.assembler.flush(complete_only=True):
-                await self._finish(fin)
+                self._finish(fin)
+            await self._flush()
             for delivery in (self.samples, self.dead_letters):
                 # Room is left for the final commit and leaving the group.
                 if delivery is not None and not await delivery.drain(left() - 3.0):
@@ -134,16 +135,16 @@ class IngestStage:
                     break
                 value = msg.value
                 if not value:
-                    await self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
+                    self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
                     continue
                 size = len(value)
                 if size > max_bytes:
                     detail = f"{size} bytes > max_message_bytes {max_bytes}"
-                    await self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
+                    self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
                     continue
                 decoded = decode(value, encoding, wall_ns)
                 if decoded.error is not None:
-                    await self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
+                    self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
                     continue
                 for problem in decoded.problems:
                     self.rejections.count(problem, decoded.detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
@@ -158,19 +159,25 @@ class IngestStage:
                 ref.release()
         finished.extend(assembler.poll(now))
         for fin in finished:
-            await self._finish(fin)
+            self._finish(fin)
+        await self._flush()
 
-    async def _reject_message(
+    async def _flush(self) -> None:
+        await self.samples.flush()
+        if self.dead_letters is not None:
+            await self.dead_letters.flush()
+
+    def _reject_message(
         self, reason: Reject, detail: str, tp: TopicPartition, msg: Any, ref: MessageRef
     ) -> None:
         self.rejections.count(reason, detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
         if self.dead_letters is not None and msg.value is not None:  # b"" too: it is what was sent
             # The offset is held until the broker has the copy: a crash before re-reads the original.
-            await self.dead_letters.submit(msg.key, msg.value, [ref])
+            self.dead_letters.add(msg.key, msg.value, [ref])
         else:
             ref.release()
 
-    async def _finish(self, fin: Finished) -> None:
+    def _finish(self, fin: Finished) -> None:
         record = fin.record
         if record is None:
             if fin.reason is not None:
@@ -211,7 +218,7 @@ class IngestStage:
             _release(fin.refs)
             return
         value = encode_sample(record, probability, service, source, now)
-        await self.samples.submit(record.trace_id.encode(), value, fin.refs)
+        self.samples.add(record.trace_id.encode(), value, fin.refs)
 
     # -- housekeeping ----------------------------------------------------------------------
 

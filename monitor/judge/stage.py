@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -148,11 +149,18 @@ class JudgeStage:
 
     async def catch_up(self, left: Callable[[], float]) -> None:
         """Until every sample on the topic now is read and its result written (or `left()` runs
-        out): with both stages in one process, what ingest produced on its way out."""
+        out): with both stages in one process, what ingest produced on its way out. Read means
+        the positions reached the log ends and then stayed put for a second (some brokers'
+        ListOffsets lag behind what a fetch returns: tansu counts batches, not records)."""
         ends = await self.source.end_offsets()
+        last: dict[TopicPartition, int] = {}
+        still = time.monotonic()
         while left() > 0 and self.breaker.state is State.CLOSED:
             positions = await self.source.positions()
-            if all(positions.get(tp, 0) >= end for tp, end in ends.items()) and not self._held:
+            if positions != last:
+                last, still = positions, time.monotonic()
+            reached = all(positions.get(tp, 0) >= end for tp, end in ends.items())
+            if reached and not self._held and time.monotonic() - still >= 1.0:
                 return
             await asyncio.sleep(0.05)
 

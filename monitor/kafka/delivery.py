@@ -5,7 +5,9 @@ on the broker's acknowledgement, so a crash before it re-reads the source messag
 keeps failing is retried with capped backoff for as long as it takes, holding its partition's
 commits (lag grows, `ragmon_produce_errors_total` counts), never losing the message. The number of
 messages in flight is bounded: when it is reached, `submit` waits, which is back-pressure on the
-stage that produces, not memory growth.
+stage that produces, not memory growth. Messages are added one by one and sent per flush (the
+ingest stage flushes once per fetched batch): aiokafka's per-message `send` and a task per
+message cost more than the decoding of a record.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Delivery:
         self.topic = topic
         self._output = output
         self._slots = asyncio.Semaphore(max_inflight)
+        self._queued: list[tuple[bytes | None, bytes, Sequence[MessageRef]]] = []
+        self._count = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors = metrics.errors.labels(stream=stream)
         self._pending = metrics.pending.labels(stream=stream)
@@ -48,43 +52,58 @@ class Delivery:
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        """Messages handed over and not yet acknowledged."""
+        return self._count
 
-    async def submit(self, key: bytes | None, value: bytes, refs: Sequence[MessageRef]) -> None:
-        """Send in the background; `refs` are released once the broker acknowledges."""
-        await self._slots.acquire()
-        task = asyncio.create_task(self._deliver(key, value, refs))
+    def add(self, key: bytes | None, value: bytes, refs: Sequence[MessageRef]) -> None:
+        """Queue a message for the next `flush` (cheap: the hot path calls it per record)."""
+        self._queued.append((key, value, refs))
+
+    async def flush(self) -> None:
+        """Send what `add` queued, in the background, in one go; each message's `refs` are
+        released once the broker acknowledges. Waits only while `max_inflight` are unacked."""
+        items, self._queued = self._queued, []
+        if not items:
+            return
+        for _ in items:
+            await self._slots.acquire()
+        self._count += len(items)
+        self._pending.inc(len(items))
+        task = asyncio.create_task(self._deliver(items))
         self._tasks.add(task)
-        self._pending.inc()
-        task.add_done_callback(self._done)
+        task.add_done_callback(self._tasks.discard)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._pending.dec()
-        self._slots.release()
-
-    async def _deliver(self, key: bytes | None, value: bytes, refs: Sequence[MessageRef]) -> None:
+    async def _deliver(self, items: list[tuple[bytes | None, bytes, Sequence[MessageRef]]]) -> None:
         delay = 0.5
-        while True:
-            try:
-                await self._output.send_many(self.topic, [(key, value)])
-                break
-            except Exception as exc:  # the producer raises several KafkaError kinds, and more
-                self._errors.inc()
-                now = time.monotonic()
-                if now - self._warned >= 10.0:
-                    self._warned = now
-                    log.warning(
-                        "%s: producing to %s failed (%s); retrying, offsets held",
-                        self._stream,
-                        self.topic,
-                        type(exc).__name__,
-                    )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_BACKOFF)
-        self.delivered += 1
-        for ref in refs:
-            ref.release()
+        messages = [(key, value) for key, value, _ in items]
+        try:
+            while True:
+                try:
+                    await self._output.send_many(self.topic, messages)
+                    break
+                except Exception as exc:  # the producer raises several KafkaError kinds, and more
+                    self._errors.inc()
+                    now = time.monotonic()
+                    if now - self._warned >= 10.0:
+                        self._warned = now
+                        log.warning(
+                            "%s: producing %d message(s) to %s failed (%s); retrying, offsets held",
+                            self._stream,
+                            len(messages),
+                            self.topic,
+                            type(exc).__name__,
+                        )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _MAX_BACKOFF)
+            self.delivered += len(items)
+            for _, _, refs in items:
+                for ref in refs:
+                    ref.release()
+        finally:
+            self._count -= len(items)
+            self._pending.dec(len(items))
+            for _ in items:
+                self._slots.release()
 
     async def drain(self, seconds: float) -> bool:
         """Wait for what is in flight; False when some is still unacknowledged after `seconds`
