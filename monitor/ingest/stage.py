@@ -93,7 +93,7 @@ class IngestStage:
             await self.source.consume(stop, self._process)
             for fin in self.assembler.flush(complete_only=True):
                 self._finish(fin)
-            await self._flush()
+            await self._flush(force=True)
             for delivery in (self.samples, self.dead_letters):
                 # Room is left for the final commit and leaving the group.
                 if delivery is not None and not await delivery.drain(left() - 3.0):
@@ -162,10 +162,10 @@ class IngestStage:
             self._finish(fin)
         await self._flush()
 
-    async def _flush(self) -> None:
-        await self.samples.flush()
+    async def _flush(self, force: bool = False) -> None:
+        await self.samples.flush(force)
         if self.dead_letters is not None:
-            await self.dead_letters.flush()
+            await self.dead_letters.flush(force)
 
     def _reject_message(
         self, reason: Reject, detail: str, tp: TopicPartition, msg: Any, ref: MessageRef

@@ -5,9 +5,8 @@ on the broker's acknowledgement, so a crash before it re-reads the source messag
 keeps failing is retried with capped backoff for as long as it takes, holding its partition's
 commits (lag grows, `ragmon_produce_errors_total` counts), never losing the message. The number of
 messages in flight is bounded: when it is reached, `submit` waits, which is back-pressure on the
-stage that produces, not memory growth. Messages are added one by one and sent per flush (the
-ingest stage flushes once per fetched batch): aiokafka's per-message `send` and a task per
-message cost more than the decoding of a record.
+stage that produces, not memory growth. Messages are added one by one and sent in groups (see
+`flush`): aiokafka's per-message `send`, and a task per message, cost more than decoding a record.
 """
 
 from __future__ import annotations
@@ -26,6 +25,8 @@ from monitor.kafka.producer import KafkaOutput
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF = 30.0
+_FLUSH_COUNT = 500
+_FLUSH_SECONDS = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class Delivery:
         self._slots = asyncio.Semaphore(max_inflight)
         self._queued: list[tuple[bytes | None, bytes, Sequence[MessageRef]]] = []
         self._count = 0
+        self._since = 0.0  # when the oldest queued message was added
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors = metrics.errors.labels(stream=stream)
         self._pending = metrics.pending.labels(stream=stream)
@@ -56,15 +58,23 @@ class Delivery:
         return self._count
 
     def add(self, key: bytes | None, value: bytes, refs: Sequence[MessageRef]) -> None:
-        """Queue a message for the next `flush` (cheap: the hot path calls it per record)."""
+        """Queue a message for a `flush` (cheap: the hot path calls it per record)."""
+        if not self._queued:
+            self._since = time.monotonic()
         self._queued.append((key, value, refs))
 
-    async def flush(self) -> None:
-        """Send what `add` queued, in the background, in one go; each message's `refs` are
-        released once the broker acknowledges. Waits only while `max_inflight` are unacked."""
-        items, self._queued = self._queued, []
-        if not items:
+    async def flush(self, force: bool = False) -> None:
+        """Send what `add` queued, in the background, in one go — once `_FLUSH_COUNT` messages
+        or `_FLUSH_SECONDS` have gathered, or now with `force`: aiokafka's CPU per produce
+        request (~2 ms here) dwarfs its cost per message (~8 µs), so fewer, larger requests keep
+        the samples' share of ingest small. Each message's `refs` are released once the broker
+        acknowledges. Waits only while `max_inflight` are unacknowledged."""
+        items = self._queued
+        if not items or (
+            not force and len(items) < _FLUSH_COUNT and time.monotonic() - self._since < _FLUSH_SECONDS
+        ):
             return
+        self._queued = []
         for _ in items:
             await self._slots.acquire()
         self._count += len(items)
