@@ -318,23 +318,6 @@ def test_rate_zero_switches_a_type_off_even_with_a_floor() -> None:
     assert all(s.decide(rec(t, query_type="other"), NOW) is None for t in ids(500))
 
 
-def test_unsample_lets_the_floor_try_again() -> None:
-    """A sampled record that was never judged (budget) is handed back, and the floor makes up
-    for it: more records are sampled than when every sampled one counts."""
-
-    def sampled(give_back: bool) -> int:
-        s = Sampler(no_signal_policy(0.001, min_per_window=10, window_seconds=3600.0))
-        n = 0
-        for i, t in enumerate(ids(400, seed=4)):
-            if s.decide(rec(t), NOW + i) is not None:
-                n += 1
-                if give_back and n <= 5:
-                    s.unsample("lookup")
-        return n
-
-    assert sampled(True) > sampled(False)
-
-
 @settings(max_examples=100, deadline=None)
 @given(
     rate=st.floats(0.0, 1.0),

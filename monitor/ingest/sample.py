@@ -259,12 +259,6 @@ class Sampler:
             return p
         return None
 
-    def unsample(self, query_type: str) -> None:
-        """A sampled record was not judged after all (e.g. budget): let the floor try again."""
-        s = self._slices.get(query_type)
-        if s is not None and s.sampled > 0:
-            s.sampled -= 1
-
     def _slice(self, qt: str) -> _Slice:
         if len(self._slices) >= _MAX_SLICES:
             s = self._slices.get(_OVERFLOW)
