@@ -58,6 +58,34 @@ _SMALL_N = 30.0
 _MAX_WEIGHT = 1e9
 _MIN_WEIGHT = 1e-6  # p <= 1 makes weights >= 1; a little below is tolerated, subnormals are not
 
+# The per-answer values y of the estimates exported as sufficient statistics (`metric` label).
+ESTIMATE_METRICS = ("faithfulness", "hallucination", "refusal", "false_refusal", "relevance")
+
+
+def usable_weight(weight: float) -> bool:
+    """A weight is 1/p with p in (0, 1]; NaN, inf or absurd ones would poison every sum."""
+    return _MIN_WEIGHT <= weight <= _MAX_WEIGHT
+
+
+def estimate_values(j: Judgement) -> list[tuple[str, float]]:
+    """(metric, y) for each estimate a successful judgement contributes to; a value the judge did
+    not give (faithfulness of a refusal, relevance it left out) contributes nothing, never 0."""
+    if not j.ok:
+        return []
+    out: list[tuple[str, float]] = []
+    if j.faithfulness is not None and math.isfinite(j.faithfulness):
+        out.append(("faithfulness", min(1.0, max(0.0, j.faithfulness))))
+    for metric, flag in (
+        ("hallucination", j.hallucinated),
+        ("refusal", j.answer_admits_uncertainty),
+        ("false_refusal", j.false_refusal),
+    ):
+        if flag is not None:
+            out.append((metric, 1.0 if flag else 0.0))
+    if j.answer_relevance is not None:
+        out.append(("relevance", float(j.answer_relevance)))
+    return out
+
 
 class EstimatePolicy(BaseModel):
     """The `estimates` config section."""
@@ -249,8 +277,8 @@ class WindowEstimator:
         hallucinated: bool | None,
         now: float | None = None,
     ) -> None:
-        if not _MIN_WEIGHT <= weight <= _MAX_WEIGHT:
-            return  # a weight is 1/p with p in (0, 1]; NaN, inf or absurd ones would poison the sums
+        if not usable_weight(weight):
+            return
         t = time.time() if now is None else now
         bucket = math.floor(t / self._width)
         cells = self._buckets.get(bucket)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from monitor.estimate import estimate_values, usable_weight
 from monitor.judge.model import Judgement
 from monitor.model import Reject
 
@@ -150,6 +151,7 @@ class Metrics:
             registry=r,
         )
         self.judge = JudgeMetrics(r)
+        self.estimates = EstimateCounters(r)
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)
@@ -278,3 +280,44 @@ class JudgeMetrics:
                 self.false_refusals.labels(**labels).inc()
         if j.answer_relevance is not None:
             self.relevance.labels(**labels).observe(j.answer_relevance)
+
+
+class EstimateCounters:
+    """The additive sufficient statistics of each weighted (Hájek) estimate, per
+    {service,query_type,metric}: n, Σw, Σw·y, Σw², Σw²·y, Σw²·y² (w = 1/p). As counters they add
+    up exactly across replicas and over any window, so the recording rules in
+    deploy/prometheus/rules.yml compute the group's estimate, interval and effective sample size —
+    which no combination of per-replica ratio gauges can."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        labels = ["service", "query_type", "metric"]
+
+        def counter(name: str, what: str) -> Counter:
+            return Counter(
+                f"{PREFIX}estimate_{name}",
+                f"Weighted-estimate statistic {what} (w = 1/p)",
+                labels,
+                registry=r,
+            )
+
+        self.samples = counter("samples", "n: judged answers with a value")
+        self.weight = counter("weight", "Σw")
+        self.weighted_value = counter("weighted_value", "Σw·y")
+        self.weight_squared = counter("weight_squared", "Σw²")
+        self.weight_squared_value = counter("weight_squared_value", "Σw²·y")
+        self.weight_squared_value_squared = counter("weight_squared_value_squared", "Σw²·y²")
+
+    def observe(self, j: Judgement, service: str) -> None:
+        w = j.sampling_weight
+        if not usable_weight(w):
+            return
+        w2 = w * w
+        for metric, y in estimate_values(j):
+            labels = {"service": service, "query_type": j.query_type, "metric": metric}
+            self.samples.labels(**labels).inc()
+            self.weight.labels(**labels).inc(w)
+            self.weighted_value.labels(**labels).inc(w * y)
+            self.weight_squared.labels(**labels).inc(w2)
+            self.weight_squared_value.labels(**labels).inc(w2 * y)
+            self.weight_squared_value_squared.labels(**labels).inc(w2 * y * y)

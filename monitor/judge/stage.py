@@ -279,6 +279,7 @@ class JudgeStage:
             result["query_type_source"] = "judge"
         if judgement.ok:
             self.metrics.judge.observe_verdicts(judgement, item.service)
+            self.metrics.estimates.observe(judgement, item.service)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)
