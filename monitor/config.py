@@ -34,6 +34,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from monitor.drift import DriftPolicy
 from monitor.estimate import EstimatePolicy
 from monitor.ingest.decode import Encoding
 from monitor.ingest.sample import SamplingPolicy
@@ -323,6 +324,12 @@ class SamplingConfig(SamplingPolicy):
     """Per-query-type rates, priority signals and per-window floors (monitor/ingest/sample.py)."""
 
 
+class AlertsConfig(_Section):
+    """Drift detection on judged records (monitor/drift.py); alert sinks come with it."""
+
+    drift: DriftPolicy = Field(default_factory=DriftPolicy)
+
+
 class MetricsConfig(_Section):
     host: str = "0.0.0.0"
     port: int = Field(9612, ge=0, le=65535)
@@ -371,6 +378,7 @@ class Settings(BaseSettings):
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     @model_validator(mode="after")
     def _judge_labels_need_an_llm(self) -> Settings:

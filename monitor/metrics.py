@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from monitor.drift import DriftMetrics
 from monitor.estimate import estimate_values, usable_weight
 from monitor.judge.model import Judgement
 from monitor.model import Reject
@@ -152,6 +153,13 @@ class Metrics:
         )
         self.judge = JudgeMetrics(r)
         self.estimates = EstimateCounters(r)
+        qm = ["query_type", "metric"]
+        self.drift = DriftMetrics(
+            Gauge(f"{PREFIX}drift_statistic", "CUSUM statistic of the slice's detector", qm, registry=r),
+            Gauge(f"{PREFIX}drift_threshold", "The detector's threshold h = ln(ARL0)", qm, registry=r),
+            Gauge(f"{PREFIX}drift_active", "1 while the slice's drift alarm is raised", qm, registry=r),
+            Counter(f"{PREFIX}drift_alarms", "Drift alarms raised", qm, registry=r),
+        )
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)

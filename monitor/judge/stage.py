@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
+from monitor.drift import DriftMonitor
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sample import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
@@ -91,6 +92,7 @@ class JudgeStage:
         self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
         self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
+        self.drift = DriftMonitor(settings.alerts.drift, metrics.drift)
         self._repeat = jc.repeat_fraction
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
@@ -280,6 +282,8 @@ class JudgeStage:
         if judgement.ok:
             self.metrics.judge.observe_verdicts(judgement, item.service)
             self.metrics.estimates.observe(judgement, item.service)
+            for query_type, metric in self.drift.observe(judgement):
+                log.warning("drift alarm: %s of %s query types moved from its reference", metric, query_type)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)

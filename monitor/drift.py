@@ -1,0 +1,249 @@
+"""Drift detection on judged records: a one-sided, weighted likelihood-ratio CUSUM per
+(query type, metric), against a reference that is frozen once taken.
+
+Why CUSUM: among detectors of a persistent shift it has the shortest worst-case delay for a given
+false-alarm rate (Lorden, Moustakides), and its threshold follows from the false-alarm rate
+directly: a likelihood-ratio CUSUM with threshold h = ln ARL0 runs at least ARL0 in-control
+observations between false alarms on average. A fixed-threshold alert on a window mean has neither
+property (a window of 200 at a 0.05 rate flags +0.05 by chance every few thousand records, and
+needs the whole window to see a real change); `bench/drift.py` measures both side by side.
+
+Per observation (one judged answer's value y, weight w = 1/p):
+
+- rates (hallucination, refusal, false refusal): the Bernoulli log-likelihood ratio of
+  p1 = p0 + δ against p0: y·ln(p1/p0) + (1−y)·ln((1−p1)/(1−p0));
+- means (faithfulness, relevance): the Gaussian one, for a shift of δ in the bad direction:
+  (δ/σ²)·(x − δ/2), x the deviation from μ0 in that direction, σ² the reference's variance.
+
+Weights: a judged record stands for w production records, and priority sampling over-represents
+suspicious ones, so an unweighted statistic would see drift in the sampling itself. Each increment
+is multiplied by w / w̄ (w̄ the reference's mean weight): the statistic then follows the
+production mix while its scale stays one judged record per step, so h = ln ARL0 keeps meaning
+"ARL0 judged records of the slice" once the threshold is scaled by the reference's design effect
+(see `freeze`; checked by simulation, as the weighted walk is not covered by the classic bound).
+
+Reference: the first `reference_records` judged records of each slice (design.md, Alerts); it is
+then frozen — a slow decline cannot drag it along. `pin` replaces it explicitly (a baseline).
+Hysteresis: an alarm needs `min_records` judged records since the reference froze and S ≥ h;
+it clears when S falls to `release` × h (S is capped at 2h, so a recovery shows within a few
+hundred records however long the incident), so it neither flaps nor fires on a handful of records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from prometheus_client import Counter, Gauge
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.estimate import ESTIMATE_METRICS, estimate_values, usable_weight
+from monitor.judge.model import Judgement
+
+Direction = Literal[1, -1]
+
+# Which way is worse, and whether the value is a 0/1 rate or a mean.
+BAD_DIRECTION: dict[str, Direction] = {
+    "faithfulness": -1,
+    "hallucination": 1,
+    "refusal": 1,
+    "false_refusal": 1,
+    "relevance": -1,
+}
+RATES = frozenset({"hallucination", "refusal", "false_refusal"})
+
+
+class DriftPolicy(BaseModel):
+    """The `alerts.drift` config section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arl0: float = Field(
+        10_000.0, ge=100, description="judged records of a slice between false alarms, on average"
+    )
+    reference_records: int = Field(500, ge=50, description="judged records that make a slice's reference")
+    min_records: int = Field(50, ge=1, description="judged records after the reference before any alarm")
+    release: float = Field(0.25, ge=0, lt=1, description="an alarm clears when S falls to this share of h")
+    min_effect: dict[str, float] = Field(
+        default_factory=lambda: {
+            "faithfulness": 0.03,
+            "hallucination": 0.05,
+            "refusal": 0.05,
+            "false_refusal": 0.03,
+            "relevance": 0.15,
+        },
+        description="the smallest shift worth a page, per metric, in the metric's units",
+    )
+
+    def model_post_init(self, _context: object) -> None:
+        unknown = set(self.min_effect) - set(ESTIMATE_METRICS)
+        if unknown:
+            raise ValueError(
+                f"min_effect: unknown metrics {sorted(unknown)} (known: {list(ESTIMATE_METRICS)})"
+            )
+        if any(v <= 0 for v in self.min_effect.values()):
+            raise ValueError("min_effect values must be > 0")
+
+    @property
+    def threshold(self) -> float:
+        """h for equal weights; a detector scales it by its reference's design effect."""
+        return math.log(self.arl0)
+
+
+@dataclass(slots=True)
+class Reference:
+    """A slice's in-control value: mean, variance and mean weight of its reference records."""
+
+    records: int = 0
+    sum_w: float = 0.0
+    sum_w2: float = 0.0
+    sum_wy: float = 0.0
+    sum_wy2: float = 0.0
+    frozen: bool = False
+
+    def add(self, w: float, y: float) -> None:
+        self.records += 1
+        self.sum_w += w
+        self.sum_w2 += w * w
+        self.sum_wy += w * y
+        self.sum_wy2 += w * y * y
+
+    @property
+    def mean(self) -> float:
+        return self.sum_wy / self.sum_w
+
+    @property
+    def variance(self) -> float:
+        return max(0.0, self.sum_wy2 / self.sum_w - self.mean**2)
+
+    @property
+    def mean_weight(self) -> float:
+        return self.sum_w / self.records
+
+    @property
+    def design_effect(self) -> float:
+        """Kish's n·Σw²/(Σw)² ≥ 1: how much uneven weights inflate the walk's variance."""
+        return max(1.0, self.records * self.sum_w2 / self.sum_w**2)
+
+
+@dataclass(slots=True)
+class Detector:
+    """One-sided weighted CUSUM of one (query type, metric)."""
+
+    metric: str
+    policy: DriftPolicy
+    reference: Reference = field(default_factory=Reference)
+    statistic: float = 0.0
+    threshold: float = math.inf  # set when the reference freezes
+    since_reference: int = 0
+    active: bool = False
+    alarms: int = 0
+    _step: tuple[float, float] = (0.0, 0.0)  # (increment if y=1 or slope, offset), set on freeze
+
+    def observe(self, w: float, y: float) -> bool:
+        """Add one judged answer; True when this observation raises an alarm."""
+        ref = self.reference
+        if not ref.frozen:
+            ref.add(w, y)
+            if ref.records >= self.policy.reference_records:
+                self.freeze()
+            return False
+        z = w / ref.mean_weight
+        # Capped at 2h: past the alarm the evidence only decides how long recovery takes to show,
+        # and an uncapped statistic after a long incident would hold the alarm for hours.
+        self.statistic = min(max(0.0, self.statistic + z * self._llr(y)), 2 * self.threshold)
+        self.since_reference += 1
+        h = self.threshold
+        if not self.active and self.statistic >= h and self.since_reference >= self.policy.min_records:
+            self.active = True
+            self.alarms += 1
+            return True
+        if self.active and self.statistic <= self.policy.release * h:
+            self.active = False
+        return False
+
+    def freeze(self) -> None:
+        """Take the reference as it stands (at least one record) and start watching."""
+        ref = self.reference
+        ref.frozen = True
+        # Weighted increments keep their mean but their variance grows by the design effect d,
+        # and a drift-to-variance ratio d times smaller shortens the in-control run from e^h to
+        # about e^(h/d): h = d·ln(ARL0) keeps ARL0 (bench/drift.py checks it).
+        self.threshold = ref.design_effect * self.policy.threshold
+        delta = self.policy.min_effect[self.metric]
+        sign = BAD_DIRECTION[self.metric]
+        if self.metric in RATES:
+            # Continuity: a reference with no events must not make ln(p1/p0) infinite.
+            floor = 0.5 / ref.records
+            p0 = min(max(ref.mean, floor), 1.0 - floor)
+            p1 = min(max(p0 + sign * delta, floor), 1.0 - floor)
+            self._step = (math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0)))
+        else:
+            # A near-constant reference (every answer faithful) must not make σ² ~ 0.
+            var = max(ref.variance, (delta / 2) ** 2)
+            self._step = (delta / var, delta / 2)
+
+    def _llr(self, y: float) -> float:
+        a, b = self._step
+        if self.metric in RATES:
+            return a if y >= 0.5 else b
+        x = BAD_DIRECTION[self.metric] * (y - self.reference.mean)
+        return a * (x - b)
+
+    def pin(self, mean: float, variance: float, mean_weight: float = 1.0) -> None:
+        """Replace the reference with a baseline (explicit re-baselining) and restart watching."""
+        records = max(1, self.policy.reference_records)
+        self.reference = Reference(
+            records=records,
+            sum_w=mean_weight * records,
+            sum_wy=mean * mean_weight * records,
+            sum_wy2=(variance + mean**2) * mean_weight * records,
+            sum_w2=mean_weight**2 * records,
+        )
+        self.statistic, self.since_reference, self.active = 0.0, 0, False
+        self.freeze()
+
+
+class DriftMonitor:
+    """A detector per (query type, metric), fed every successful judgement of the judge stage;
+    `ragmon_drift_*` series show each statistic against its threshold. Query types come bounded
+    (the allow-list), metrics from a closed set, so the detectors and series are bounded too.
+
+    One monitor per judge replica: a slice's judgements split across replicas by samples partition
+    are each seen by one detector, which then sees a share of the slice (see the README)."""
+
+    def __init__(self, policy: DriftPolicy, metrics: DriftMetrics) -> None:
+        self.policy = policy
+        self._metrics = metrics
+        self.detectors: dict[tuple[str, str], Detector] = {}
+
+    def observe(self, judgement: Judgement) -> list[tuple[str, str]]:
+        """Feed one judgement; the (query type, metric) slices whose alarm it raised."""
+        w = judgement.sampling_weight
+        if not usable_weight(w):
+            return []
+        raised = []
+        m = self._metrics
+        for metric, y in estimate_values(judgement):
+            key = (judgement.query_type, metric)
+            detector = self.detectors.get(key)
+            if detector is None:
+                detector = self.detectors[key] = Detector(metric, self.policy)
+            if detector.observe(w, y):
+                raised.append(key)
+                m.alarms.labels(query_type=key[0], metric=metric).inc()
+            if detector.reference.frozen:
+                labels = {"query_type": key[0], "metric": metric}
+                m.statistic.labels(**labels).set(detector.statistic)
+                m.threshold.labels(**labels).set(detector.threshold)
+                m.active.labels(**labels).set(1 if detector.active else 0)
+        return raised
+
+
+@dataclass(frozen=True, slots=True)
+class DriftMetrics:
+    statistic: Gauge
+    threshold: Gauge
+    active: Gauge
+    alarms: Counter

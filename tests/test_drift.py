@@ -1,0 +1,119 @@
+"""The CUSUM drift detectors: a frozen reference, an alarm on a real shift and not on noise, one
+alarm per episode (hysteresis), finite statistics whatever the reference, and the metrics."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from monitor.drift import Detector, DriftMonitor, DriftPolicy
+from monitor.judge.model import Judgement
+from monitor.metrics import Metrics
+
+POLICY = DriftPolicy()
+WEIGHTS = (2.0, 5.0, 20.0)
+
+
+def rates(rng: random.Random, p: float, n: int) -> list[tuple[float, float]]:
+    return [(rng.choice(WEIGHTS), 1.0 if rng.random() < p else 0.0) for _ in range(n)]
+
+
+def feed(d: Detector, data: list[tuple[float, float]]) -> int:
+    return sum(d.observe(w, y) for w, y in data)
+
+
+def test_the_reference_is_taken_then_frozen() -> None:
+    rng = random.Random(1)
+    d = Detector("hallucination", POLICY)
+    feed(d, rates(rng, 0.05, POLICY.reference_records - 1))
+    assert not d.reference.frozen and d.statistic == 0.0
+    feed(d, rates(rng, 0.05, 1))
+    assert d.reference.frozen
+    frozen = d.reference.mean
+    # A slow decline afterwards never drags the reference along: it is what the detector sees.
+    feed(d, rates(rng, 0.30, 2000))
+    assert d.reference.mean == frozen
+    assert d.active and d.alarms == 1
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_real_shift_is_found_and_raises_one_alarm(seed: int) -> None:
+    rng = random.Random(seed)
+    d = Detector("hallucination", POLICY)
+    assert feed(d, rates(rng, 0.05, 500 + 3000)) == 0  # the reference, then stable traffic
+    assert feed(d, rates(rng, 0.20, 3000)) == 1  # a sustained shift: one alarm, it does not flap
+    assert d.active
+    feed(d, rates(rng, 0.02, 3000))  # recovered: the alarm clears
+    assert not d.active
+
+
+def test_no_alarm_on_a_handful_of_records() -> None:
+    """Even all-hallucinated records right after the reference do not page before min_records."""
+    d = Detector("hallucination", DriftPolicy(min_records=50))
+    feed(d, [(1.0, 0.0)] * 500)
+    raised = [d.observe(1.0, 1.0) for _ in range(60)]
+    assert raised.index(True) == 49
+
+
+def test_a_reference_without_events_keeps_the_statistic_finite() -> None:
+    d = Detector("hallucination", POLICY)
+    feed(d, [(1.0, 0.0)] * 500)
+    d.observe(1.0, 1.0)
+    assert math.isfinite(d.statistic) and d.statistic > 0
+
+
+def test_uneven_weights_raise_the_threshold_by_the_design_effect() -> None:
+    even, uneven = Detector("faithfulness", POLICY), Detector("faithfulness", POLICY)
+    feed(even, [(5.0, 0.9)] * 500)
+    feed(uneven, [(w, 0.9) for w in WEIGHTS * 167][:500])
+    assert even.threshold == pytest.approx(POLICY.threshold)
+    assert uneven.threshold > 1.5 * POLICY.threshold
+
+
+def test_faithfulness_drops_are_found_and_rises_are_not() -> None:
+    rng = random.Random(5)
+    down, up = Detector("faithfulness", POLICY), Detector("faithfulness", POLICY)
+    reference = [(rng.choice(WEIGHTS), rng.betavariate(3.68, 0.32)) for _ in range(500)]
+    feed(down, reference)
+    feed(up, reference)
+    assert feed(down, [(rng.choice(WEIGHTS), rng.betavariate(2.8, 1.2)) for _ in range(3000)]) == 1
+    assert feed(up, [(rng.choice(WEIGHTS), 1.0) for _ in range(3000)]) == 0
+
+
+def test_bad_min_effect_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="unknown metrics"):
+        DriftPolicy(min_effect={"faithfullness": 0.03})
+
+
+def test_the_monitor_exports_statistic_threshold_and_alarms() -> None:
+    metrics = Metrics(CollectorRegistry())
+    monitor = DriftMonitor(DriftPolicy(reference_records=50, min_records=10), metrics.drift)
+
+    def judged(hallucinated: bool) -> Judgement:
+        return Judgement.from_verdicts(
+            [],
+            answerable_from_context=False,
+            answer_admits_uncertainty=not hallucinated,
+            answer_relevance=2,
+            trace_id="0" * 32,
+            query_type="lookup",
+            service="svc",
+            backend="test",
+            model="test",
+            sampling_weight=4.0,
+        )
+
+    raised = []
+    for i in range(400):
+        raised += monitor.observe(judged(hallucinated=i >= 50 and i % 2 == 0))
+    assert ("lookup", "hallucination") in raised
+    r = metrics.registry
+    labels = {"query_type": "lookup", "metric": "hallucination"}
+    assert r.get_sample_value("ragmon_drift_active", labels) == 1
+    assert r.get_sample_value("ragmon_drift_alarms_total", labels) == 1
+    assert r.get_sample_value("ragmon_drift_statistic", labels) >= r.get_sample_value(
+        "ragmon_drift_threshold", labels
+    )
