@@ -22,6 +22,7 @@ debs:
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	{ command -v stunnel4 || command -v stunnel; } >/dev/null || missing="$$missing stunnel4"; \
+	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 

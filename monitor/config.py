@@ -40,6 +40,7 @@ from monitor.ingest.decode import Encoding
 from monitor.ingest.sample import SamplingPolicy
 from monitor.judge.budget import BudgetPolicy
 from monitor.judge.lexical import LexicalJudge
+from monitor.outputs.alerts import AlertSinksConfig
 from monitor.outputs.evaluation_events import EventsConfig
 
 DEFAULT_QUERY_TYPES = (
@@ -324,8 +325,9 @@ class SamplingConfig(SamplingPolicy):
     """Per-query-type rates, priority signals and per-window floors (monitor/ingest/sample.py)."""
 
 
-class AlertsConfig(_Section):
-    """Drift detection on judged records (monitor/drift.py); alert sinks come with it."""
+class AlertsConfig(AlertSinksConfig):
+    """Where alerts go (monitor/outputs/alerts.py) and the drift detectors that raise them
+    (monitor/drift.py)."""
 
     drift: DriftPolicy = Field(default_factory=DriftPolicy)
 

@@ -32,6 +32,7 @@ hundred records however long the incident), so it neither flaps nor fires on a h
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,6 +53,7 @@ BAD_DIRECTION: dict[str, Direction] = {
     "relevance": -1,
 }
 RATES = frozenset({"hallucination", "refusal", "false_refusal"})
+_RECENT = 200  # records an alert's "current" value is computed over
 
 
 class DriftPolicy(BaseModel):
@@ -136,6 +138,7 @@ class Detector:
     reference: Reference = field(default_factory=Reference)
     statistic: float = 0.0
     threshold: float = math.inf  # set when the reference freezes
+    recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_RECENT))
     since_reference: int = 0
     active: bool = False
     alarms: int = 0
@@ -149,6 +152,7 @@ class Detector:
             if ref.records >= self.policy.reference_records:
                 self.freeze()
             return False
+        self.recent.append((w, y))
         z = w / ref.mean_weight
         # Capped at 2h: past the alarm the evidence only decides how long recovery takes to show,
         # and an uncapped statistic after a long incident would hold the alarm for hours.
@@ -191,6 +195,16 @@ class Detector:
         x = BAD_DIRECTION[self.metric] * (y - self.reference.mean)
         return a * (x - b)
 
+    def current(self) -> tuple[float, float, int]:
+        """The weighted mean of the last records watched, its standard error (linearised), and
+        their count: what an alert reports next to the reference."""
+        sw = sum(w for w, _ in self.recent)
+        if not sw:
+            return math.nan, math.nan, 0
+        mean = sum(w * y for w, y in self.recent) / sw
+        var = sum(w * w * (y - mean) ** 2 for w, y in self.recent) / sw**2
+        return mean, math.sqrt(var), len(self.recent)
+
     def pin(self, mean: float, variance: float, mean_weight: float = 1.0) -> None:
         """Replace the reference with a baseline (explicit re-baselining) and restart watching."""
         records = max(1, self.policy.reference_records)
@@ -218,27 +232,30 @@ class DriftMonitor:
         self._metrics = metrics
         self.detectors: dict[tuple[str, str], Detector] = {}
 
-    def observe(self, judgement: Judgement) -> list[tuple[str, str]]:
-        """Feed one judgement; the (query type, metric) slices whose alarm it raised."""
+    def observe(self, judgement: Judgement) -> list[tuple[Detector, str, bool]]:
+        """Feed one judgement; (detector, query type, raised) for each slice whose alarm it
+        raised (True) or cleared (False)."""
         w = judgement.sampling_weight
         if not usable_weight(w):
             return []
-        raised = []
+        changed = []
         m = self._metrics
         for metric, y in estimate_values(judgement):
             key = (judgement.query_type, metric)
             detector = self.detectors.get(key)
             if detector is None:
                 detector = self.detectors[key] = Detector(metric, self.policy)
+            was = detector.active
             if detector.observe(w, y):
-                raised.append(key)
                 m.alarms.labels(query_type=key[0], metric=metric).inc()
+            if detector.active != was:
+                changed.append((detector, key[0], detector.active))
             if detector.reference.frozen:
                 labels = {"query_type": key[0], "metric": metric}
                 m.statistic.labels(**labels).set(detector.statistic)
                 m.threshold.labels(**labels).set(detector.threshold)
                 m.active.labels(**labels).set(1 if detector.active else 0)
-        return raised
+        return changed
 
 
 @dataclass(frozen=True, slots=True)

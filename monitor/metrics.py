@@ -160,6 +160,12 @@ class Metrics:
             Gauge(f"{PREFIX}drift_active", "1 while the slice's drift alarm is raised", qm, registry=r),
             Counter(f"{PREFIX}drift_alarms", "Drift alarms raised", qm, registry=r),
         )
+        self.alerts_sent = Counter(
+            f"{PREFIX}alerts_sent",
+            "Alert notifications by sink (alertmanager, webhook) and outcome (ok, failed, dropped)",
+            ["sink", "outcome"],
+            registry=r,
+        )
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)

@@ -108,7 +108,7 @@ def test_the_monitor_exports_statistic_threshold_and_alarms() -> None:
 
     raised = []
     for i in range(400):
-        raised += monitor.observe(judged(hallucinated=i >= 50 and i % 2 == 0))
+        raised += [(qt, d.metric) for d, qt, up in monitor.observe(judged(i >= 50 and i % 2 == 0)) if up]
     assert ("lookup", "hallucination") in raised
     r = metrics.registry
     labels = {"query_type": "lookup", "metric": "hallucination"}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift import DriftMonitor
+from monitor.drift import Detector, DriftMonitor
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sample import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
@@ -35,6 +35,7 @@ from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import RagRecord
+from monitor.outputs.alerts import AlertDispatcher
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
 from monitor.samples import BadSample, decode_sample
@@ -93,6 +94,7 @@ class JudgeStage:
         self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
         self.drift = DriftMonitor(settings.alerts.drift, metrics.drift)
+        self.alerts = AlertDispatcher(settings.alerts, metrics.alerts_sent)
         self._repeat = jc.repeat_fraction
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
@@ -124,6 +126,7 @@ class JudgeStage:
         ]
         tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
         tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
+        tasks.append(asyncio.create_task(self.alerts.run(), name="ragmon-alerts"))
         golden = self.settings.golden
         if golden.file is not None and golden.target:
             tasks.append(asyncio.create_task(self._golden_loop(), name="ragmon-golden"))
@@ -282,8 +285,8 @@ class JudgeStage:
         if judgement.ok:
             self.metrics.judge.observe_verdicts(judgement, item.service)
             self.metrics.estimates.observe(judgement, item.service)
-            for query_type, metric in self.drift.observe(judgement):
-                log.warning("drift alarm: %s of %s query types moved from its reference", metric, query_type)
+            for detector, query_type, raised in self.drift.observe(judgement):
+                self._drift_alert(detector, query_type, raised)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)
@@ -299,6 +302,39 @@ class JudgeStage:
                 result["repeat_disagreements"] = differ
         self.judged_seen += 1
         return encode_line(result)
+
+    def _drift_alert(self, detector: Detector, query_type: str, raised: bool) -> None:
+        key = ("drift", query_type, detector.metric)
+        if not raised:
+            self.alerts.resolve(key)
+            return
+        baseline = detector.reference.mean
+        current, se, n = detector.current()
+        lower, upper = current - 1.96 * se, current + 1.96 * se
+        metric = detector.metric
+        self.alerts.fire(
+            key,
+            {
+                "alertname": "RagmonDriftDetected",
+                "query_type": query_type,
+                "metric": metric,
+                "severity": "warning",
+            },
+            {
+                "summary": f"{metric} of {query_type} queries drifted from its reference",
+                "description": (
+                    f"{metric} of {query_type}: {current:.3f} (95% {lower:.3f} to {upper:.3f}, last {n} "
+                    f"judged records, weighted) against a reference of {baseline:.3f} over "
+                    f"{detector.reference.records} records; CUSUM {detector.statistic:.1f} >= "
+                    f"{detector.threshold:.1f}"
+                ),
+                "baseline": f"{baseline:.4f}",
+                "current": f"{current:.4f}",
+                "lower": f"{lower:.4f}",
+                "upper": f"{upper:.4f}",
+                "samples": str(n),
+            },
+        )
 
     async def _write_loop(self) -> None:
         while True:

@@ -1,0 +1,167 @@
+"""Alert sinks against a real Alertmanager (Debian `prometheus-alertmanager`, started here) and a
+local webhook receiver: an alert shows firing, then resolved; a down sink never blocks and is
+counted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from support import eventually
+
+from monitor.demo.broker import free_port
+from monitor.metrics import Metrics
+from monitor.outputs.alerts import AlertDispatcher, AlertSinksConfig
+
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    if ALERTMANAGER is None:
+        pytest.fail("no Alertmanager binary: `make debs` installs prometheus-alertmanager")
+    config = tmp_path / "alertmanager.yml"
+    config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={config}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.path={tmp_path / 'data'}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "Alertmanager did not come up"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class Webhook:
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                hook.bodies.append(json.loads(body))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.server.shutdown()
+    hook.server.server_close()
+
+
+def active(url: str) -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = httpx.get(f"{url}/api/v2/alerts", timeout=5).json()
+    return alerts
+
+
+LABELS = {
+    "alertname": "RagmonDriftDetected",
+    "query_type": "lookup",
+    "metric": "faithfulness",
+    "severity": "warning",
+}
+
+
+async def test_an_alert_fires_then_resolves_in_alertmanager_and_the_webhook(
+    alertmanager: str, webhook: Webhook
+) -> None:
+    metrics = Metrics(CollectorRegistry())
+    config = AlertSinksConfig(
+        alertmanager_url=alertmanager,
+        webhook_url=webhook.url,
+        dashboard_url="http://grafana.example/d/rag",
+        resend_seconds=0.5,
+    )
+    dispatcher = AlertDispatcher(config, metrics.alerts_sent)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        key = ("drift", "lookup", "faithfulness")
+        dispatcher.fire(key, dict(LABELS), {"summary": "faithfulness of lookup drifted", "current": "0.81"})
+        await eventually(lambda: len(active(alertmanager)) == 1, within=15, what="alert in Alertmanager")
+        shown = active(alertmanager)[0]
+        assert shown["labels"] == LABELS
+        assert shown["status"]["state"] == "active"
+        assert shown["annotations"]["dashboard_url"] == "http://grafana.example/d/rag"
+        assert shown["generatorURL"] == "http://grafana.example/d/rag"
+        await eventually(lambda: [b["status"] for b in webhook.bodies] == ["firing"], what="webhook firing")
+        await asyncio.sleep(1.2)  # resends keep it firing, the webhook hears nothing new
+        assert len(active(alertmanager)) == 1 and len(webhook.bodies) == 1
+        dispatcher.resolve(key)
+        await eventually(lambda: active(alertmanager) == [], within=15, what="alert resolved")
+        await eventually(lambda: [b["status"] for b in webhook.bodies] == ["firing", "resolved"])
+        assert webhook.bodies[1]["labels"] == LABELS
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    r = metrics.registry
+    assert (
+        r.get_sample_value("ragmon_alerts_sent_total", {"sink": "alertmanager", "outcome": "ok"}) or 0
+    ) >= 3
+    assert r.get_sample_value("ragmon_alerts_sent_total", {"sink": "webhook", "outcome": "ok"}) == 2
+
+
+async def test_a_down_sink_never_blocks_and_is_counted() -> None:
+    metrics = Metrics(CollectorRegistry())
+    closed = f"http://127.0.0.1:{free_port()}"
+    config = AlertSinksConfig(alertmanager_url=closed, resend_seconds=0.2, attempts=2, timeout_seconds=0.5)
+    dispatcher = AlertDispatcher(config, metrics.alerts_sent)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        started = time.monotonic()
+        dispatcher.fire(("drift", "lookup", "faithfulness"), dict(LABELS), {"summary": "s"})
+        assert time.monotonic() - started < 0.05  # fire only changes state
+        r = metrics.registry
+
+        def failed() -> float:
+            return (
+                r.get_sample_value("ragmon_alerts_sent_total", {"sink": "alertmanager", "outcome": "failed"})
+                or 0
+            )
+
+        await eventually(lambda: failed() >= 2, within=15, what="failures counted, and retried")
+        assert not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
