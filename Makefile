@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# promtool checks the exposition format of /metrics in the tests; stunnel puts TLS in front of the
-# embedded broker (tests/test_kafka_security.py). apt runs only for what is missing.
+# In the tests promtool checks /metrics and the rules, a real Alertmanager receives the alerts, and
+# stunnel puts TLS in front of the embedded broker. apt runs only for what is missing.
 debs:
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
