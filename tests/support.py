@@ -216,3 +216,44 @@ def example_service(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def alertmanager_process(config: Path, storage: Path) -> Iterator[str]:
+    """A real Alertmanager (Debian `prometheus-alertmanager`) with `config`, on a free loopback
+    port, up once /-/ready answers; its base URL. Stopped on exit."""
+    import shutil
+
+    import pytest
+
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.fail("no Alertmanager binary: `make debs` installs prometheus-alertmanager")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.path={storage}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, "Alertmanager exited: is the config valid?"
+            assert time.monotonic() < deadline, "Alertmanager did not come up"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

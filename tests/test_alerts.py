@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,48 +16,19 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from support import eventually
+from support import alertmanager_process, eventually
 
 from monitor.demo.broker import free_port
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher, AlertSinksConfig
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
-    if ALERTMANAGER is None:
-        pytest.fail("no Alertmanager binary: `make debs` installs prometheus-alertmanager")
     config = tmp_path / "alertmanager.yml"
     config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            ALERTMANAGER,
-            f"--config.file={config}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.path={tmp_path / 'data'}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "Alertmanager did not come up"
-            time.sleep(0.1)
+    with alertmanager_process(config, tmp_path / "data") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 class Webhook:

@@ -1,0 +1,926 @@
+"""The alerting side of deploy/: Prometheus alert rules (deploy/prometheus/alerts.yml, on top of the
+recording rules of rules.yml), the Alertmanager config and the runbooks.
+
+- `promtool check rules` on both rule files, `amtool check-config` on the Alertmanager config;
+- `promtool test rules`: every alert fires when it should, with its labels and rendered
+  annotations, and stays silent under its sample guard and on stable healthy series. The
+  estimate-based alerts are fed the raw `ragmon_estimate_*_total` counters, so the recording rules
+  run too;
+- a real Alertmanager with the config inhibits the quality alerts, and only them, while a judge or
+  consumer alert fires;
+- every metric an alert reads is one the sidecar exports or rules.yml records, and every alert has
+  its severity, annotations and runbook section.
+
+promtool and amtool come from Debian `prometheus` and `prometheus-alertmanager` (`make debs`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from support import REPO, alertmanager_process
+
+RULES = REPO / "deploy" / "prometheus" / "rules.yml"
+ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+RUNBOOKS = REPO / "deploy" / "runbooks.md"
+RUNBOOK_BASE = "https://github.com/rag-monitor/rag-monitor/blob/main/deploy/runbooks.md#"
+
+# What the sidecar exports (design.md, Metrics); an alert may read nothing else but `up` and the
+# recording rules of rules.yml.
+COUNTERS = frozenset(
+    {
+        "ragmon_records_total",
+        "ragmon_rejected_total",
+        "ragmon_judged_total",
+        "ragmon_judge_skipped_total",
+        "ragmon_claims_total",
+        "ragmon_claims_supported_total",
+        "ragmon_unanswerable_total",
+        "ragmon_unanswerable_hallucinated_total",
+        "ragmon_refusals_total",
+        "ragmon_false_refusals_total",
+        "ragmon_judge_requests_total",
+        "ragmon_judge_tokens_total",
+        "ragmon_judge_cost_usd_total",
+        "ragmon_judge_retries_total",
+        "ragmon_bad_samples_total",
+        "ragmon_consumer_restarts_total",
+        "ragmon_produce_errors_total",
+        "ragmon_drift_alarms_total",
+        "ragmon_evaluation_events_total",
+        "ragmon_replay_records_total",
+        *(
+            f"ragmon_estimate_{s}_total"
+            for s in (
+                "samples",
+                "weight",
+                "weighted_value",
+                "weight_squared",
+                "weight_squared_value",
+                "weight_squared_value_squared",
+            )
+        ),
+    }
+)
+HISTOGRAMS = frozenset(
+    {
+        "ragmon_faithfulness_score",
+        "ragmon_answer_relevance_score",
+        "ragmon_retrieved_chunks",
+        "ragmon_retrieval_top_score",
+        "ragmon_judge_latency_seconds",
+        "ragmon_record_lag_seconds",
+    }
+)
+GAUGES = frozenset(
+    {
+        "ragmon_consumer_lag_messages",
+        "ragmon_open_traces",
+        "ragmon_inflight_judgements",
+        "ragmon_produce_pending",
+        "ragmon_judge_circuit_open",
+        "ragmon_judge_budget_remaining",
+        "ragmon_drift_active",
+        "ragmon_drift_statistic",
+        "ragmon_drift_threshold",
+        "ragmon_golden_metric_ratio",
+        "ragmon_golden_regression_active",
+        "ragmon_golden_last_run_timestamp_seconds",
+        "ragmon_faithfulness_window_ratio",
+        "ragmon_hallucination_rate_window_ratio",
+        "ragmon_window_samples",
+    }
+)
+EXPORTED = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
+# Closed label values the exprs may match on (a typo here would match nothing, silently).
+LABEL_VALUES = {
+    "stream": {"samples", "dead_letter"},
+    "outcome": {
+        "ok",
+        "rate_limited",
+        "overloaded",
+        "server_error",
+        "timeout",
+        "invalid_output",
+        "client_error",
+        "connection_error",
+        "internal_error",
+    },
+    "limit": {"calls", "tokens", "usd"},
+    "check": {"faithfulness", "unanswerable", "relevance"},
+    "metric": {
+        *("faithfulness", "hallucination", "refusal", "false_refusal", "relevance"),
+        *("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k", "refusal_accuracy"),
+    },
+}
+# The intended severity of every alert: also the list of alerts the tests below must cover.
+SEVERITY = {
+    "RagmonFaithfulnessLow": "critical",
+    "RagmonHallucinationRateHigh": "critical",
+    "RagmonAnswerRelevanceLow": "warning",
+    "RagmonDriftActive": "warning",
+    "RagmonGoldenRegression": "warning",
+    "RagmonGoldenBelowTarget": "warning",
+    "RagmonJudgeErrorRateHigh": "warning",
+    "RagmonJudgeBudgetExhausted": "warning",
+    "RagmonJudgeCircuitOpen": "warning",
+    "RagmonConsumerLagGrowing": "warning",
+    "RagmonNoRecords": "warning",
+    "RagmonDeadLettersFailing": "warning",
+    "RagmonSamplesProduceFailing": "critical",
+    "RagmonSidecarAbsent": "critical",
+}
+QUALITY = {
+    "RagmonFaithfulnessLow",
+    "RagmonHallucinationRateHigh",
+    "RagmonDriftActive",
+    "RagmonAnswerRelevanceLow",
+}
+PIPELINE_TROUBLE = {"RagmonJudgeErrorRateHigh", "RagmonJudgeCircuitOpen", "RagmonConsumerLagGrowing"}
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found: `make debs` installs it (Debian prometheus, prometheus-alertmanager)")
+    return path
+
+
+def alert_rules() -> dict[str, dict[str, Any]]:
+    doc = yaml.safe_load(ALERTS.read_text())
+    rules = [r for g in doc["groups"] for r in g["rules"]]
+    assert all("alert" in r for r in rules), "alerts.yml holds alerting rules only"
+    names = [r["alert"] for r in rules]
+    assert len(names) == len(set(names)), "alert names are unique"
+    return {r["alert"]: r for r in rules}
+
+
+def recorded_names() -> set[str]:
+    doc = yaml.safe_load(RULES.read_text())
+    return {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
+
+
+# -- checks -----------------------------------------------------------------------------------------
+
+
+def test_rule_files_are_valid() -> None:
+    run = subprocess.run(
+        [tool("promtool"), "check", "rules", str(ALERTS), str(RULES)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"SUCCESS: {len(SEVERITY)} rules found" in run.stdout
+
+
+def test_alertmanager_config_is_valid() -> None:
+    run = subprocess.run(
+        [tool("amtool"), "check-config", str(ALERTMANAGER_CONFIG)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    assert config["route"]["group_by"] == ["alertname", "query_type"]
+
+
+# -- metric names -----------------------------------------------------------------------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^}]*\}")
+_RANGES = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENT = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?")
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "group_left", "group_right"}
+_MATCHER = re.compile(r'([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression reads: identifiers that are not functions, aggregations,
+    keywords, label names (inside {} or by/on/… lists), strings or durations."""
+    bare = _STRINGS.sub('""', _MATCHERS.sub("", expr))
+    bare = _GROUPING.sub("", _RANGES.sub("", bare))
+    return {
+        m.group(1)
+        for m in _IDENT.finditer(bare)
+        if m.group(2) is None and m.group(1).lower() not in _KEYWORDS
+    }
+
+
+def template_queries(text: str) -> list[str]:
+    """The PromQL an annotation template runs through `query` (raw strings and "…" after `query`)."""
+    raw = re.findall(r"`([^`]*)`", text)
+    quoted = re.findall(r'query\s+"((?:[^"\\]|\\.)*)"', text)
+    return [q.replace("%q", '"x"') for q in raw + quoted]
+
+
+def test_metric_name_parser() -> None:
+    expr = (
+        'sum by (service, query_type) (increase(ragmon_a_total{reason="b c"}[1h])) / 1e-9 '
+        'and on (topic) deriv(sum by (topic) (lag)[15m:1m]) > 0 or absent(up{job="x"}) '
+        "unless ignoring (metric) (foo:bar:ratio1h == scalar(max(ts))) or vector(0)"
+    )
+    assert metric_names(expr) == {"ragmon_a_total", "lag", "up", "foo:bar:ratio1h", "ts"}
+
+
+def test_alerts_read_only_exported_or_recorded_metrics() -> None:
+    known = EXPORTED | recorded_names() | {"up"}
+    for name, rule in alert_rules().items():
+        used = metric_names(rule["expr"])
+        assert used, name
+        assert used <= known, f"{name} reads {sorted(used - known)}, neither exported nor recorded"
+        for text in rule["annotations"].values():
+            for query in template_queries(text):
+                in_query = metric_names(query)
+                assert in_query and in_query <= known, f"{name}: annotation query {query!r}"
+        for label, _, value in _MATCHER.findall(rule["expr"]):
+            if label in LABEL_VALUES:
+                values = set(value.split("|"))
+                assert values <= LABEL_VALUES[label], f"{name}: {label}={value!r}"
+
+
+def github_anchor(heading: str) -> str:
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def test_every_alert_has_severity_annotations_and_a_runbook() -> None:
+    rules = alert_rules()
+    assert set(rules) == set(SEVERITY), "SEVERITY lists every alert of alerts.yml, and only those"
+    anchors = {github_anchor(h) for h in re.findall(r"^#{1,6}\s+(.+)$", RUNBOOKS.read_text(), re.M)}
+    for name, rule in rules.items():
+        assert name.startswith("Ragmon")
+        assert rule["labels"]["severity"] == SEVERITY[name], name
+        annotations = rule["annotations"]
+        assert {"summary", "description", "runbook_url", "dashboard_url"} <= set(annotations), name
+        assert "{{" not in annotations["summary"], f"{name}: summary is static"
+        assert "{{" in annotations["description"], f"{name}: description carries the values"
+        assert annotations["runbook_url"] == RUNBOOK_BASE + name.lower(), name
+        assert name.lower() in anchors, f"deploy/runbooks.md has no section {name}"
+        assert annotations["dashboard_url"].startswith("https://"), name
+
+
+# -- promtool test rules ----------------------------------------------------------------------------
+
+
+def labelset(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def series(name: str, values: str, **labels: str) -> dict[str, str]:
+    return {"series": name + labelset(labels), "values": values}
+
+
+def counter(name: str, per_minute: float, minutes: int = 90, **labels: str) -> dict[str, str]:
+    """A counter from 0 growing by `per_minute` each minute: increase() over any window is exact."""
+    return series(name, f"0+{per_minute!r}x{minutes}", **labels)
+
+
+ESTIMATE_STATS: tuple[tuple[str, Callable[[float, float], float]], ...] = (
+    ("samples", lambda w, y: 1.0),
+    ("weight", lambda w, y: w),
+    ("weighted_value", lambda w, y: w * y),
+    ("weight_squared", lambda w, y: w * w),
+    ("weight_squared_value", lambda w, y: w * w * y),
+    ("weight_squared_value_squared", lambda w, y: w * w * y * y),
+)
+
+
+def estimate_counters(
+    judged: list[tuple[float, float, float]], minutes: int = 90, **labels: str
+) -> list[dict[str, str]]:
+    """The six ragmon_estimate_*_total counters of one replica's slice judging, every minute,
+    `n` records of weight w and value y for each (n, w, y)."""
+    return [
+        counter(f"ragmon_estimate_{stat}_total", sum(n * f(w, y) for n, w, y in judged), minutes, **labels)
+        for stat, f in ESTIMATE_STATS
+    ]
+
+
+def fired(alertname: str, labels: dict[str, str], description: str) -> dict[str, Any]:
+    """An expected alert: its labels and every annotation, rendered."""
+    annotations = alert_rules()[alertname]["annotations"]
+    dashboard = re.sub(
+        r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], annotations["dashboard_url"]
+    )
+    return {
+        "exp_labels": {**labels, "severity": SEVERITY[alertname]},
+        "exp_annotations": {
+            "summary": annotations["summary"],
+            "description": description,
+            "runbook_url": annotations["runbook_url"],
+            "dashboard_url": dashboard,
+        },
+    }
+
+
+def check(alertname: str, at: str, *alerts: dict[str, Any]) -> dict[str, Any]:
+    return {"alertname": alertname, "eval_time": at, "exp_alerts": list(alerts)}
+
+
+def quality() -> dict[str, Any]:
+    """Replica-exact estimates from two judge replicas' counters."""
+    shop = {"service": "shop"}
+    j0, j1 = {"instance": "judge-0"}, {"instance": "judge-1"}
+    sq = [
+        # lookup: faithfulness 0.5 on judge-0, 0.7 on judge-1, 1 a minute each: 0.6 together,
+        # 120 an hour; relevance 2.0 and 2.4.
+        *estimate_counters([(1, 1.0, 0.5)], **shop, **j0, query_type="lookup", metric="faithfulness"),
+        *estimate_counters([(1, 1.0, 0.7)], **shop, **j1, query_type="lookup", metric="faithfulness"),
+        *estimate_counters([(1, 1.0, 2.0)], **shop, **j0, query_type="lookup", metric="relevance"),
+        *estimate_counters([(1, 1.0, 2.4)], **shop, **j1, query_type="lookup", metric="relevance"),
+        # comparison: as bad, but 24 an hour: under the effective-sample-size guard.
+        *estimate_counters(
+            [(0.2, 1.0, 0.5), (0.2, 1.0, 0.7)], **shop, **j0, query_type="comparison", metric="faithfulness"
+        ),
+        *estimate_counters(
+            [(0.2, 1.0, 2.0), (0.2, 1.0, 2.4)], **shop, **j0, query_type="comparison", metric="relevance"
+        ),
+        # abstractive: estimate 0.8 < 0.85, but 60 an hour of 0s and 1s: upper bound 0.90.
+        *estimate_counters(
+            [(0.8, 1.0, 1.0), (0.2, 1.0, 0.0)], **shop, **j0, query_type="abstractive", metric="faithfulness"
+        ),
+        # multi_hop: healthy. Weights 4 on judge-0, 1 on judge-1.
+        *estimate_counters(
+            [(0.5, 4.0, 0.9), (0.5, 4.0, 1.0)], **shop, **j0, query_type="multi_hop", metric="faithfulness"
+        ),
+        *estimate_counters([(2, 1.0, 0.95)], **shop, **j1, query_type="multi_hop", metric="faithfulness"),
+        *estimate_counters(
+            [(1, 1.0, 2.8), (1, 1.0, 3.0)], **shop, **j1, query_type="multi_hop", metric="relevance"
+        ),
+        # Hallucination on unanswerable records (verdict counters).
+        counter("ragmon_unanswerable_total", 1.0, **shop, **j0, query_type="out_of_corpus"),
+        counter("ragmon_unanswerable_hallucinated_total", 0.3, **shop, **j0, query_type="out_of_corpus"),
+        counter("ragmon_unanswerable_total", 0.2, **shop, **j0, query_type="lookup"),  # 12 an hour
+        counter("ragmon_unanswerable_hallucinated_total", 0.1, **shop, **j0, query_type="lookup"),
+        counter("ragmon_unanswerable_total", 1.0, **shop, **j0, query_type="comparison"),
+        counter("ragmon_unanswerable_hallucinated_total", 0.05, **shop, **j0, query_type="comparison"),
+        counter("ragmon_unanswerable_total", 1.0, **shop, **j0, query_type="multi_hop"),  # none hallucinated
+    ]
+    faithfulness = fired(
+        "RagmonFaithfulnessLow",
+        {"service": "shop", "query_type": "lookup", "metric": "faithfulness"},
+        "Faithfulness of lookup answers of shop over the last hour: estimate 60%, 95% upper bound "
+        "61.79% (target 85%), effective sample size 120.",
+    )
+    relevance = fired(
+        "RagmonAnswerRelevanceLow",
+        {"service": "shop", "query_type": "lookup", "metric": "relevance"},
+        "Answer relevance of lookup answers of shop over the last hour: estimate 2.20, 95% upper "
+        "bound 2.24 of 3 (target 2.5), effective sample size 120.",
+    )
+    hallucination = fired(
+        "RagmonHallucinationRateHigh",
+        {"service": "shop", "query_type": "out_of_corpus"},
+        "30% of the judged out_of_corpus records of shop whose context could not answer the query "
+        "were answered anyway in the last hour (60 unanswerable; threshold 15%).",
+    )
+    return {
+        "name": "quality",
+        "interval": "1m",
+        "input_series": sq,
+        "alert_rule_test": [
+            # 20 judged by 10m: under the guard. 30 at 15m: pending, firing from 30m.
+            check("RagmonFaithfulnessLow", "10m"),
+            check("RagmonFaithfulnessLow", "25m"),
+            check("RagmonFaithfulnessLow", "60m", faithfulness),
+            check("RagmonAnswerRelevanceLow", "25m"),
+            check("RagmonAnswerRelevanceLow", "60m", relevance),
+            # 20 unanswerable at 20m: pending until 35m.
+            check("RagmonHallucinationRateHigh", "30m"),
+            check("RagmonHallucinationRateHigh", "60m", hallucination),
+        ],
+    }
+
+
+def drift() -> dict[str, Any]:
+    lookup = {"query_type": "lookup", "metric": "faithfulness"}
+    other = {"query_type": "comparison", "metric": "hallucination"}
+    s = [
+        # judge-0 raises the alarm from 10m to 29m; judge-1 never does.
+        series("ragmon_drift_active", "0x9 1x19 0x61", instance="judge-0", **lookup),
+        series("ragmon_drift_active", "0x90", instance="judge-1", **lookup),
+        series("ragmon_drift_statistic", "0x9 12.5x19 2x61", instance="judge-0", **lookup),
+        series("ragmon_drift_statistic", "1x90", instance="judge-1", **lookup),
+        series("ragmon_drift_threshold", "10x90", instance="judge-0", **lookup),
+        series("ragmon_drift_threshold", "9x90", instance="judge-1", **lookup),
+        series("ragmon_drift_active", "0x90", instance="judge-0", **other),
+        series("ragmon_drift_statistic", "3x90", instance="judge-0", **other),
+        series("ragmon_drift_threshold", "10x90", instance="judge-0", **other),
+    ]
+
+    def alert(statistic: str) -> dict[str, Any]:
+        return fired(
+            "RagmonDriftActive",
+            lookup,
+            "faithfulness of lookup queries has moved from its reference: CUSUM statistic "
+            f"{statistic} against threshold 10.0.",
+        )
+
+    return {
+        "name": "drift",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonDriftActive", "5m"),
+            check("RagmonDriftActive", "15m", alert("12.5")),
+            # Cleared at 29m, kept firing for 30m (with the annotations of its last firing
+            # evaluation: Prometheus does not re-render them meanwhile).
+            check("RagmonDriftActive", "45m", alert("12.5")),
+            check("RagmonDriftActive", "65m"),
+        ],
+    }
+
+
+def golden() -> dict[str, Any]:
+    j = {"job": "rag-monitor"}
+    ratios = {  # the replica with the latest run, judge-1
+        "recall_at_k": 0.8,
+        "precision_at_k": 0.5,  # < 0.6
+        "mrr": 0.7,
+        "ndcg_at_k": 0.1,  # no target
+        "faithfulness": 0.84,  # < 0.85
+        "refusal_accuracy": 0.2,  # no target
+    }
+    s = [
+        # judge-0 replayed before losing partition 0: stale, bad, must not alert.
+        series("ragmon_golden_last_run_timestamp_seconds", "1000x30", **j, instance="judge-0"),
+        series(
+            "ragmon_golden_metric_ratio",
+            "0.5x30",
+            **j,
+            instance="judge-0",
+            query_type="all",
+            metric="recall_at_k",
+        ),
+        series("ragmon_golden_regression_active", "1x30", **j, instance="judge-0", metric="recall_at_k"),
+        series("ragmon_golden_last_run_timestamp_seconds", "2000x30", **j, instance="judge-1"),
+        *(
+            series(
+                "ragmon_golden_metric_ratio", f"{v}x30", **j, instance="judge-1", query_type="all", metric=m
+            )
+            for m, v in ratios.items()
+        ),
+        # Per query type: not alerted on (few rows; the slice floor is part of the regression).
+        series(
+            "ragmon_golden_metric_ratio",
+            "0.1x30",
+            **j,
+            instance="judge-1",
+            query_type="lookup",
+            metric="recall_at_k",
+        ),
+        series("ragmon_golden_regression_active", "0x30", **j, instance="judge-1", metric="recall_at_k"),
+        series("ragmon_golden_regression_active", "1x30", **j, instance="judge-1", metric="faithfulness"),
+        # judge-2 never replayed: its unlabelled gauge reads 0.
+        series("ragmon_golden_last_run_timestamp_seconds", "0x30", **j, instance="judge-2"),
+    ]
+    at = {**j, "instance": "judge-1"}
+    return {
+        "name": "golden",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check(
+                "RagmonGoldenBelowTarget",
+                "5m",
+                fired(
+                    "RagmonGoldenBelowTarget",
+                    {**at, "query_type": "all", "metric": "precision_at_k"},
+                    "Golden precision_at_k over all query types is 0.500 on the last replay, below its "
+                    "target of 0.6.",
+                ),
+                fired(
+                    "RagmonGoldenBelowTarget",
+                    {**at, "query_type": "all", "metric": "faithfulness"},
+                    "Golden faithfulness over all query types is 0.840 on the last replay, below its "
+                    "target of 0.85.",
+                ),
+            ),
+            check(
+                "RagmonGoldenRegression",
+                "5m",
+                fired(
+                    "RagmonGoldenRegression",
+                    {**at, "metric": "faithfulness"},
+                    "The golden replay of 1970-01-01 00:33:20 +0000 UTC found a regression on "
+                    "faithfulness (a drop from the baseline, or below a floor).",
+                ),
+            ),
+        ],
+    }
+
+
+def judge() -> dict[str, Any]:
+    a = {"backend": "anthropic"}
+    j = {"job": "rag-monitor"}
+    shop = {"service": "shop", "query_type": "lookup"}
+    s = [
+        # judge-a: 4 of 14 requests a minute fail.
+        counter("ragmon_judge_requests_total", 10, **a, model="judge-a", outcome="ok"),
+        counter("ragmon_judge_requests_total", 3, **a, model="judge-a", outcome="server_error"),
+        counter("ragmon_judge_requests_total", 1, **a, model="judge-a", outcome="overloaded"),
+        counter("ragmon_judge_requests_total", 0, **a, model="judge-a", outcome="timeout"),
+        # judge-b: half fail, but 15 requests in 15 minutes: under the guard.
+        counter("ragmon_judge_requests_total", 0.5, **a, model="judge-b", outcome="ok"),
+        counter("ragmon_judge_requests_total", 0.5, **a, model="judge-b", outcome="timeout"),
+        # judge-c: 1 in 11 rate limited.
+        counter("ragmon_judge_requests_total", 10, **a, model="judge-c", outcome="ok"),
+        counter("ragmon_judge_requests_total", 1, **a, model="judge-c", outcome="rate_limited"),
+        # Budget: judge-0's USD limit spent; its calls limit is not.
+        series("ragmon_judge_budget_remaining", "0x90", **j, instance="judge-0", limit="usd"),
+        series("ragmon_judge_budget_remaining", "5x90", **j, instance="judge-0", limit="calls"),
+        # 3 budget skips for 2 judged records a minute; other skip reasons do not count.
+        counter("ragmon_judge_skipped_total", 3, **j, instance="judge-0", **shop, reason="budget"),
+        counter("ragmon_judge_skipped_total", 100, **j, instance="judge-0", **shop, reason="no_answer"),
+        *(
+            counter("ragmon_judged_total", 2, **j, instance="judge-0", **shop, check=c)
+            for c in ("faithfulness", "unanswerable", "relevance")
+        ),
+        # Breaker: open from 5m to 34m on judge-0, for 5 minutes only on judge-1.
+        series("ragmon_judge_circuit_open", "0x4 1x29 0x56", **j, instance="judge-0"),
+        series("ragmon_judge_circuit_open", "0x4 1x4 0x81", **j, instance="judge-1"),
+    ]
+    return {
+        "name": "judge",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonJudgeErrorRateHigh", "5m"),
+            check(
+                "RagmonJudgeErrorRateHigh",
+                "30m",
+                fired(
+                    "RagmonJudgeErrorRateHigh",
+                    {"backend": "anthropic", "model": "judge-a"},
+                    "28.57% of the judge requests to anthropic (judge-a) failed in the last 15 minutes "
+                    "(threshold 20%); by outcome: server_error 45, overloaded 15, timeout 0.",
+                ),
+            ),
+            check("RagmonJudgeBudgetExhausted", "5m"),
+            check(
+                "RagmonJudgeBudgetExhausted",
+                "30m",
+                fired(
+                    "RagmonJudgeBudgetExhausted",
+                    {**j, "instance": "judge-0", "limit": "usd"},
+                    "The usd limit of the judge budget has nothing left on judge-0.",
+                ),
+                fired(
+                    "RagmonJudgeBudgetExhausted",
+                    {},
+                    "60% of the sampled records were skipped by the judge budget in the last 15 "
+                    "minutes (threshold 25%).",
+                ),
+            ),
+            check("RagmonJudgeCircuitOpen", "12m"),
+            check(
+                "RagmonJudgeCircuitOpen",
+                "20m",
+                fired(
+                    "RagmonJudgeCircuitOpen",
+                    {**j, "instance": "judge-0"},
+                    "The judge circuit breaker of judge-0 has been open for over 10 minutes: the judge "
+                    "API keeps failing with outage errors, judging is paused and samples wait on their "
+                    "topic (nothing is lost).",
+                ),
+            ),
+            check("RagmonJudgeCircuitOpen", "40m"),
+        ],
+    }
+
+
+def pipeline() -> dict[str, Any]:
+    j = {"job": "rag-monitor"}
+    i0, i1 = {**j, "instance": "ingest-0"}, {**j, "instance": "ingest-1"}
+    lag = "ragmon_consumer_lag_messages"
+    s = [
+        # rag_spans: 150 more a minute; partition 1 moves from ingest-0 to ingest-1 at 21m.
+        series(lag, "0+100x90", **i0, topic="rag_spans", partition="0"),
+        series(lag, "0+50x20 stale", **i0, topic="rag_spans", partition="1"),
+        series(lag, "_x21 1050+50x68", **i1, topic="rag_spans", partition="1"),
+        # rag_samples: a large but steady backlog. small: growing, but under the floor.
+        series(lag, "5000x90", **i0, topic="rag_samples", partition="0"),
+        series(lag, "0+1x90", **i0, topic="small", partition="0"),
+        # Records until 30m, then none: the rate over 15m is 0 from 45m, firing from 60m.
+        series("ragmon_records_total", "0+10x30 300x60", **i0, service="shop", query_type="lookup"),
+        series("up", "1x90", **i0),
+        series("up", "1x20 0x69", **i1),  # down from 21m, firing from 26m
+        # Dead letters: ingest-0 keeps failing; ingest-1 failed until 20m, then the copies went
+        # through: errors still in the 15m window at 30m, but nothing pending.
+        counter("ragmon_produce_errors_total", 2, **i0, stream="dead_letter"),
+        series("ragmon_produce_pending", "3x90", **i0, stream="dead_letter"),
+        series("ragmon_produce_errors_total", "0+2x20 40x69", **i1, stream="dead_letter"),
+        series("ragmon_produce_pending", "3x20 0x69", **i1, stream="dead_letter"),
+        # Samples: ingest-0 keeps failing; ingest-1 has samples in flight but no error.
+        counter("ragmon_produce_errors_total", 1, **i0, stream="samples"),
+        series("ragmon_produce_pending", "100x90", **i0, stream="samples"),
+        counter("ragmon_produce_errors_total", 0, **i1, stream="samples"),
+        series("ragmon_produce_pending", "50x90", **i1, stream="samples"),
+    ]
+    return {
+        "name": "pipeline",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonConsumerLagGrowing", "10m"),
+            check(
+                "RagmonConsumerLagGrowing",
+                "30m",
+                fired(
+                    "RagmonConsumerLagGrowing",
+                    {"topic": "rag_spans"},
+                    "4500 messages of topic rag_spans are not yet processed and committed, and the "
+                    "backlog has been growing for the last 15 minutes.",
+                ),
+            ),
+            check("RagmonNoRecords", "55m"),
+            check(
+                "RagmonNoRecords",
+                "65m",
+                fired(
+                    "RagmonNoRecords",
+                    {},
+                    "No RAG record was assembled in the last 15 minutes although 1 rag-monitor "
+                    "target(s) are up.",
+                ),
+            ),
+            check(
+                "RagmonDeadLettersFailing",
+                "30m",
+                fired(
+                    "RagmonDeadLettersFailing",
+                    {**i0, "stream": "dead_letter"},
+                    "30 dead-letter copies failed in the last 15 minutes on ingest-0, and 3 are still "
+                    "waiting for the broker.",
+                ),
+            ),
+            check(
+                "RagmonSamplesProduceFailing",
+                "30m",
+                fired(
+                    "RagmonSamplesProduceFailing",
+                    {**i0, "stream": "samples"},
+                    "15 writes to the samples topic failed in the last 15 minutes on ingest-0, and 100 "
+                    "samples are still waiting for the broker; input offsets are not committed "
+                    "meanwhile.",
+                ),
+            ),
+            check("RagmonSidecarAbsent", "24m"),
+            check(
+                "RagmonSidecarAbsent",
+                "30m",
+                fired(
+                    "RagmonSidecarAbsent",
+                    i1,
+                    "Prometheus cannot scrape ingest-1 of job rag-monitor. RAG quality is not being "
+                    "monitored there.",
+                ),
+            ),
+        ],
+    }
+
+
+def no_records_series() -> dict[str, Any]:
+    """A sidecar up but never counting a record has no ragmon_records_total series at all; one
+    that is down is the absence alert's, not this one's."""
+    return {
+        "name": "never a record",
+        "interval": "1m",
+        "input_series": [series("up", "1x30", job="rag-monitor", instance="ingest-0")],
+        "alert_rule_test": [
+            check("RagmonNoRecords", "10m"),
+            check(
+                "RagmonNoRecords",
+                "20m",
+                fired(
+                    "RagmonNoRecords",
+                    {},
+                    "No RAG record was assembled in the last 15 minutes although 1 rag-monitor "
+                    "target(s) are up.",
+                ),
+            ),
+            check("RagmonSidecarAbsent", "20m"),
+        ],
+    }
+
+
+def sidecar_gone() -> dict[str, Any]:
+    return {
+        "name": "sidecar gone",
+        "interval": "1m",
+        "input_series": [
+            series("up", "1x5", job="rag-monitor", instance="ingest-0"),  # no target after 5m
+            series("up", "1x30", job="other", instance="x"),
+            series("ragmon_records_total", "0x30", job="rag-monitor", instance="ingest-0"),
+        ],
+        "alert_rule_test": [
+            check("RagmonSidecarAbsent", "9m"),
+            check(
+                "RagmonSidecarAbsent",
+                "20m",
+                fired(
+                    "RagmonSidecarAbsent",
+                    {"job": "rag-monitor"},
+                    "Prometheus has no target of job rag-monitor. RAG quality is not being monitored there.",
+                ),
+            ),
+            check("RagmonNoRecords", "30m"),  # nothing is up: not this alert's business
+        ],
+    }
+
+
+def healthy() -> dict[str, Any]:
+    """Stable, healthy series of every metric an alert reads: no alert fires, ever."""
+    j = {"job": "rag-monitor", "instance": "rag-monitor-0"}
+    slices = [{"service": "shop", "query_type": t} for t in ("lookup", "comparison", "out_of_corpus")]
+    s = [series("up", "1x120", **j)]
+    for sl in slices:
+        s += estimate_counters([(1, 2.0, 0.9), (1, 1.0, 1.0)], 120, **j, **sl, metric="faithfulness")
+        s += estimate_counters([(1, 2.0, 3.0), (1, 1.0, 2.5)], 120, **j, **sl, metric="relevance")
+        s += estimate_counters([(1, 2.0, 0.0), (0.1, 1.0, 1.0)], 120, **j, **sl, metric="hallucination")
+        s += [
+            counter("ragmon_records_total", 20, minutes=120, **j, **sl),
+            counter("ragmon_unanswerable_total", 1, minutes=120, **j, **sl),
+            counter("ragmon_unanswerable_hallucinated_total", 0.1, minutes=120, **j, **sl),
+            counter("ragmon_judge_skipped_total", 0.1, minutes=120, **j, **sl, reason="budget"),
+            counter("ragmon_judged_total", 2, minutes=120, **j, **sl, check="unanswerable"),
+        ]
+        for m in ("faithfulness", "hallucination", "relevance"):
+            s += [
+                series("ragmon_drift_active", "0x120", **j, query_type=sl["query_type"], metric=m),
+                series("ragmon_drift_statistic", "2x120", **j, query_type=sl["query_type"], metric=m),
+                series("ragmon_drift_threshold", "10x120", **j, query_type=sl["query_type"], metric=m),
+            ]
+    golden = {"recall_at_k": 0.9, "precision_at_k": 0.7, "mrr": 0.8, "ndcg_at_k": 0.85, "faithfulness": 0.95}
+    s += [series("ragmon_golden_last_run_timestamp_seconds", "0+60x120", **j)]
+    for m, v in golden.items():
+        s += [
+            series("ragmon_golden_metric_ratio", f"{v}x120", **j, query_type="all", metric=m),
+            series("ragmon_golden_regression_active", "0x120", **j, metric=m),
+        ]
+    s += [
+        counter("ragmon_judge_requests_total", 30, minutes=120, backend="anthropic", model="m", outcome="ok"),
+        counter(
+            "ragmon_judge_requests_total", 1, minutes=120, backend="anthropic", model="m", outcome="timeout"
+        ),
+        series("ragmon_judge_budget_remaining", "400x120", **j, limit="calls"),
+        series("ragmon_judge_budget_remaining", "2.5x120", **j, limit="usd"),
+        series("ragmon_judge_circuit_open", "0x120", **j),
+        # Lag goes up and down around a few hundred.
+        series(
+            "ragmon_consumer_lag_messages", "200 400 300 500 " * 30, **j, topic="rag_spans", partition="0"
+        ),
+        series("ragmon_consumer_lag_messages", "0x120", **j, topic="rag_samples", partition="0"),
+        counter("ragmon_produce_errors_total", 0, minutes=120, **j, stream="dead_letter"),
+        counter("ragmon_produce_errors_total", 0, minutes=120, **j, stream="samples"),
+        series("ragmon_produce_pending", "0x120", **j, stream="dead_letter"),
+        series("ragmon_produce_pending", "40 0 25 0 " * 30, **j, stream="samples"),
+    ]
+    return {
+        "name": "healthy",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [check(name, at) for name in SEVERITY for at in ("30m", "75m", "120m")],
+    }
+
+
+def scenarios() -> list[dict[str, Any]]:
+    return [quality(), drift(), golden(), judge(), pipeline(), no_records_series(), sidecar_gone(), healthy()]
+
+
+def promtool_tests() -> dict[str, Any]:
+    """The `promtool test rules` file of all scenarios."""
+    # promtool evaluates the groups of a time step in an arbitrary order unless told: recording
+    # rules first, so the alerts and their annotation queries read this step's estimates. (A real
+    # Prometheus runs groups on their own timers: an alert may read the estimate one minute old.)
+    order = [g["name"] for f in (RULES, ALERTS) for g in yaml.safe_load(f.read_text())["groups"]]
+    return {
+        "rule_files": [str(RULES), str(ALERTS)],
+        "evaluation_interval": "1m",
+        "group_eval_order": order,
+        "tests": scenarios(),
+    }
+
+
+def test_every_alert_is_tested_firing_and_silent() -> None:
+    firing, silent = set(), set()
+    for scenario in scenarios():
+        for c in scenario["alert_rule_test"]:
+            (firing if c["exp_alerts"] else silent).add(c["alertname"])
+    assert firing == set(SEVERITY), f"never seen firing: {sorted(set(SEVERITY) - firing)}"
+    assert silent == set(SEVERITY)
+
+
+def test_alerts_fire_and_stay_silent_as_specified(tmp_path: Path) -> None:
+    spec = tmp_path / "alerts.test.yml"
+    spec.write_text(yaml.safe_dump(promtool_tests(), sort_keys=False))
+    run = subprocess.run(
+        [tool("promtool"), "test", "rules", str(spec)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-4000:]
+
+
+# -- Alertmanager -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """A real Alertmanager running deploy/alertmanager/alertmanager.yml as it is."""
+    with alertmanager_process(ALERTMANAGER_CONFIG, tmp_path / "data") as url:
+        yield url
+
+
+def post(url: str, alerts: list[dict[str, str]], *, resolved: bool = False) -> None:
+    now = datetime.now(UTC)
+    ends = now - timedelta(seconds=1) if resolved else now + timedelta(hours=1)
+    body = [
+        {
+            "labels": labels,
+            "annotations": {"summary": labels["alertname"]},
+            "startsAt": (now - timedelta(minutes=5)).isoformat(),
+            "endsAt": ends.isoformat(),
+        }
+        for labels in alerts
+    ]
+    httpx.post(f"{url}/api/v2/alerts", json=body, timeout=5).raise_for_status()
+
+
+def states(url: str) -> dict[tuple[str, str], str]:
+    """(alertname, query_type) -> state; "suppressed" can only be inhibition here (no silences)."""
+    got = httpx.get(f"{url}/api/v2/alerts", timeout=5).json()
+    return {(a["labels"]["alertname"], a["labels"].get("query_type", "")): a["status"]["state"] for a in got}
+
+
+def wait_for(check: Callable[[], bool], what: str, within: float = 15) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+# The drift alarm the sidecar sends itself (monitor/outputs/alerts.py), with the rule's labels.
+SIDECAR_DRIFT = "RagmonDriftDetected"
+
+
+def alert_labels(name: str, query_type: str = "lookup") -> dict[str, str]:
+    """Labels as the rules (or the sidecar) give them."""
+    labels = {"alertname": name, "severity": SEVERITY.get(name, "warning"), "job": "rag-monitor"}
+    if name in QUALITY or name == SIDECAR_DRIFT:
+        labels.update(query_type=query_type, metric="faithfulness", service="shop")
+    elif name == "RagmonGoldenBelowTarget":
+        labels.update(query_type="all", metric="faithfulness")
+    elif name == "RagmonGoldenRegression":
+        labels["metric"] = "faithfulness"
+    elif name == "RagmonJudgeErrorRateHigh":
+        labels.update(backend="anthropic", model="judge-a")
+    elif name == "RagmonConsumerLagGrowing":
+        labels["topic"] = "rag_samples"
+    return labels
+
+
+def test_alertmanager_inhibits_quality_alerts_while_the_pipeline_is_in_trouble(alertmanager: str) -> None:
+    targets = [n for n in SEVERITY if n not in PIPELINE_TROUBLE] + [SIDECAR_DRIFT]
+    alerts = [alert_labels(n, query_type=t) for n in targets for t in ("lookup", "comparison")]
+    for a in alerts:  # not the rule's drift alarm: that one the sidecar's replaces (test below)
+        if a["alertname"] == SIDECAR_DRIFT:
+            a["metric"] = "hallucination"
+    post(alertmanager, alerts)
+
+    def inhibited() -> set[str]:
+        return {n for (n, _), state in states(alertmanager).items() if state == "suppressed"}
+
+    wait_for(lambda: {n for n, _ in states(alertmanager)} == set(targets), "alerts received")
+    assert set(states(alertmanager).values()) == {"active"}, "nothing inhibited without a source"
+    for source in sorted(PIPELINE_TROUBLE):
+        post(alertmanager, [alert_labels(source)])
+        quality = QUALITY | {SIDECAR_DRIFT}
+        wait_for(lambda: inhibited() == quality, f"{source} inhibits the quality alerts")  # noqa: B023
+        assert all(  # of every query type: the sources carry none
+            state == "suppressed" for (n, _), state in states(alertmanager).items() if n in quality
+        )
+        time.sleep(0.3)
+        assert inhibited() == quality, f"{source} inhibits exactly {sorted(quality)}"
+        post(alertmanager, [alert_labels(source)], resolved=True)
+        wait_for(lambda: not inhibited(), f"{source} resolved, nothing inhibited")
+
+
+def test_the_sidecars_drift_alert_replaces_the_rules_one(alertmanager: str) -> None:
+    post(alertmanager, [alert_labels("RagmonDriftActive", t) for t in ("lookup", "comparison")])
+    wait_for(lambda: len(states(alertmanager)) == 2, "alerts received")
+    post(alertmanager, [alert_labels(SIDECAR_DRIFT, "lookup")])
+    wait_for(
+        lambda: states(alertmanager).get(("RagmonDriftActive", "lookup")) == "suppressed",
+        "the sidecar's alert inhibits the rule's of the same slice",
+    )
+    assert states(alertmanager) == {
+        ("RagmonDriftActive", "lookup"): "suppressed",
+        ("RagmonDriftActive", "comparison"): "active",
+        (SIDECAR_DRIFT, "lookup"): "active",
+    }
