@@ -24,6 +24,17 @@ from monitor.run import Sidecar
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The sufficient statistics of a weighted estimate, as exported (`ragmon_estimate_{name}_total`),
+# each as a function of one answer's weight w and value y.
+ESTIMATE_STATS: tuple[tuple[str, Callable[[float, float], float]], ...] = (
+    ("samples", lambda w, y: 1.0),
+    ("weight", lambda w, y: w),
+    ("weighted_value", lambda w, y: w * y),
+    ("weight_squared", lambda w, y: w * w),
+    ("weight_squared_value", lambda w, y: w * w * y),
+    ("weight_squared_value_squared", lambda w, y: w * w * y * y),
+)
+
 
 def settings_for(
     bootstrap: str, topic: str, results_file: Path | None, /, **sections: dict[str, Any]

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from support import REPO, alertmanager_process
+from support import ESTIMATE_STATS, REPO, alertmanager_process
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
@@ -280,16 +280,6 @@ def series(name: str, values: str, **labels: str) -> dict[str, str]:
 def counter(name: str, per_minute: float, minutes: int = 90, **labels: str) -> dict[str, str]:
     """A counter from 0 growing by `per_minute` each minute: increase() over any window is exact."""
     return series(name, f"0+{per_minute!r}x{minutes}", **labels)
-
-
-ESTIMATE_STATS: tuple[tuple[str, Callable[[float, float], float]], ...] = (
-    ("samples", lambda w, y: 1.0),
-    ("weight", lambda w, y: w),
-    ("weighted_value", lambda w, y: w * y),
-    ("weight_squared", lambda w, y: w * w),
-    ("weight_squared_value", lambda w, y: w * w * y),
-    ("weight_squared_value_squared", lambda w, y: w * w * y * y),
-)
 
 
 def estimate_counters(

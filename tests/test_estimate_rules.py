@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from aiokafka import TopicPartition
-from support import REPO, eventually, result_lines, running, settings_for
+from support import ESTIMATE_STATS, REPO, eventually, result_lines, running, settings_for
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
@@ -27,15 +27,6 @@ from monitor.run import Sidecar
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 LEVEL = "service_query_type_metric"
 Z = 1.96
-STATS = (  # counter, its value from (w, y)
-    ("ragmon_estimate_samples_total", lambda w, y: 1.0),
-    ("ragmon_estimate_weight_total", lambda w, y: w),
-    ("ragmon_estimate_weighted_value_total", lambda w, y: w * y),
-    ("ragmon_estimate_weight_squared_total", lambda w, y: w * w),
-    ("ragmon_estimate_weight_squared_value_total", lambda w, y: w * w * y),
-    ("ragmon_estimate_weight_squared_value_squared_total", lambda w, y: w * w * y * y),
-)
-
 pytestmark = pytest.mark.skipif(
     shutil.which("promtool") is None, reason="promtool comes with `make test` (Debian prometheus)"
 )
@@ -89,7 +80,7 @@ def expected_estimates(lines: list[dict[str, Any]]) -> dict[tuple[str, str, str]
 def exported(sidecar: Sidecar) -> dict[tuple[str, tuple[str, str, str]], float]:
     """(counter, (service, query_type, metric)) -> value, from a replica's registry."""
     out = {}
-    names = {name for name, _ in STATS}
+    names = {f"ragmon_estimate_{name}_total" for name, _ in ESTIMATE_STATS}
     for family in sidecar.metrics.registry.collect():
         for s in family.samples:
             if s.name in names:
