@@ -351,6 +351,9 @@ class PipelineConfig(_Section):
     role: Role = Field("all", description="run both stages in this process, or one of them")
     samples_topic: str = Field("rag_samples", min_length=1, description="ingest -> judge, durable")
     judge_group_id: str = Field("rag-monitor-judge", min_length=1, description="the judge stage's group")
+    samples_replication: int = Field(
+        1, ge=1, description="replication factor if the sidecar creates the samples topic (production: 3)"
+    )
     queue_size: int = Field(
         1000, gt=0, description="samples held by the judge stage (queued, judged, being written)"
     )

@@ -160,8 +160,8 @@ class Sidecar:
 
     async def _ensure_samples_topic(self) -> None:
         """Create the samples topic when missing, with the input topic's partition count (so the
-        judge group scales as far as the ingest group). Production clusters that forbid it log
-        a warning: provision the topic yourself."""
+        judge group scales as far as the ingest group) and `pipeline.samples_replication`. Where
+        the cluster forbids it, a warning says to provision the topic."""
         kafka = self.settings.kafka
         samples = self.settings.pipeline.samples_topic
         admin = AIOKafkaAdminClient(**client_kwargs(kafka, client_id=f"{kafka.client_id}-admin"))
@@ -177,7 +177,8 @@ class Sidecar:
                         described = await admin.describe_topics([kafka.topic])
                         partitions = max(1, len(described[0].get("partitions", ())) or 3)
                     with contextlib.suppress(TopicAlreadyExistsError):  # another replica won
-                        await admin.create_topics([NewTopic(samples, partitions, 1)])
+                        replication = self.settings.pipeline.samples_replication
+                        await admin.create_topics([NewTopic(samples, partitions, replication)])
                     log.info("created samples topic %s with %d partitions", samples, partitions)
                 finally:
                     await admin.close()

@@ -348,3 +348,34 @@ async def test_fetch_watchdog_restarts_a_consumer_whose_fetch_never_returns(
         )
         ids = {t.trace_id for t in work.traces}
         await eventually(lambda: result_ids(results) >= ids, within=120, what="every trace after the restart")
+
+
+async def test_lag_series_follow_the_partitions_a_member_owns(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """`ragmon_consumer_lag_messages{topic,partition}`: one series per owned partition of each
+    stage's topic; when a second member takes partitions, the first drops their series."""
+    bs = broker.bootstrap_servers
+    settings = settings_for(bs, topic, tmp_path / "r.jsonl", kafka={"session_timeout_ms": 6000})
+    await produce(bs, topic, generate(30, seed=70).pairs())
+
+    def series(sidecar: Any, of: str) -> set[str]:
+        return {
+            s.labels["partition"]
+            for family in sidecar.metrics.registry.collect()
+            for s in family.samples
+            if s.name == "ragmon_consumer_lag_messages" and s.labels["topic"] == of
+        }
+
+    def owned(sidecar: Any, of: str) -> set[str]:
+        return {str(tp.partition) for src in sidecar.sources for tp in src.owned if tp.topic == of}
+
+    async with running(settings) as first:
+        await eventually(lambda: series(first, topic) == {"0", "1", "2"}, what="a series per partition")
+        async with running(settings) as second:
+            await eventually(lambda: 0 < len(owned(second, topic)) < 3, within=60, what="a rebalance")
+            await eventually(
+                lambda: series(first, topic) == owned(first, topic) and len(series(first, topic)) < 3,
+                within=30,
+                what="revoked partitions' series removed",
+            )
