@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from monitor.judge.base import Judge
+from monitor.judge.base import Judge, RecordMeta
 from monitor.judge.budget import Cost, JudgeBudget, cost_bound
 from monitor.judge.model import Judgement, JudgeOutcome
 from monitor.metrics import JudgeMetrics
@@ -83,13 +83,7 @@ class MeteredJudge:
     def _failed(
         self, record: RagRecord, sampling_weight: float, outcome: JudgeOutcome, error: str
     ) -> Judgement:
-        return Judgement.failed(
-            outcome,
-            error,
-            trace_id=record.trace_id,
-            query_type=record.query_type,
-            service=record.service,
-            backend=self.name,
-            model=self.model,
-            sampling_weight=sampling_weight,
+        meta = RecordMeta(
+            record.trace_id, record.query_type, record.service, self.name, self.model, sampling_weight
         )
+        return Judgement.failed(outcome, error, **meta.kwargs())
