@@ -182,14 +182,23 @@ async def test_either_stage_killed_at_any_moment_loses_no_judgement(
     try:
         for role, log in logs.items():
             await eventually(lambda log=log: "assigned partitions" in log.read_text(), within=60, what=role)
-        feeder = asyncio.create_task(produce(bs, topic, work.pairs(), rate=200))
-        # Mid-stream: ingest while spans still come, the judge while samples wait for it.
-        for role, written in (("ingest", 50), ("judge", len(ids) // 3)):
-            await eventually(lambda n=written: len(result_ids(results)) >= n, within=60)
-            assert not feeder.done() if role == "ingest" else len(result_ids(results)) < len(ids)
-            procs[role].send_signal(signal.SIGKILL)
-            procs[role].wait(timeout=10)
-            procs[role] = start(role)
+        pairs = work.pairs()
+        half = len(pairs) // 2
+        await produce(bs, topic, pairs[:half], rate=200)
+        await eventually(lambda: len(result_ids(results)) >= 50, within=60, what="judgements flowing")
+        # Ingest killed while spans come in (traces open across messages), whatever the machine's pace.
+        feeder = asyncio.create_task(produce(bs, topic, pairs[half:], rate=200))
+        await asyncio.sleep(1.0)
+        assert not feeder.done()
+        procs["ingest"].send_signal(signal.SIGKILL)
+        procs["ingest"].wait(timeout=10)
+        procs["ingest"] = start("ingest")
+        # The judge killed while samples wait for it.
+        await eventually(lambda: len(result_ids(results)) >= len(ids) // 2, within=90)
+        assert len(result_ids(results)) < len(ids)
+        procs["judge"].send_signal(signal.SIGKILL)
+        procs["judge"].wait(timeout=10)
+        procs["judge"] = start("judge")
         await feeder
         await eventually(lambda: result_ids(results) >= ids, within=120, what="every trace after the kills")
     finally:
