@@ -23,7 +23,7 @@ production mix while its scale stays one judged record per step, so h = ln ARL0 
 (see `freeze`; checked by simulation, as the weighted walk is not covered by the classic bound).
 
 Reference: the first `reference_records` judged records of each slice (design.md, Alerts); it is
-then frozen — a slow decline cannot drag it along. `pin` replaces it explicitly (a baseline).
+then frozen — a slow decline cannot drag it along. Pinning a baseline is still to come (issue 15).
 Hysteresis: an alarm needs `min_records` judged records since the reference froze and S ≥ h;
 it clears when S falls to `release` × h (S is capped at 2h, so a recovery shows within a few
 hundred records however long the incident), so it neither flaps nor fires on a handful of records.
@@ -204,19 +204,6 @@ class Detector:
         mean = sum(w * y for w, y in self.recent) / sw
         var = sum(w * w * (y - mean) ** 2 for w, y in self.recent) / sw**2
         return mean, math.sqrt(var), len(self.recent)
-
-    def pin(self, mean: float, variance: float, mean_weight: float = 1.0) -> None:
-        """Replace the reference with a baseline (explicit re-baselining) and restart watching."""
-        records = max(1, self.policy.reference_records)
-        self.reference = Reference(
-            records=records,
-            sum_w=mean_weight * records,
-            sum_wy=mean * mean_weight * records,
-            sum_wy2=(variance + mean**2) * mean_weight * records,
-            sum_w2=mean_weight**2 * records,
-        )
-        self.statistic, self.since_reference, self.active = 0.0, 0, False
-        self.freeze()
 
 
 class DriftMonitor:
