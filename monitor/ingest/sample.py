@@ -14,6 +14,7 @@ record's own draw, 1/p weighting stays unbiased (Horvitz–Thompson) even though
 
 from __future__ import annotations
 
+import math
 from hashlib import blake2b
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -122,37 +123,45 @@ class SamplingPolicy(BaseModel):
                 raise ValueError(f"rates[{qt!r}] must be within [0, 1], got {r}")
 
 
+class _Frozen:
+    """What a slice's decisions in one window rest on, fixed when the window opens."""
+
+    __slots__ = ("bound", "floor_p", "median")
+
+    def __init__(self, floor_p: float, median: float, max_p: float) -> None:
+        self.floor_p = floor_p
+        self.median = median  # 0 = unknown: the unusual-length signal is off
+        self.bound = max(max_p, floor_p)  # no draw at or above it can be sampled
+
+
 class _Slice:
-    """Per-query-type state: the floor's window counts and the running answer-length median."""
+    """Per-query-type state: this window's count and running median (for the next window), and the
+    frozen state of this window and the one before (a late or redelivered record of the previous
+    window is decided on that window's state)."""
 
     __slots__ = (
-        "bound",
-        "floor_p",
+        "count_from",
+        "cur",
         "max_p",
         "median",
-        "prev_seen",
+        "prev",
         "rate",
-        "sampled",
         "seen",
-        "start",
+        "unknown",
         "window",
         "window_end",
-        "window_start",
     )
 
     def __init__(self, rate: float, max_p: float) -> None:
         self.rate = rate
         self.max_p = max_p  # the highest p the signals can give: above it, no need to look
         self.window = -1
-        self.window_start = 0.0
         self.window_end = -1.0  # empty: the first record rolls the window in
-        self.bound = max_p  # no draw at or above it can be sampled: max(max_p, floor_p)
-        self.start = 0.0  # when counting began in this window (window start, or first record)
         self.seen = 0
-        self.sampled = 0
-        self.prev_seen = 0
-        self.floor_p = 0.0  # the floor's p, refreshed as the window goes on
-        self.median = 0.0  # 0 = no answer seen yet
+        self.count_from = 0.0  # when counting began in this window (its start, or the first record)
+        self.median = 0.0  # running answer-length median; 0 = no answer seen yet
+        self.unknown = _Frozen(0.0, 0.0, max_p)
+        self.cur = self.prev = self.unknown
 
 
 class Sampler:
@@ -162,9 +171,15 @@ class Sampler:
     most `rate x max multiplier` (unless the floor raises it), and the common path — a draw above
     that bound — returns after one hash without looking at the record's content.
 
-    State (floor counts, length medians) is per process: with several replicas each one applies
-    its share of the floor (`set_share`) to the traffic it sees, and the decision for a trace can
-    differ between replicas only when their state does (the draw itself never does).
+    Deterministic: within a window (epoch-aligned, chosen by the record's own start time, so a
+    redelivery lands in the same one), `p` is a function of the configuration, the record and the
+    slice's state frozen when the window opened — the floor's `p` from the previous window's volume,
+    the answer-length median — never of arrival order or of what was sampled so far. A redelivery
+    decides as the first delivery did, and since the frozen state does not depend on the rate, a
+    lower configured rate samples a subset. The frozen values are rounded to a grid of half-powers
+    of two, so replicas that see the same traffic through different partitions mostly land on the
+    same values. A window whose predecessor this process did not see (it just started) has no
+    floor and no length signal: it decides on the rate and the other signals alone.
     """
 
     def __init__(self, policy: SamplingPolicy | None = None) -> None:
@@ -183,6 +198,7 @@ class Sampler:
             mults.append(p.low_score_multiplier)
         self._max_mult = max(mults)
         self._slices: dict[str, _Slice] = {}
+        self._since = -1.0  # the first record's time: windows before it were not seen
 
     @classmethod
     def plain(cls, rate: float) -> Sampler:
@@ -209,30 +225,30 @@ class Sampler:
     def decide(self, record: RagRecord, now: float) -> float | None:
         """The inclusion probability used when `record` is sampled (weight = 1/p), None when not.
 
-        `now` is wall-clock seconds (`time.time()`): floor windows are aligned to the epoch, so
-        replicas agree on where a window starts.
+        `now` is wall-clock seconds (`time.time()`), used when the record carries no start time.
         """
+        t = record.start_ns / 1e9 if record.start_ns else now
+        if t > now:
+            t = now  # a clock ahead of ours must not open a window early
         s = self._slices.get(record.query_type)
         if s is None:
             s = self._slice(record.query_type)
-        if not s.window_start <= now < s.window_end:
-            self._roll(s, now)
+        if t < s.window_end:
+            frozen = s.cur
+            if t < s.window_end - self._window:
+                # Late: the previous window's state if it is that one's, else nothing is known.
+                frozen = s.prev if t >= s.window_end - 2 * self._window else s.unknown
+        else:
+            frozen = self._roll(s, t)
         s.seen += 1
         # Running median of the answer length (stochastic approximation in log space): O(1),
-        # no buffer, and it follows a slow drift of the slice's typical answer.
+        # no buffer; frozen at each window's start for the decisions of that window.
         n = len(record.answer)
         m = s.median
-        if m:
-            s.median = m * 1.02 if n > m else m * 0.98
-        else:
-            s.median = m = float(max(n, 1))
-        if self._floor and (s.sampled < self._floor or not s.seen & 63) and s.rate > 0.0:
-            # Behind the floor: every record; on schedule, the steady share needs only a refresh.
-            s.floor_p = self._floor_probability(s, now)
-            s.bound = max(s.max_p, s.floor_p)
+        s.median = (m * 1.02 if n > m else m * 0.98) if m else float(max(n, 1))
         # trace_fraction, inlined: this line is half the cost of the common path.
         u = int.from_bytes(blake2b(record.trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
-        if u >= s.bound:
+        if u >= frozen.bound:
             return None  # the common path: neither a signal nor the floor could raise p this far
         rate = s.rate
         mult = 1.0
@@ -247,17 +263,15 @@ class Sampler:
         # (the draw is above what it would give), which keeps the returned p exact.
         if self._refusal > mult and u < rate * self._refusal and looks_like_refusal(record.answer):
             mult = self._refusal
-        if self._len_mult > mult and (n > m * self._len_factor or n * self._len_factor < m):
+        m = frozen.median
+        if self._len_mult > mult and m and (n > m * self._len_factor or n * self._len_factor < m):
             mult = self._len_mult
         p = rate * mult
         if p > 1.0:
             p = 1.0
-        if s.floor_p > p:
-            p = s.floor_p
-        if u < p:
-            s.sampled += 1
-            return p
-        return None
+        if frozen.floor_p > p:
+            p = frozen.floor_p
+        return p if u < p else None
 
     def _slice(self, qt: str) -> _Slice:
         if len(self._slices) >= _MAX_SLICES:
@@ -271,36 +285,37 @@ class Sampler:
     def _new_slice(self, rate: float) -> _Slice:
         return _Slice(rate, min(1.0, rate * self._max_mult))
 
-    def _roll(self, s: _Slice, now: float) -> None:
+    def _roll(self, s: _Slice, t: float) -> _Frozen:
+        """Open the window holding `t`, its state frozen from the window before it."""
         w = self._window
-        window = int(now // w)
-        s.prev_seen = s.seen if window == s.window + 1 else 0
-        s.start = now if s.window < 0 else window * w
+        window = int(t // w)
+        start = window * w
+        if self._since < 0.0:
+            self._since = t
+        if window == s.window + 1:
+            prev = s.cur
+            observed = s.window_end - s.count_from
+            seen = s.seen
+        else:  # the slice was silent for the whole previous window, or is new
+            prev = s.unknown
+            observed = start - max(self._since, start - w)
+            seen = 0
+        floor_p = 0.0
+        if self._floor and s.rate > 0.0 and observed >= w / 10.0:
+            # 1.25 x the floor over the previous window's volume (scaled up when this process saw
+            # only part of it); after a silent window, p = 1 until the slice shows its volume.
+            floor_p = 1.0 if seen == 0 else _grid(min(1.0, 1.25 * self._floor * observed / (seen * w)))
+        s.prev = prev
+        s.cur = _Frozen(floor_p, _grid(s.median, up=False) if s.median else 0.0, s.max_p)
         s.window = window
-        s.window_start = window * w
-        s.window_end = (window + 1) * w
+        s.window_end = start + w
+        s.count_from = max(start, self._since)
         s.seen = 0
-        s.sampled = 0
-        s.floor_p = 0.0
-        s.bound = s.max_p
+        return s.cur
 
-    def _floor_probability(self, s: _Slice, now: float) -> float:
-        """The p that gets the slice its floor, spread over the whole window.
 
-        Two parts: a steady share (1.25 x floor / the window's expected arrivals), kept after the
-        floor is met so that a slice's weights stay alike instead of jumping from ~1 to 1/rate —
-        equal weights are what keeps a small slice's interval narrow; and, while the slice is
-        behind, a catch-up share (2 x the deficit / the arrivals still expected). The pace is the
-        faster of the previous window's and this one's, so a surge is not starved; when little
-        is known it is low and p high — the floor errs towards judging more, never fewer.
-        """
-        w = self._window
-        elapsed = max(now - s.start, w / 60.0)
-        pace = max(s.prev_seen / w, s.seen / elapsed)
-        floor = self._floor
-        p = 1.25 * floor / (pace * w)
-        deficit = floor - s.sampled
-        if deficit > 0:
-            expected = pace * (s.window_end - now)
-            p = max(p, 2.0 * deficit / expected if expected > 0.0 else 1.0)
-        return p if p < 1.0 else 1.0
+def _grid(x: float, *, up: bool = True) -> float:
+    """`x` on a grid of half-powers of two (rounded up, or to the nearest): estimates that differ a
+    little, as replicas' do, give the same value."""
+    k = 2.0 * math.log2(x)
+    return float(2.0 ** ((math.ceil(k - 1e-9) if up else round(k)) / 2.0))
