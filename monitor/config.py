@@ -339,18 +339,23 @@ class MetricsConfig(_Section):
 
 class ResultsConfig(_Section):
     file: Path | None = None
-    topic: str | None = None
+    topic: str | None = Field(
+        "rag_judgements", description="keyed by query type; the drift stage reads it (null: no drift)"
+    )
 
 
-Role = Literal["all", "ingest", "judge"]
+Role = Literal["all", "ingest", "judge", "drift"]
 
 
 class PipelineConfig(_Section):
     """The two stages and the durable samples topic between them (design.md, Pipeline)."""
 
-    role: Role = Field("all", description="run both stages in this process, or one of them")
+    role: Role = Field("all", description="run every stage in this process, or one of them")
     samples_topic: str = Field("rag_samples", min_length=1, description="ingest -> judge, durable")
     judge_group_id: str = Field("rag-monitor-judge", min_length=1, description="the judge stage's group")
+    drift_group_id: str = Field(
+        "rag-monitor-drift", min_length=1, description="the drift stage's group (on the results topic)"
+    )
     samples_replication: int = Field(
         1, ge=1, description="replication factor if the sidecar creates the samples topic (production: 3)"
     )

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -72,19 +73,33 @@ def estimate_values(j: Judgement) -> list[tuple[str, float]]:
     not give (faithfulness of a refusal, relevance it left out) contributes nothing, never 0."""
     if not j.ok:
         return []
+    return verdict_values(
+        j.faithfulness, j.hallucinated, j.answer_admits_uncertainty, j.false_refusal, j.answer_relevance
+    )
+
+
+def verdict_values(
+    faithfulness: object, hallucinated: object, refusal: object, false_refusal: object, relevance: object
+) -> list[tuple[str, float]]:
+    """`estimate_values` from the verdict fields, as a results line carries them: anything but a
+    finite number (or a bool for the flags) is left out, so a malformed line adds nothing."""
     out: list[tuple[str, float]] = []
-    if j.faithfulness is not None and math.isfinite(j.faithfulness):
-        out.append(("faithfulness", min(1.0, max(0.0, j.faithfulness))))
+    if _number(faithfulness):
+        out.append(("faithfulness", min(1.0, max(0.0, float(faithfulness)))))
     for metric, flag in (
-        ("hallucination", j.hallucinated),
-        ("refusal", j.answer_admits_uncertainty),
-        ("false_refusal", j.false_refusal),
+        ("hallucination", hallucinated),
+        ("refusal", refusal),
+        ("false_refusal", false_refusal),
     ):
-        if flag is not None:
+        if isinstance(flag, bool):
             out.append((metric, 1.0 if flag else 0.0))
-    if j.answer_relevance is not None:
-        out.append(("relevance", float(j.answer_relevance)))
+    if _number(relevance):
+        out.append(("relevance", float(relevance)))
     return out
+
+
+def _number(x: object) -> TypeGuard[float]:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 class EstimatePolicy(BaseModel):

@@ -159,6 +159,12 @@ class Metrics:
             Gauge(f"{PREFIX}drift_threshold", "The detector's threshold h = ln(ARL0)", qm, registry=r),
             Gauge(f"{PREFIX}drift_active", "1 while the slice's drift alarm is raised", qm, registry=r),
             Counter(f"{PREFIX}drift_alarms", "Drift alarms raised", qm, registry=r),
+            Gauge(
+                f"{PREFIX}drift_baseline_info",
+                "1 for the pinned drift baseline in use (version 'none': first records of each slice)",
+                ["version"],
+                registry=r,
+            ),
         )
         self.alerts_sent = Counter(
             f"{PREFIX}alerts_sent",

@@ -14,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from monitor.config import Settings
+from monitor.drift.stage import DriftStage
 from monitor.ingest.stage import IngestStage
 from monitor.judge import Judge, create_judge
 from monitor.judge.stage import JudgeStage
@@ -45,7 +46,7 @@ def build_judge(settings: Settings) -> Judge | None:
 
 
 class Sidecar:
-    """The stages of one process: both by default, or the one `pipeline.role` names."""
+    """The stages of one process: all three by default, or the one `pipeline.role` names."""
 
     def __init__(
         self, settings: Settings, metrics: Metrics | None = None, judge: Judge | None = None
@@ -60,10 +61,19 @@ class Sidecar:
         self.judge_stage = None
         if role in ("all", "judge"):
             self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
+        self.drift = None
+        results_topic = settings.results.topic
+        if role in ("all", "drift"):
+            if results_topic:
+                self.drift = DriftStage(settings, self.metrics, results_topic)
+            elif role == "drift":
+                raise ValueError("role drift reads the results topic: set results.topic")
+            else:
+                log.warning("results.topic is not set: no drift detection")
 
     @property
     def sources(self) -> list[KafkaSource]:
-        return [s.source for s in (self.ingest, self.judge_stage) if s is not None]
+        return [s.source for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
 
     async def wait_assigned(self) -> None:
         """Until every stage's consumer holds partitions (tests, the demo)."""
@@ -116,6 +126,12 @@ class Sidecar:
                 tasks.append(asyncio.create_task(self._stop_judge_after_ingest(tasks[-1], judge_stop, left)))
         if self.judge_stage is not None:
             tasks.append(asyncio.create_task(self.judge_stage.run(judge_stop, left)))
+        if self.drift is not None:
+            # Last to stop when here with the judge: it alerts on what the judge just wrote.
+            drift_stop = stop if self.judge_stage is None else asyncio.Event()
+            if self.judge_stage is not None:
+                tasks.append(asyncio.create_task(_after(tasks[-1], drift_stop)))
+            tasks.append(asyncio.create_task(self.drift.run(drift_stop)))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -155,34 +171,43 @@ class Sidecar:
                 delay = min(delay * 2, kafka.reconnect_backoff_max_seconds)
         else:
             return False
-        await self._ensure_samples_topic()
+        await self._ensure_topics()
         return True
 
-    async def _ensure_samples_topic(self) -> None:
-        """Create the samples topic when missing, with the input topic's partition count (so the
-        judge group scales as far as the ingest group) and `pipeline.samples_replication`. Where
-        the cluster forbids it, a warning says to provision the topic."""
+    async def _ensure_topics(self) -> None:
+        """Create the samples and results topics when missing, with the input topic's partition
+        count (so the judge group scales as far as the ingest group) and
+        `pipeline.samples_replication`. Where the cluster forbids it, a warning says to provision
+        them."""
         kafka = self.settings.kafka
-        samples = self.settings.pipeline.samples_topic
+        wanted = [t for t in (self.settings.pipeline.samples_topic, self.settings.results.topic) if t]
         admin = AIOKafkaAdminClient(**client_kwargs(kafka, client_id=f"{kafka.client_id}-admin"))
         try:
             async with asyncio.timeout(10.0):
                 await admin.start()
                 try:
                     existing = set(await admin.list_topics())
-                    if samples in existing:
+                    missing = [t for t in wanted if t not in existing]
+                    if not missing:
                         return
                     partitions = 3
                     if kafka.topic in existing:
                         described = await admin.describe_topics([kafka.topic])
                         partitions = max(1, len(described[0].get("partitions", ())) or 3)
-                    with contextlib.suppress(TopicAlreadyExistsError):  # another replica won
-                        replication = self.settings.pipeline.samples_replication
-                        await admin.create_topics([NewTopic(samples, partitions, replication)])
-                    log.info("created samples topic %s with %d partitions", samples, partitions)
+                    replication = self.settings.pipeline.samples_replication
+                    for topic in missing:
+                        with contextlib.suppress(TopicAlreadyExistsError):  # another replica won
+                            await admin.create_topics([NewTopic(topic, partitions, replication)])
+                        log.info("created topic %s with %d partitions", topic, partitions)
                 finally:
                     await admin.close()
         except (KafkaError, TimeoutError, OSError) as exc:
-            log.warning(
-                "cannot check or create samples topic %s (%s): provision it", samples, type(exc).__name__
-            )
+            log.warning("cannot check or create topics %s (%s): provision them", wanted, type(exc).__name__)
+
+
+async def _after(task: asyncio.Task[None], then: asyncio.Event) -> None:
+    """Set `then` once `task` has ended, however it ended."""
+    try:
+        await asyncio.wait({task})
+    finally:
+        then.set()

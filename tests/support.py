@@ -48,10 +48,14 @@ def settings_for(
             "auto_offset_reset": "earliest",
         },
         # Per test, like the input topic: a session's tests share one broker.
-        "pipeline": {"samples_topic": f"{topic}-samples", "judge_group_id": f"g-{topic}-judge"},
+        "pipeline": {
+            "samples_topic": f"{topic}-samples",
+            "judge_group_id": f"g-{topic}-judge",
+            "drift_group_id": f"g-{topic}-drift",
+        },
         "assembly": {"grace_seconds": 0.2, "timeout_seconds": 3.0},
         "sampling": {"rate": 1.0},
-        "results": {"file": str(results_file) if results_file else None},
+        "results": {"file": str(results_file) if results_file else None, "topic": f"{topic}-results"},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
@@ -268,3 +272,52 @@ def alertmanager_process(config: Path, storage: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextmanager
+def prometheus_process(config: Path, storage: Path) -> Iterator[str]:
+    """A real Prometheus (Debian `prometheus`) with `config`, on a free loopback port, up once
+    /-/ready answers; its base URL. Its log goes to `prometheus.log` beside `storage`. Stopped on
+    exit."""
+    import shutil
+
+    import pytest
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("no Prometheus binary: `make debs` installs prometheus")
+    port = free_port()
+    log = storage.parent / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--storage.tsdb.path={storage}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise AssertionError(f"Prometheus exited: is the config valid? {log.read_text()[-2000:]}")
+            assert time.monotonic() < deadline, "Prometheus did not come up"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -30,7 +30,7 @@ def test_file_env_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert s.kafka.group_id == "g_env"  # env beats the file
     assert s.kafka.bootstrap_servers == "flag:1"  # flags beat env
     assert s.sampling.rate == 0.2
-    assert s.metrics.port == 9612 and s.kafka.topic != "" and s.results.topic is None
+    assert s.metrics.port == 9612 and s.kafka.topic != "" and s.results.topic == "rag_judgements"
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.drift import Detector, DriftMonitor, DriftPolicy
+from monitor.estimate import estimate_values
 from monitor.judge.model import Judgement
 from monitor.metrics import Metrics
 
@@ -108,7 +109,9 @@ def test_the_monitor_exports_statistic_threshold_and_alarms() -> None:
 
     raised = []
     for i in range(400):
-        raised += [(qt, d.metric) for d, qt, up in monitor.observe(judged(i >= 50 and i % 2 == 0)) if up]
+        j = judged(i >= 50 and i % 2 == 0)
+        changed = monitor.observe(j.query_type, j.sampling_weight, estimate_values(j))
+        raised += [(qt, d.metric) for d, qt, up in changed if up]
     assert ("lookup", "hallucination") in raised
     r = metrics.registry
     labels = {"query_type": "lookup", "metric": "hallucination"}

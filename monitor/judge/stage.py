@@ -1,5 +1,5 @@
 """The judge stage: samples topic → budget → judge → results (file, topic, evaluation events) →
-judgement metrics and estimates.
+judgement metrics and estimates. Drift detection reads the results topic (`monitor.drift.stage`).
 
 Its own consumer group reads the samples the ingest stage produced; an offset is committed once
 the results of every sample before it are written. Between fetch and write the samples held are
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift import Detector, DriftMonitor
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sample import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
@@ -35,7 +34,6 @@ from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import RagRecord
-from monitor.outputs.alerts import AlertDispatcher
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
 from monitor.samples import BadSample, decode_sample
@@ -61,6 +59,7 @@ class _Sample:
     attempts: int = 0  # outage errors of this sample
     successes_before: int = -1  # the breaker's success count at this sample's first outage error
     line: bytes = b""  # the results line, once judged
+    query_type: str = ""  # the line's: the judge may have relabelled the record
 
 
 class JudgeStage:
@@ -93,8 +92,6 @@ class JudgeStage:
         self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
         self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
-        self.drift = DriftMonitor(settings.alerts.drift, metrics.drift)
-        self.alerts = AlertDispatcher(settings.alerts, metrics.alerts_sent)
         self._repeat = jc.repeat_fraction
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
@@ -126,7 +123,6 @@ class JudgeStage:
         ]
         tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
         tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
-        tasks.append(asyncio.create_task(self.alerts.run(), name="ragmon-alerts"))
         golden = self.settings.golden
         if golden.file is not None and golden.target:
             tasks.append(asyncio.create_task(self._golden_loop(), name="ragmon-golden"))
@@ -246,6 +242,7 @@ class JudgeStage:
         """The results line of one sample, or None when the judge was down (judge it again)."""
         record = item.record
         result = record.to_json_dict()
+        item.query_type = record.query_type
         result["sampling_weight"] = item.weight
         result["query_type_source"] = item.type_source
         if self.judge is None:
@@ -281,12 +278,11 @@ class JudgeStage:
             # The judge read the query: its label beats the rules' for what it judged.
             # Weights stay 1/p, so per-type estimates are domain estimates, still unbiased.
             judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
+            item.query_type = judgement.query_type
             result["query_type_source"] = "judge"
         if judgement.ok:
             self.metrics.judge.observe_verdicts(judgement, item.service)
             self.metrics.estimates.observe(judgement, item.service)
-            for detector, query_type, raised in self.drift.observe(judgement):
-                self._drift_alert(detector, query_type, raised)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)
@@ -303,46 +299,13 @@ class JudgeStage:
         self.judged_seen += 1
         return encode_line(result)
 
-    def _drift_alert(self, detector: Detector, query_type: str, raised: bool) -> None:
-        key = ("drift", query_type, detector.metric)
-        if not raised:
-            self.alerts.resolve(key)
-            return
-        baseline = detector.reference.mean
-        current, se, n = detector.current()
-        lower, upper = current - 1.96 * se, current + 1.96 * se
-        metric = detector.metric
-        self.alerts.fire(
-            key,
-            {
-                "alertname": "RagmonDriftDetected",
-                "query_type": query_type,
-                "metric": metric,
-                "severity": "warning",
-            },
-            {
-                "summary": f"{metric} of {query_type} queries drifted from its reference",
-                "description": (
-                    f"{metric} of {query_type}: {current:.3f} (95% {lower:.3f} to {upper:.3f}, last {n} "
-                    f"judged records, weighted) against a reference of {baseline:.3f} over "
-                    f"{detector.reference.records} records; CUSUM {detector.statistic:.1f} >= "
-                    f"{detector.threshold:.1f}"
-                ),
-                "baseline": f"{baseline:.4f}",
-                "current": f"{current:.4f}",
-                "lower": f"{lower:.4f}",
-                "upper": f"{upper:.4f}",
-                "samples": str(n),
-            },
-        )
-
     async def _write_loop(self) -> None:
         while True:
             items = [await self._judged.get()]
             while len(items) < _WRITE_BATCH and not self._judged.empty():
                 items.append(self._judged.get_nowait())
             if self._sinks:
-                await self._write_until_done([(item.record.trace_id, item.line) for item in items])
+                await self._write_until_done([(item.query_type, item.line) for item in items])
             for item in items:
                 item.ref.release()
                 self._held -= 1

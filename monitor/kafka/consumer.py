@@ -44,6 +44,9 @@ class SourceSpec:
     group_id: str
     auto_offset_reset: str
     max_poll_records: int
+    # Read every newly assigned partition from its start (the drift stage rebuilds its state so);
+    # `replay_until` then says where the group's previous owner had got to.
+    replay: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,9 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._source.handle_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._source.handle_assigned(set(assigned))
+        new = self._source.handle_assigned(set(assigned))
+        if new and self._source.spec.replay:
+            await self._source.rewind(new)
 
 
 class KafkaSource:
@@ -87,6 +92,7 @@ class KafkaSource:
         self.owned: frozenset[TopicPartition] = frozenset()  # read by /readyz from another thread
         self.last_fetch = time.monotonic()  # when a fetch last came back (watchdog, readiness)
         self.last_contact: float | None = None  # when the broker last answered anything
+        self.replay_until: dict[TopicPartition, int] = {}  # spec.replay: offsets below were seen before
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
@@ -224,6 +230,7 @@ class KafkaSource:
         self.owned = self.owned - revoked
         for tp in revoked:
             self._committed.pop(tp, None)
+            self.replay_until.pop(tp, None)
             if tp.partition in self._lag_series:
                 self._lag_series.discard(tp.partition)
                 with contextlib.suppress(KeyError):
@@ -231,18 +238,40 @@ class KafkaSource:
         if revoked:
             log.info("%s: revoked partitions %s", self.spec.topic, sorted(tp.partition for tp in revoked))
 
-    def handle_assigned(self, assigned: set[TopicPartition]) -> None:
+    def handle_assigned(self, assigned: set[TopicPartition]) -> set[TopicPartition]:
+        """Take the assignment; the partitions new to this member."""
         new = assigned - self.owned
         self._tracker.assign(new)
         self.owned = self.owned | assigned
         log.info("%s: assigned partitions %s", self.spec.topic, sorted(tp.partition for tp in self.owned))
         self.assigned.set()
         if self._on_assigned is None or self._consumer is None:
-            return
+            return new
         topic = self.spec.topic
         total = len(self._consumer.partitions_for_topic(topic) or ())
         if total:
             self._on_assigned(sum(1 for tp in self.owned if tp.topic == topic), total)
+        return new
+
+    async def rewind(self, partitions: set[TopicPartition]) -> None:
+        """Seek `partitions` to their start. What the group committed (the previous owner's
+        progress; the log end when it never committed: history predating the group was never
+        acted on) becomes `replay_until`, and the floor of later commits, which never go back."""
+        assert self._consumer is not None
+        consumer = self._consumer
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(sorted(partitions))
+        for tp in partitions:
+            committed = await consumer.committed(tp)
+            until = committed if committed is not None else ends.get(tp, 0)
+            self.replay_until[tp] = until
+            self._committed[tp] = until
+        await consumer.seek_to_beginning(*partitions)
+        log.info(
+            "%s: replaying partitions %s up to %s",
+            self.spec.topic,
+            sorted(tp.partition for tp in partitions),
+            {tp.partition: self.replay_until[tp] for tp in partitions},
+        )
 
     def owns(self, tp: TopicPartition) -> bool:
         return tp in self.owned

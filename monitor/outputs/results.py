@@ -16,7 +16,7 @@ from monitor.kafka.producer import KafkaOutput
 
 class ResultSink(Protocol):
     async def write(self, lines: list[tuple[str, bytes]]) -> None:
-        """(trace id, JSON line) pairs."""
+        """(query type, JSON line) pairs."""
 
     async def close(self) -> None: ...
 
@@ -49,8 +49,9 @@ class TopicSink:
         self._topic = topic
 
     async def write(self, lines: list[tuple[str, bytes]]) -> None:
-        # Keyed by trace id, so a trace's judgements stay ordered within a partition.
-        items: list[tuple[bytes | None, bytes]] = [(tid.encode(), line.rstrip(b"\n")) for tid, line in lines]
+        # Keyed by query type: every judgement of a slice in one partition, in one order, which
+        # is what gives the drift stage one detector state per slice (monitor/drift/stage.py).
+        items: list[tuple[bytes | None, bytes]] = [(qt.encode(), line.rstrip(b"\n")) for qt, line in lines]
         await self._out.send_many(self._topic, items)
 
     async def close(self) -> None:

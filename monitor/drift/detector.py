@@ -22,8 +22,10 @@ production mix while its scale stays one judged record per step, so h = ln ARL0 
 "ARL0 judged records of the slice" once the threshold is scaled by the reference's design effect
 (see `freeze`; checked by simulation, as the weighted walk is not covered by the classic bound).
 
-Reference: the first `reference_records` judged records of each slice (design.md, Alerts); it is
-then frozen — a slow decline cannot drag it along. Pinning a baseline is still to come (issue 15).
+Reference: a pinned baseline's (`monitor.drift.baseline`: from a golden-replay baseline or a window
+of production judgements, versioned), else the first `reference_records` judged records of the
+slice (design.md, Alerts); either way frozen — a slow decline cannot drag it along, and only
+pinning a new baseline moves it.
 Hysteresis: an alarm needs `min_records` judged records since the reference froze and S ≥ h;
 it clears when S falls to `release` × h (S is capped at 2h, so a recovery shows within a few
 hundred records however long the incident), so it neither flaps nor fires on a handful of records.
@@ -31,16 +33,17 @@ hundred records however long the incident), so it neither flaps nor fires on a h
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
-from monitor.estimate import ESTIMATE_METRICS, estimate_values, usable_weight
-from monitor.judge.model import Judgement
+from monitor.estimate import ESTIMATE_METRICS
 
 Direction = Literal[1, -1]
 
@@ -61,6 +64,9 @@ class DriftPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    baseline_file: Path | None = Field(
+        None, description="pinned references (rag-monitor baseline pin); else each slice's first records"
+    )
     arl0: float = Field(
         10_000.0, ge=100, description="judged records of a slice between false alarms, on average"
     )
@@ -104,6 +110,10 @@ class Reference:
     sum_wy2: float = 0.0
     frozen: bool = False
 
+    @classmethod
+    def pinned(cls, records: int, sum_w: float, sum_w2: float, sum_wy: float, sum_wy2: float) -> Reference:
+        return cls(records, sum_w, sum_w2, sum_wy, sum_wy2, frozen=True)
+
     def add(self, w: float, y: float) -> None:
         self.records += 1
         self.sum_w += w
@@ -143,6 +153,10 @@ class Detector:
     active: bool = False
     alarms: int = 0
     _step: tuple[float, float] = (0.0, 0.0)  # (increment if y=1 or slope, offset), set on freeze
+
+    def __post_init__(self) -> None:
+        if self.reference.frozen:  # a pinned baseline: watching from the first record
+            self.freeze()
 
     def observe(self, w: float, y: float) -> bool:
         """Add one judged answer; True when this observation raises an alarm."""
@@ -207,42 +221,85 @@ class Detector:
 
 
 class DriftMonitor:
-    """A detector per (query type, metric), fed every successful judgement of the judge stage;
-    `ragmon_drift_*` series show each statistic against its threshold. Query types come bounded
-    (the allow-list), metrics from a closed set, so the detectors and series are bounded too.
+    """A detector per (query type, metric); `ragmon_drift_*` series show each statistic against its
+    threshold. Query types come bounded (the allow-list), metrics from a closed set, so the
+    detectors and series are bounded too. Which judgements it sees is the drift stage's business
+    (`monitor.drift.stage`): every judgement of a slice, once, in the results topic's order."""
 
-    One monitor per judge replica: a slice's judgements split across replicas by samples partition
-    are each seen by one detector, which then sees a share of the slice (see the README)."""
-
-    def __init__(self, policy: DriftPolicy, metrics: DriftMetrics) -> None:
+    def __init__(
+        self,
+        policy: DriftPolicy,
+        metrics: DriftMetrics,
+        pinned: dict[tuple[str, str], Reference] | None = None,
+    ) -> None:
         self.policy = policy
         self._metrics = metrics
+        self._pinned = pinned or {}
         self.detectors: dict[tuple[str, str], Detector] = {}
 
-    def observe(self, judgement: Judgement) -> list[tuple[Detector, str, bool]]:
-        """Feed one judgement; (detector, query type, raised) for each slice whose alarm it
-        raised (True) or cleared (False)."""
-        w = judgement.sampling_weight
-        if not usable_weight(w):
-            return []
+    def observe(
+        self, query_type: str, weight: float, values: list[tuple[str, float]], *, live: bool = True
+    ) -> list[tuple[Detector, str, bool]]:
+        """Feed one judgement's values; (detector, query type, raised) for each slice whose alarm
+        it raised (True) or cleared (False). Replayed judgements (`live=False`, already seen by a
+        previous owner) move the state but count no alarm and report no change."""
         changed = []
         m = self._metrics
-        for metric, y in estimate_values(judgement):
-            key = (judgement.query_type, metric)
+        for metric, y in values:
+            key = (query_type, metric)
             detector = self.detectors.get(key)
             if detector is None:
-                detector = self.detectors[key] = Detector(metric, self.policy)
+                detector = self.detectors[key] = self._detector(key)
             was = detector.active
-            if detector.observe(w, y):
-                m.alarms.labels(query_type=key[0], metric=metric).inc()
+            raised = detector.observe(weight, y)
+            if not live:
+                continue
+            if raised:
+                m.alarms.labels(query_type=query_type, metric=metric).inc()
             if detector.active != was:
-                changed.append((detector, key[0], detector.active))
+                changed.append((detector, query_type, detector.active))
             if detector.reference.frozen:
-                labels = {"query_type": key[0], "metric": metric}
-                m.statistic.labels(**labels).set(detector.statistic)
-                m.threshold.labels(**labels).set(detector.threshold)
-                m.active.labels(**labels).set(1 if detector.active else 0)
+                self._export(query_type, detector)
         return changed
+
+    def _detector(self, key: tuple[str, str]) -> Detector:
+        pinned = self._pinned.get(key)
+        if pinned is None:
+            return Detector(key[1], self.policy)
+        return Detector(
+            key[1],
+            self.policy,
+            reference=Reference.pinned(
+                pinned.records, pinned.sum_w, pinned.sum_w2, pinned.sum_wy, pinned.sum_wy2
+            ),
+        )
+
+    def _export(self, query_type: str, detector: Detector) -> None:
+        labels = {"query_type": query_type, "metric": detector.metric}
+        m = self._metrics
+        m.statistic.labels(**labels).set(detector.statistic)
+        m.threshold.labels(**labels).set(detector.threshold)
+        m.active.labels(**labels).set(1 if detector.active else 0)
+
+    def went_live(self, query_types: set[str]) -> list[tuple[Detector, str]]:
+        """After a replay of these slices: export their state, and the alarms it holds (which the
+        previous owner raised, and a restart must not silently drop)."""
+        active = []
+        for (qt, _), detector in self.detectors.items():
+            if qt in query_types and detector.reference.frozen:
+                self._export(qt, detector)
+                if detector.active:
+                    active.append((detector, qt))
+        return active
+
+    def forget(self, query_types: set[str]) -> None:
+        """Slices now owned elsewhere: their detectors and series go (the new owner rebuilds)."""
+        m = self._metrics
+        for key in [k for k in self.detectors if k[0] in query_types]:
+            del self.detectors[key]
+            for gauge in (m.statistic, m.threshold, m.active):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,3 +308,4 @@ class DriftMetrics:
     threshold: Gauge
     active: Gauge
     alarms: Counter
+    baseline: Gauge  # labels: version

@@ -1,0 +1,209 @@
+"""The drift stage: results topic → one detector state per slice → drift metrics and alerts.
+
+One state per slice, whatever the replica count: the judge stage keys results by query type, so
+every judgement of a slice lands in one partition of the results topic, in one order, and the
+drift group gives each partition to exactly one member. Judge replicas can be scaled freely; the
+detectors never see a share of a slice, nor a judgement twice.
+
+Restarts and rebalances neither lose nor double-count: a member that gets a partition reads it
+from the start and rebuilds its slices' detectors from every judgement in it (the state is a
+function of that sequence alone). Judgements below the group's committed offset were acted on by
+the previous owner, so they are replayed quietly — no alarm counted, no alert sent — and once the
+replay reaches them, the alarms the state holds are announced again (Alertmanager de-duplicates:
+an alarm raised before the restart keeps firing, nothing new pages). The cost is a replay as long
+as the topic's retention on every start: ~a second per 30,000 judgements here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiokafka import TopicPartition
+
+from monitor.config import Settings
+from monitor.drift.baseline import DriftBaseline, load_baseline
+from monitor.drift.detector import Detector, DriftMonitor
+from monitor.estimate import usable_weight, verdict_values
+from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.offsets import OffsetTracker
+from monitor.metrics import Metrics
+from monitor.outputs.alerts import AlertDispatcher
+from monitor.tasks import cancel_all
+
+log = logging.getLogger(__name__)
+
+
+def slice_key(query_type: str) -> bytes:
+    """The results topic's message key: a slice's judgements share a partition."""
+    return query_type.encode()
+
+
+class DriftStage:
+    def __init__(self, settings: Settings, metrics: Metrics, topic: str) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        policy = settings.alerts.drift
+        self.baseline: DriftBaseline | None = None
+        if policy.baseline_file is not None:
+            self.baseline = load_baseline(policy.baseline_file)  # BaselineFileError: a start-up error
+        version = self.baseline.version if self.baseline else "none"
+        metrics.drift.baseline.labels(version=version).set(1)
+        self.monitor = DriftMonitor(
+            policy, metrics.drift, self.baseline.references() if self.baseline else None
+        )
+        self.alerts = AlertDispatcher(settings.alerts, metrics.alerts_sent)
+        self.tracker = OffsetTracker()
+        spec = SourceSpec(
+            topic, settings.pipeline.drift_group_id, "earliest", settings.kafka.max_poll_records, replay=True
+        )
+        self.source = KafkaSource(
+            settings.kafka,
+            spec,
+            self.tracker,
+            ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+            self._on_revoked,
+        )
+        self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
+        self._replaying: set[TopicPartition] = set()
+        self.seen = 0  # judgements read (replayed ones included)
+        self._bad = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`. Nothing is held across a stop: the next owner rebuilds from the topic."""
+        if self.baseline is None:
+            log.warning(
+                "drift: no pinned baseline; each slice's reference is its first %d judgements in %s "
+                "(pin one: rag-monitor baseline pin)",
+                self.settings.alerts.drift.reference_records,
+                self.source.spec.topic,
+            )
+        else:
+            log.info("drift: baseline %s (%d slices)", self.baseline.version, len(self.baseline.slices))
+        if not await self.source.start(stop):
+            return
+        tasks = [
+            asyncio.create_task(self.alerts.run(), name="ragmon-alerts"),
+            asyncio.create_task(self._housekeeping(), name="ragmon-drift-housekeeping"),
+        ]
+        try:
+            await self.source.consume(stop, self._handle)
+        finally:
+            await cancel_all(tasks)
+            await self.source.stop(grace_seconds=3.0)
+
+    async def _handle(self, batch: Batch) -> None:
+        replay_until = self.source.replay_until
+        for tp, messages in batch.items():
+            generation = self.tracker.generation(tp)
+            until = replay_until.get(tp, 0)
+            if tp not in self._slices:
+                self._slices[tp] = set()
+                if messages and messages[0].offset < until:
+                    self._replaying.add(tp)
+            for msg in messages:
+                ref = self.tracker.track(tp, msg.offset, generation)
+                if ref is None:
+                    break  # revoked since the fetch
+                if tp in self._replaying and msg.offset >= until:
+                    self._go_live(tp)
+                self._observe(tp, msg.value, live=msg.offset >= until)
+                ref.release()
+            if tp in self._replaying and messages and messages[-1].offset + 1 >= until:
+                self._go_live(tp)
+
+    def _observe(self, tp: TopicPartition, value: bytes | None, *, live: bool) -> None:
+        self.seen += 1
+        try:
+            line = json.loads(value or b"")
+        except ValueError:
+            line = None
+        if not isinstance(line, dict):
+            self._bad += 1
+            self.metrics.bad_samples.inc()
+            if self._bad == 1:
+                log.error("%s: a results message that is not a JSON object, skipped (counted)", tp.topic)
+            return
+        judge = line.get("judge")
+        qt = line.get("query_type")
+        w = line.get("sampling_weight")
+        if (
+            line.get("replay")
+            or not isinstance(judge, dict)
+            or judge.get("outcome") != "ok"
+            or not isinstance(qt, str)
+            or not isinstance(w, int | float)
+            or not usable_weight(float(w))
+        ):
+            return  # skipped or failed judgements, golden replays: nothing to detect on
+        self._slices[tp].add(qt)
+        values = verdict_values(
+            line.get("faithfulness"),
+            line.get("hallucinated"),
+            line.get("answer_admits_uncertainty"),
+            line.get("false_refusal"),
+            line.get("answer_relevance"),
+        )
+        for detector, query_type, raised in self.monitor.observe(qt, float(w), values, live=live):
+            self._alert(detector, query_type, raised)
+
+    def _go_live(self, tp: TopicPartition) -> None:
+        self._replaying.discard(tp)
+        active = self.monitor.went_live(self._slices.get(tp, set()))
+        log.info("%s/%d: replay done, %d alarms held", tp.topic, tp.partition, len(active))
+        for detector, query_type in active:
+            self._alert(detector, query_type, True)
+
+    def _alert(self, detector: Detector, query_type: str, raised: bool) -> None:
+        key = ("drift", query_type, detector.metric)
+        if not raised:
+            self.alerts.resolve(key)
+            return
+        ref = detector.reference
+        baseline = ref.mean
+        current, se, n = detector.current()
+        lower, upper = current - 1.96 * se, current + 1.96 * se
+        metric = detector.metric
+        version = self.baseline.version if self.baseline and self._pinned(query_type, metric) else None
+        reference = f"baseline {version}" if version else f"the slice's first {ref.records} judgements"
+        self.alerts.fire(
+            key,
+            {
+                "alertname": "RagmonDriftDetected",
+                "query_type": query_type,
+                "metric": metric,
+                "severity": "warning",
+            },
+            {
+                "summary": f"{metric} of {query_type} queries drifted from its reference",
+                "description": (
+                    f"{metric} of {query_type}: {current:.3f} (95% {lower:.3f} to {upper:.3f}, last {n} "
+                    f"judged records, weighted) against {baseline:.3f} ({reference}, {ref.records} "
+                    f"records); CUSUM {detector.statistic:.1f} >= {detector.threshold:.1f}"
+                ),
+                "baseline": f"{baseline:.4f}",
+                "baseline_version": version or "first-records",
+                "current": f"{current:.4f}",
+                "lower": f"{lower:.4f}",
+                "upper": f"{upper:.4f}",
+                "samples": str(n),
+            },
+        )
+
+    def _pinned(self, query_type: str, metric: str) -> bool:
+        return self.baseline is not None and metric in self.baseline.slices.get(query_type, {})
+
+    async def _housekeeping(self) -> None:
+        interval = self.settings.kafka.commit_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            await self.source.commit()
+            await self.source.update_lag()
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        gone: set[str] = set()
+        for tp in revoked:
+            gone |= self._slices.pop(tp, set())
+            self._replaying.discard(tp)
+        self.monitor.forget(gone)
