@@ -15,7 +15,8 @@
 
 The spans use the OpenInference attributes that `monitor.ingest.dialects` decodes, so the sidecar turns
 each request into a RAG record. See `spans` (semantics), `content` (capture switches, truncation,
-redaction), `provider` (`configure`), `kafka` (the direct exporter) and `web` (replay marking).
+redaction), `provider` (`configure`), `kafka` (the direct exporter; needs `rag-monitor[kafka]`) and `web`
+(replay marking).
 """
 
 from monitor.instrument.content import (

@@ -8,6 +8,9 @@ trace land in one partition and the sidecar reads them with the default settings
 Why aiokafka on a private event loop in a background thread: aiokafka is already the project's
 Kafka client (known to work against the embedded broker and real Kafka), it is pure Python (no
 librdkafka to ship), and a private loop keeps it away from the service's own event loop, if any.
+It is an extra (`rag-monitor[kafka]`): a service that exports OTLP does not carry a Kafka client, and
+one that asks for this exporter without it gets one line saying so at construction, not a thread
+that dies on its first connect.
 The exporter's `export` (called in the BatchSpanProcessor's thread) only encodes and enqueues; it
 never waits for the network. The queue between the two threads is bounded in messages and bytes:
 when Kafka is slow or down, new traces are dropped and counted, and the service never blocks.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import threading
@@ -77,6 +81,10 @@ class KafkaSpanExporter(SpanExporter):
     ) -> None:
         if max_pending_messages < 1 or max_pending_bytes < 1:
             raise ValueError("max_pending_messages and max_pending_bytes must be >= 1")
+        if importlib.util.find_spec("aiokafka") is None:
+            raise ModuleNotFoundError(
+                "the Kafka span exporter needs aiokafka: pip install 'rag-monitor[kafka]'", name="aiokafka"
+            )
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.stats = stats if stats is not None else SpanStats()

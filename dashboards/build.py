@@ -1,0 +1,816 @@
+"""The rag-monitor Grafana dashboards, generated from this one file.
+
+`python dashboards/build.py` (re)writes `dashboards/*.json` and identical copies in
+`helm/rag-monitor/dashboards/` (the chart ships them with `.Files.Glob`). Edit this file, never the
+JSON: tests/test_dashboards.py fails when they disagree, parses every query and runs it against a
+real Prometheus scraping a live sidecar.
+
+Queries read only what the sidecar exports (monitor/metrics.py, monitor/golden/gauges.py), the
+recording rules of deploy/prometheus/rules.yml and `ALERTS`. The 1 h quality estimates pool the
+rules' additive `:increase1h` statistics over the selected services before dividing, so a panel
+shows the Hájek estimate, 95 % interval and effective sample size of exactly the traffic selected
+(for one service, the rules' own `:ratio1h` values).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+Json = dict[str, Any]
+
+HERE = Path(__file__).resolve().parent
+OUTPUTS = (HERE, HERE.parent / "helm" / "rag-monitor" / "dashboards")
+
+SCHEMA_VERSION = 39
+TAG = "rag-monitor"
+DATASOURCE: Json = {"type": "prometheus", "uid": "${datasource}"}
+WIDTH = 24  # Grafana's grid
+
+# Label filters. Only series that carry a label are filtered on it: drift and golden gauges have
+# query_type but no service; judge, cost and Kafka metrics have neither.
+QT = 'query_type=~"$query_type"'
+SVC_QT = f'service=~"$service",{QT}'
+RATE = "[$__rate_interval]"
+
+# The recording rules' pooled statistics, and the z of their 95 % interval.
+RULE = "service_query_type_metric:ragmon_estimate_{}:increase1h"
+Z = 1.96
+
+ALERTS_FIRING = 'ALERTS{alertname=~"Ragmon.*",alertstate="firing"}'
+# Golden gauges of the replica with the latest complete replay (as deploy/prometheus/alerts.yml).
+LATEST_GOLDEN_RUN = (
+    "(ragmon_golden_last_run_timestamp_seconds == scalar(max(ragmon_golden_last_run_timestamp_seconds)))"
+)
+
+
+# -- targets and panels ------------------------------------------------------------------------
+
+
+def target(expr: str, legend: str = "", *, fmt: str = "time_series") -> Json:
+    """One Prometheus query; refIds are assigned by `panel`."""
+    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend or "__auto", "format": fmt}
+
+
+def by_name(name: str, **props: Any) -> Json:
+    """Field overrides for the series `name`; `custom__fillOpacity=0` sets `custom.fillOpacity`."""
+    return _override({"id": "byName", "options": name}, props)
+
+
+def by_regexp(pattern: str, **props: Any) -> Json:
+    return _override({"id": "byRegexp", "options": pattern}, props)
+
+
+def _override(matcher: Json, props: dict[str, Any]) -> Json:
+    return {
+        "matcher": matcher,
+        "properties": [{"id": k.replace("__", "."), "value": v} for k, v in props.items()],
+    }
+
+
+def panel(
+    kind: str,
+    title: str,
+    description: str,
+    unit: str,
+    targets: Sequence[Json],
+    *,
+    width: int = 12,
+    height: int = 8,
+    custom: Json | None = None,
+    overrides: Sequence[Json] = (),
+    options: Json | None = None,
+    defaults: Json | None = None,
+    repeat: str | None = None,
+) -> Json:
+    """A panel of any `kind`; gridPos and id are set by `dashboard`."""
+    field_defaults: Json = {"unit": unit, **(defaults or {})}
+    if custom:
+        field_defaults["custom"] = custom
+    out: Json = {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": height, "w": width, "x": 0, "y": 0},
+        "fieldConfig": {"defaults": field_defaults, "overrides": list(overrides)},
+        "options": options or {},
+        "targets": [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(targets)],
+    }
+    if repeat:
+        out.update(repeat=repeat, repeatDirection="h", maxPerRow=3)
+    return out
+
+
+def timeseries(
+    title: str, description: str, unit: str, targets: Sequence[Json], *, bars: bool = False, **kw: Any
+) -> Json:
+    custom: Json = {"drawStyle": "bars", "fillOpacity": 60} if bars else {"fillOpacity": 10}
+    custom |= kw.pop("custom", {})
+    legend = {"displayMode": "list", "placement": "bottom", "showLegend": True}
+    opts = {"legend": legend, "tooltip": {"mode": "multi", "sort": "desc"}}
+    return panel("timeseries", title, description, unit, targets, custom=custom, options=opts, **kw)
+
+
+def stat(title: str, description: str, unit: str, targets: Sequence[Json], **kw: Any) -> Json:
+    opts = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "colorMode": "value"}
+    return panel(
+        "stat", title, description, unit, targets, width=kw.pop("width", 6), height=4, options=opts, **kw
+    )
+
+
+def thresholds(*steps: tuple[float | None, str]) -> Json:
+    """Absolute colour steps; the first value is None (the base)."""
+    return {"thresholds": {"mode": "absolute", "steps": [{"color": c, "value": v} for v, c in steps]}}
+
+
+def quantiles(metric: str, by: str, matchers: str = "", qs: Iterable[float] = (0.5, 0.9, 0.99)) -> list[Json]:
+    """histogram_quantile of a `_bucket` series' rate, one target per quantile."""
+    sel = f"{metric}_bucket{{{matchers}}}" if matchers else f"{metric}_bucket"
+    group = f"{by}, le" if by else "le"
+    prefix = f"{{{{{by}}}}} " if by else ""
+    return [
+        target(f"histogram_quantile({q}, sum by ({group}) (rate({sel}{RATE})))", f"{prefix}p{round(q * 100)}")
+        for q in qs
+    ]
+
+
+def heatmap(title: str, description: str, metric: str, unit: str, matchers: str) -> Json:
+    """Bucket counts per interval, as Grafana's heatmap expects them (`format: heatmap`)."""
+    expr = f"sum by (le) (increase({metric}_bucket{{{matchers}}}{RATE}))"
+    opts: Json = {
+        "calculate": False,
+        "yAxis": {"unit": unit},
+        "cellGap": 1,
+        "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+        "rowsFrame": {"layout": "auto"},
+        "tooltip": {"mode": "single", "yHistogram": True},
+    }
+    return panel("heatmap", title, description, unit, [target(expr, "{{le}}", fmt="heatmap")], options=opts)
+
+
+# -- the pooled 1 h estimates --------------------------------------------------------------------
+
+
+def pooled(stat_name: str, metric: str, by: str) -> str:
+    """A recording rule's statistic summed over the selected services (and types unless `by`)."""
+    series = f'{RULE.format(stat_name)}{{metric="{metric}",{SVC_QT}}}'
+    return f"sum by ({by}) ({series})" if by else f"sum({series})"
+
+
+def estimate(metric: str, by: str = "query_type", top: float = 1.0) -> dict[str, str]:
+    """Hájek estimate, linearised-variance 95 % bounds (clamped to [0, top]) and Kish's effective
+    sample size, as deploy/prometheus/rules.yml computes them, from the pooled statistics."""
+    sw, sw2 = pooled("weight", metric, by), pooled("weight_squared", metric, by)
+    est = f"({pooled('weighted_value', metric, by)} / ({sw} > 0))"
+    var = (
+        f"(clamp_min({pooled('weight_squared_value_squared', metric, by)}"
+        f" - 2 * {est} * {pooled('weight_squared_value', metric, by)} + {est} ^ 2 * {sw2}, 0) / {sw} ^ 2)"
+    )
+    half = f"{Z} * sqrt({var})"
+    return {
+        "estimate": est,
+        "lower": f"clamp_min({est} - {half}, 0)",
+        "upper": f"clamp_max({est} + {half}, {top:g})",
+        "ess": f"{sw} ^ 2 / ({sw2} > 0)",
+    }
+
+
+def band(title: str, description: str, unit: str, metric: str, top: float = 1.0, **kw: Any) -> Json:
+    """One panel per selected query type: the estimate line in its interval, shaded between the
+    bounds (a band needs one slice per panel: Grafana fills between two named series)."""
+    e = estimate(metric, top=top)
+    hidden = {"custom__lineWidth": 0, "custom__hideFrom": {"legend": True, "tooltip": False, "viz": False}}
+    return timeseries(
+        f"{title} — $query_type",
+        description,
+        unit,
+        [target(e["estimate"], "estimate"), target(e["lower"], "lower"), target(e["upper"], "upper")],
+        custom={"fillOpacity": 0, "lineWidth": 2},
+        overrides=[
+            by_name("upper", **hidden, custom__fillBelowTo="lower", custom__fillOpacity=25),
+            by_name("lower", **hidden),
+        ],
+        repeat="query_type",
+        width=8,
+        **kw,
+    )
+
+
+# -- dashboards ---------------------------------------------------------------------------------
+
+
+def variables() -> list[Json]:
+    """$datasource, $service, $query_type: the same on every dashboard, so links keep them."""
+
+    def query_var(name: str, label: str, query: str) -> Json:
+        return {
+            "type": "query",
+            "name": name,
+            "label": label,
+            "datasource": DATASOURCE,
+            "definition": query,
+            "query": {"qryType": 1, "query": query, "refId": f"{name}-variable"},
+            "refresh": 2,
+            "multi": True,
+            "includeAll": True,
+            "allValue": ".*",
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "sort": 1,
+            "regex": "",
+            "options": [],
+            "hide": 0,
+        }
+
+    return [
+        {
+            "type": "datasource",
+            "name": "datasource",
+            "label": "Data source",
+            "query": "prometheus",
+            "current": {},
+            "regex": "",
+            "options": [],
+            "refresh": 1,
+            "hide": 0,
+        },
+        query_var("service", "Service", "label_values(ragmon_records_total, service)"),
+        query_var(
+            "query_type", "Query type", 'label_values(ragmon_records_total{service=~"$service"}, query_type)'
+        ),
+    ]
+
+
+def golden_annotation() -> Json:
+    """A mark at each complete golden replay: the gauge's value is the run's time."""
+    return {
+        "name": "Golden replay",
+        "datasource": DATASOURCE,
+        "enable": True,
+        "iconColor": "purple",
+        "expr": "max(ragmon_golden_last_run_timestamp_seconds) * 1000",
+        "useValueForTime": True,
+        "step": "1m",
+        "titleFormat": "Golden replay",
+        "textFormat": "A complete golden-set replay finished",
+    }
+
+
+def layout(panels: Sequence[Json]) -> list[Json]:
+    """Left to right, wrapping at the grid's width; ids in order."""
+    x = y = row_height = 0
+    out = []
+    for i, p in enumerate(panels, 1):
+        w, h = p["gridPos"]["w"], p["gridPos"]["h"]
+        if x + w > WIDTH:
+            x, y, row_height = 0, y + row_height, 0
+        out.append({"id": i, **p, "gridPos": {"h": h, "w": w, "x": x, "y": y}})
+        x += w
+        row_height = max(row_height, h)
+    return out
+
+
+def dashboard(
+    uid: str, title: str, description: str, panels: Sequence[Json], *, golden: bool = False
+) -> Json:
+    builtin = {
+        "builtIn": 1,
+        "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+        "enable": True,
+        "hide": True,
+        "iconColor": "rgba(0, 211, 255, 1)",
+        "name": "Annotations & Alerts",
+        "type": "dashboard",
+    }
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": [TAG],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {"refresh_intervals": ["10s", "30s", "1m", "5m", "15m", "30m", "1h"]},
+        "timezone": "browser",
+        "links": [
+            {
+                "type": "dashboards",
+                "tags": [TAG],
+                "title": "rag-monitor",
+                "asDropdown": False,
+                "includeVars": True,
+                "keepTime": True,
+            }
+        ],
+        "annotations": {"list": [builtin, *([golden_annotation()] if golden else [])]},
+        "templating": {"list": variables()},
+        "panels": layout(panels),
+    }
+
+
+def golden_ratio(metric: str) -> str:
+    """A golden metric per query type of the latest replay; query_type="all" is the overall row."""
+    series = f'ragmon_golden_metric_ratio{{metric="{metric}",query_type=~"$query_type|all"}}'
+    return f"max by (query_type) ({series} and ignoring (query_type, metric) {LATEST_GOLDEN_RUN})"
+
+
+def golden_panel(metric: str, title: str, what: str) -> Json:
+    return timeseries(
+        f"Golden {title}",
+        f"{what} on the labelled golden set, per query type, from the last complete replay "
+        '(query_type "all": every row).',
+        "percentunit",
+        [target(golden_ratio(metric), "{{query_type}}")],
+        defaults={"min": 0, "max": 1},
+        width=6,
+    )
+
+
+def quality() -> Json:
+    faith = estimate("faithfulness", by="")
+    halluc = estimate("hallucination", by="")
+    ess = {m: estimate(m)["ess"] for m in ("faithfulness", "hallucination")}
+    drift_sel = f"{{{QT}}}"
+    panels = [
+        stat(
+            "Faithfulness (1 h)",
+            "Weighted (Hájek) share of answer claims supported by the retrieved context over the last "
+            "hour, all selected services and query types pooled. Target 0.85 (RagmonFaithfulnessLow).",
+            "percentunit",
+            [target(faith["estimate"], "faithfulness")],
+            defaults=thresholds((None, "red"), (0.85, "green")),
+        ),
+        stat(
+            "Hallucinated answers (1 h)",
+            "Weighted share of judged answers that answer although the context cannot (its prevalence in "
+            "traffic), last hour, selected services and query types pooled.",
+            "percentunit",
+            [target(halluc["estimate"], "hallucination")],
+            defaults=thresholds((None, "green"), (0.05, "red")),
+        ),
+        stat(
+            "Alerts firing",
+            "rag-monitor alerts (alertname Ragmon*) firing now in Prometheus.",
+            "none",
+            [target(f"count({ALERTS_FIRING}) or vector(0)", "firing")],
+            defaults=thresholds((None, "green"), (1, "red")),
+        ),
+        stat(
+            "Slices drifting",
+            "(query type, metric) slices whose drift detector (CUSUM) has raised an alarm and not yet "
+            "cleared.",
+            "none",
+            [
+                target(
+                    f"count(max by (query_type, metric) (ragmon_drift_active{drift_sel}) == 1) or vector(0)"
+                )
+            ],
+            defaults=thresholds((None, "green"), (1, "orange")),
+        ),
+        band(
+            "Faithfulness",
+            "Weighted share of claims supported by the retrieved chunks over the last hour (recording "
+            "rules, selected services pooled), shaded between the 95 % interval's bounds. The alert "
+            "fires when the upper bound stays below 0.85 with >= 30 effective samples.",
+            "percentunit",
+            "faithfulness",
+            defaults={"min": 0, "max": 1},
+        ),
+        band(
+            "Hallucinated answers",
+            "Weighted share of judged answers that answer although their context cannot (hallucination "
+            "on unanswerable queries, as a share of all judged traffic), last hour, with its 95 % "
+            "interval.",
+            "percentunit",
+            "hallucination",
+            defaults={"min": 0},
+        ),
+        band(
+            "Answer relevance",
+            "Weighted mean answer relevance (1-3) over the last hour with its 95 % interval. The alert "
+            "fires when the upper bound stays below 2.5.",
+            "none",
+            "relevance",
+            top=3.0,
+            defaults={"min": 1, "max": 3},
+        ),
+        timeseries(
+            "Effective sample size (1 h)",
+            "Kish's effective number of judged answers behind each 1 h estimate: below ~30 an interval "
+            "is wide and the quality alerts stay silent.",
+            "short",
+            [target(expr, f"{{{{query_type}}}} {m}") for m, expr in ess.items()],
+        ),
+        timeseries(
+            "Hallucination rate on unanswerable queries",
+            "Among judged records whose context could not answer the query, the share answered anyway "
+            "(unweighted judge counts, as RagmonHallucinationRateHigh reads them; threshold 0.15).",
+            "percentunit",
+            [
+                target(
+                    f"sum by (query_type) (rate(ragmon_unanswerable_hallucinated_total{{{SVC_QT}}}{RATE}))"
+                    f" / (sum by (query_type) (rate(ragmon_unanswerable_total{{{SVC_QT}}}{RATE})) > 0)",
+                    "{{query_type}}",
+                )
+            ],
+            defaults={"min": 0, "max": 1},
+        ),
+        timeseries(
+            "Refusals and false refusals (1 h)",
+            "Weighted share of judged answers that admit uncertainty (refusal), and of those refusing "
+            "although the context held the answer (false refusal), last hour.",
+            "percentunit",
+            [
+                target(estimate(m)["estimate"], f"{{{{query_type}}}} {m.replace('_', ' ')}")
+                for m in ("refusal", "false_refusal")
+            ],
+            defaults={"min": 0},
+        ),
+        timeseries(
+            "Judged answers",
+            "Production answers judged per second, per query type (what the estimates rest on).",
+            "reqps",
+            [
+                target(
+                    f'sum by (query_type) (rate(ragmon_judged_total{{check="unanswerable",{SVC_QT}}}{RATE}))',
+                    "{{query_type}}",
+                )
+            ],
+        ),
+        timeseries(
+            "Drift statistic against threshold",
+            "CUSUM statistic of each (query type, metric) detector, and its threshold (dashed): an alarm "
+            "is raised when the statistic reaches the threshold, cleared at a quarter of it.",
+            "none",
+            [
+                target(
+                    f"max by (query_type, metric) (ragmon_drift_statistic{drift_sel})",
+                    "{{query_type}} {{metric}}",
+                ),
+                target(
+                    f"max by (query_type, metric) (ragmon_drift_threshold{drift_sel})",
+                    "{{query_type}} {{metric}} threshold",
+                ),
+            ],
+            overrides=[
+                by_regexp(
+                    ".* threshold",
+                    custom__lineStyle={"fill": "dash", "dash": [10, 10]},
+                    custom__fillOpacity=0,
+                )
+            ],
+        ),
+        panel(
+            "state-timeline",
+            "Drift active",
+            "Per (query type, metric): whether the drift alarm is raised (RagmonDriftActive).",
+            "none",
+            [
+                target(
+                    f"max by (query_type, metric) (ragmon_drift_active{drift_sel})",
+                    "{{query_type}} {{metric}}",
+                )
+            ],
+            defaults={
+                "mappings": [
+                    {
+                        "type": "value",
+                        "options": {
+                            "0": {"text": "in control", "color": "green"},
+                            "1": {"text": "drifting", "color": "red"},
+                        },
+                    }
+                ],
+                **thresholds((None, "green"), (1, "red")),
+            },
+            options={"showValue": "never", "mergeValues": True},
+        ),
+        timeseries(
+            "Drift alarms raised",
+            "Drift alarms raised per interval, per (query type, metric).",
+            "none",
+            [
+                target(
+                    f"sum by (query_type, metric) (increase(ragmon_drift_alarms_total{drift_sel}{RATE}))",
+                    "{{query_type}} {{metric}}",
+                )
+            ],
+            bars=True,
+        ),
+        timeseries(
+            "Alerts firing",
+            "rag-monitor alerts firing in Prometheus, by alert name and severity (ALERTS).",
+            "none",
+            [target(f"sum by (alertname, severity) ({ALERTS_FIRING})", "{{alertname}} ({{severity}})")],
+            bars=True,
+        ),
+        golden_panel("faithfulness", "faithfulness", "Faithfulness of the service's answers"),
+        golden_panel("refusal_accuracy", "refusal accuracy", "Share of correct refusals (unanswerable rows)"),
+    ]
+    return dashboard(
+        "rag-monitor",
+        "rag-monitor / Quality overview",
+        "Answer quality of the RAG service: faithfulness, hallucination, refusals, relevance, drift.",
+        panels,
+        golden=True,
+    )
+
+
+def retrieval() -> Json:
+    chunks, score = "ragmon_retrieved_chunks", "ragmon_retrieval_top_score"
+    latest = f"ragmon_golden_regression_active and ignoring (metric) {LATEST_GOLDEN_RUN}"
+    panels = [
+        timeseries(
+            "Retrieved chunks per request",
+            "Quantiles of the number of chunks the retriever returned per request, per query type.",
+            "short",
+            quantiles(chunks, "query_type", SVC_QT, (0.5, 0.9)),
+        ),
+        heatmap(
+            "Retrieved chunks — distribution",
+            "Requests per interval by number of chunks retrieved (histogram buckets).",
+            chunks,
+            "short",
+            SVC_QT,
+        ),
+        timeseries(
+            "Top retrieval score",
+            "Quantiles of the top-ranked chunk's score, per query type (requests whose retriever reports "
+            "scores). A drop says retrieval, not generation, got worse.",
+            "short",
+            quantiles(score, "query_type", SVC_QT, (0.1, 0.5, 0.9)),
+        ),
+        heatmap(
+            "Top retrieval score — distribution",
+            "Requests per interval by the top-ranked chunk's score (histogram buckets).",
+            score,
+            "short",
+            SVC_QT,
+        ),
+        golden_panel("recall_at_k", "recall@k", "Share of the relevant chunks retrieved in the top k"),
+        golden_panel("precision_at_k", "precision@k", "Share of the top k chunks that are relevant"),
+        golden_panel("mrr", "MRR", "Mean reciprocal rank of the first relevant chunk"),
+        golden_panel("ndcg_at_k", "nDCG@k", "Normalised discounted cumulative gain of the top k"),
+        stat(
+            "Golden regressions",
+            "Golden metrics on which the last replay regressed against the baseline or a floor "
+            "(RagmonGoldenRegression).",
+            "none",
+            [target(f"max by (metric) ({latest})", "{{metric}}")],
+            width=18,
+            defaults={
+                "mappings": [{"type": "value", "options": {"0": {"text": "ok"}, "1": {"text": "regressed"}}}],
+                **thresholds((None, "green"), (1, "red")),
+            },
+        ),
+        stat(
+            "Since the last golden replay",
+            "Time since the last complete golden-set replay; it grows when replays stop or fail.",
+            "s",
+            [target("time() - max(ragmon_golden_last_run_timestamp_seconds)", "age")],
+        ),
+    ]
+    return dashboard(
+        "rag-monitor-retrieval",
+        "rag-monitor / Retrieval",
+        "What the retriever returns in production, and recall/precision/MRR/nDCG on the golden set.",
+        panels,
+        golden=True,
+    )
+
+
+def judge() -> Json:
+    requests = "ragmon_judge_requests_total"
+    budget = (("calls", "none", "API requests"), ("tokens", "short", "tokens"), ("usd", "currencyUSD", "USD"))
+    panels = [
+        timeseries(
+            "Judge requests by outcome",
+            "Judgements attempted per second, by backend, model and outcome (production and golden replay).",
+            "reqps",
+            [target(f"sum by (backend, model, outcome) (rate({requests}{RATE}))", "{{backend}} {{outcome}}")],
+        ),
+        timeseries(
+            "Judge error share",
+            "Share of judge requests that did not end ok (threshold 0.2: RagmonJudgeErrorRateHigh).",
+            "percentunit",
+            [
+                target(
+                    f'(sum(rate({requests}{{outcome!="ok"}}{RATE})) or vector(0))'
+                    f" / sum(rate({requests}{RATE}))",
+                    "errors",
+                )
+            ],
+            defaults={"min": 0, "max": 1},
+        ),
+        timeseries(
+            "Judge latency",
+            "Judge service time per judgement, quantiles per backend.",
+            "s",
+            quantiles("ragmon_judge_latency_seconds", "backend"),
+        ),
+        timeseries(
+            "Judge tokens / s",
+            "Tokens billed by the judge per second, by model and kind (input, output, cache).",
+            "short",
+            [target(f"sum by (model, type) (rate(ragmon_judge_tokens_total{RATE}))", "{{model}} {{type}}")],
+        ),
+        timeseries(
+            "Judge cost per hour",
+            "Judge spend at the current rate, in USD per hour, by model (from the price table).",
+            "currencyUSD",
+            [target(f"sum by (model) (rate(ragmon_judge_cost_usd_total{RATE})) * 3600", "{{model}}")],
+        ),
+        stat(
+            "Judge cost over the time range",
+            "Judge spend in USD over the dashboard's time range.",
+            "currencyUSD",
+            [target("sum(increase(ragmon_judge_cost_usd_total[$__range]))", "USD")],
+        ),
+        *(
+            stat(
+                f"Budget left: {limit}",
+                f"Judge budget left in the current sliding window, in {what}, summed over replicas "
+                "(each enforces its share). Absent when that limit is not configured.",
+                unit,
+                [target(f'sum(ragmon_judge_budget_remaining{{limit="{limit}"}})', limit)],
+            )
+            for limit, unit, what in budget
+        ),
+        timeseries(
+            "Samples not judged",
+            "Sampled records skipped per second, by reason (budget, no answer, chunk text not captured).",
+            "reqps",
+            [target(f"sum by (reason) (rate(ragmon_judge_skipped_total{{{SVC_QT}}}{RATE}))", "{{reason}}")],
+        ),
+        timeseries(
+            "Judge outages",
+            "Circuit breaker open (1: judging paused after repeated outage errors) and outage retries "
+            "per second.",
+            "short",
+            [
+                target("max(ragmon_judge_circuit_open)", "circuit open"),
+                target(f"sum(rate(ragmon_judge_retries_total{RATE}))", "retries / s"),
+            ],
+        ),
+        timeseries(
+            "Samples held by the judge stage",
+            "Samples read from the samples topic and not yet written (queued, judged or being written).",
+            "short",
+            [target("sum(ragmon_inflight_judgements)", "in flight")],
+        ),
+        timeseries(
+            "Judge self-disagreement",
+            "Share of repeated judgements (judge.repeat_fraction) whose two verdicts differ, per check: "
+            "how unstable the judge is.",
+            "percentunit",
+            [
+                target(
+                    f"sum by (check) (rate(ragmon_judge_disagreements_total{RATE}))"
+                    f" / on () group_left () sum(rate(ragmon_judge_repeats_total{RATE}))",
+                    "{{check}}",
+                )
+            ],
+            defaults={"min": 0, "max": 1},
+        ),
+        timeseries(
+            "Judge agreement with humans (kappa)",
+            "Cohen's kappa of the judge against human labels, per check, as `rag-monitor calibrate "
+            "--metrics-file` writes it for node_exporter's textfile collector; below 0.6 the judge is "
+            "not reliable on that check.",
+            "none",
+            [target("max by (check) (ragmon_judge_agreement_kappa)", "{{check}}")],
+            defaults={"min": -1, "max": 1, **thresholds((None, "red"), (0.6, "green"))},
+            custom={"thresholdsStyle": {"mode": "dashed"}},
+        ),
+    ]
+    return dashboard(
+        "rag-monitor-judge",
+        "rag-monitor / Judge and cost",
+        "The judge: outcomes, latency, tokens, spend and budget, outages, stability.",
+        panels,
+    )
+
+
+def ingest() -> Json:
+    whole_message = 'reason=~"decode_error|invalid_utf8|too_large|empty"'
+    panels = [
+        timeseries(
+            "Records / s",
+            "RAG records assembled from production traces per second, per query type.",
+            "recps",
+            [target(f"sum by (query_type) (rate(ragmon_records_total{{{SVC_QT}}}{RATE}))", "{{query_type}}")],
+        ),
+        timeseries(
+            "Rejects by reason",
+            "Inputs rejected or fields dropped per second, by reason (bad messages never stop a partition).",
+            "cps",
+            [target(f"sum by (reason) (rate(ragmon_rejected_total{RATE})) > 0", "{{reason}}")],
+        ),
+        timeseries(
+            "Consumer lag",
+            "Messages between the committed offset and the partition's end, per topic (input topic: "
+            "ingest stage; samples topic: judge stage) and partition.",
+            "short",
+            [target("max by (topic, partition) (ragmon_consumer_lag_messages)", "{{topic}} p{{partition}}")],
+        ),
+        timeseries(
+            "Record lag",
+            "Seconds from the root span's end to the record being counted (assembly grace period plus "
+            "consumer lag).",
+            "s",
+            quantiles("ragmon_record_lag_seconds", ""),
+        ),
+        timeseries(
+            "Open traces",
+            "Traces waiting for spans in the assembler, per replica (bounded by assembly.max_open_traces).",
+            "short",
+            [target("sum by (instance) (ragmon_open_traces)", "{{instance}}")],
+        ),
+        timeseries(
+            "Dead letters",
+            "Whole messages rejected per second (copied to kafka.dead_letter_topic when one is set), "
+            "and dead-letter copies still waiting for the broker.",
+            "short",
+            [
+                target(
+                    f"sum by (reason) (rate(ragmon_rejected_total{{{whole_message}}}{RATE})) > 0",
+                    "{{reason}} / s",
+                ),
+                target('sum(ragmon_produce_pending{stream="dead_letter"})', "copies waiting"),
+            ],
+        ),
+        timeseries(
+            "Produce errors",
+            "Failed produce attempts per second, by stream (samples, dead_letter); retried, with their "
+            "source offsets held.",
+            "cps",
+            [target(f"sum by (stream) (rate(ragmon_produce_errors_total{RATE}))", "{{stream}}")],
+        ),
+        timeseries(
+            "Produces waiting for an ack",
+            "Messages produced and not yet acknowledged, by stream; their source offsets are held.",
+            "short",
+            [target("sum by (stream) (ragmon_produce_pending)", "{{stream}}")],
+        ),
+        timeseries(
+            "Consumer restarts",
+            "Consumers restarted by the fetch watchdog (no fetch returned while partitions were "
+            "assigned), per topic.",
+            "none",
+            [target(f"sum by (topic) (increase(ragmon_consumer_restarts_total{RATE}))", "{{topic}}")],
+            bars=True,
+        ),
+        timeseries(
+            "Unreadable samples",
+            "Samples-topic messages the judge stage could not read (skipped and logged), per second.",
+            "cps",
+            [target(f"sum(rate(ragmon_bad_samples_total{RATE}))", "unreadable")],
+        ),
+        timeseries(
+            "Golden replay records",
+            "Records of golden-replay traffic (rag.replay=true) per second, kept out of the production "
+            "metrics.",
+            "recps",
+            [target(f"sum(rate(ragmon_replay_records_total{RATE}))", "replay")],
+        ),
+    ]
+    return dashboard(
+        "rag-monitor-ingest",
+        "rag-monitor / Ingest health",
+        "The ingest pipeline and Kafka: throughput, rejects, lag, assembly, dead letters, restarts.",
+        panels,
+    )
+
+
+DASHBOARDS = {
+    "rag-monitor-quality.json": quality,
+    "rag-monitor-retrieval.json": retrieval,
+    "rag-monitor-judge.json": judge,
+    "rag-monitor-ingest.json": ingest,
+}
+
+
+def render() -> dict[str, str]:
+    """File name → JSON text, exactly as committed."""
+    return {
+        name: json.dumps(build(), indent=2, ensure_ascii=False) + "\n" for name, build in DASHBOARDS.items()
+    }
+
+
+def main() -> int:
+    for directory in OUTPUTS:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in render().items():
+            (directory / name).write_text(text, encoding="utf-8")
+    print(f"wrote {len(DASHBOARDS)} dashboards to {', '.join(str(d) for d in OUTPUTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
