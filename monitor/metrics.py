@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from monitor.drift import DriftMetrics
+from monitor.drift import DriftMetrics, RetrievalDriftMetrics
 from monitor.estimate import estimate_values, usable_weight
 from monitor.judge.model import Judgement
 from monitor.model import Reject
@@ -165,6 +165,33 @@ class Metrics:
                 ["version"],
                 registry=r,
             ),
+            Counter(
+                f"{PREFIX}drift_unreadable",
+                "Results-topic messages the drift stage could not read (skipped, logged)",
+                registry=r,
+            ),
+        )
+        qf = ["query_type", "feature"]
+        self.retrieval_drift = RetrievalDriftMetrics(
+            Gauge(
+                f"{PREFIX}retrieval_drift_psi",
+                "PSI of the slice's recent records against its frozen reference (chunk_count, top_score)",
+                qf,
+                registry=r,
+            ),
+            Gauge(
+                f"{PREFIX}retrieval_drift_threshold",
+                "PSI that raises the retrieval drift alarm",
+                qf,
+                registry=r,
+            ),
+            Gauge(
+                f"{PREFIX}retrieval_drift_active",
+                "1 while the slice's retrieval drift alarm is raised",
+                qf,
+                registry=r,
+            ),
+            Counter(f"{PREFIX}retrieval_drift_alarms", "Retrieval drift alarms raised", qf, registry=r),
         )
         self.alerts_sent = Counter(
             f"{PREFIX}alerts_sent",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from support import Webhook
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
@@ -32,3 +33,12 @@ async def topic(broker: EmbeddedBroker) -> str:
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    """A local JSON webhook receiver (alert sinks post to `webhook.url`)."""
+    hook = Webhook()
+    yield hook
+    hook.server.shutdown()
+    hook.server.server_close()

@@ -7,9 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -321,3 +323,26 @@ def prometheus_process(config: Path, storage: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class Webhook:
+    """A local JSON webhook receiver on a free loopback port: every POSTed body, in order."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                hook.bodies.append(json.loads(body))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"

@@ -5,18 +5,15 @@ counted."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from support import alertmanager_process, eventually
+from support import Webhook, alertmanager_process, eventually
 
 from monitor.demo.broker import free_port
 from monitor.metrics import Metrics
@@ -29,35 +26,6 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
     config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
     with alertmanager_process(config, tmp_path / "data") as url:
         yield url
-
-
-class Webhook:
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                hook.bodies.append(json.loads(body))
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.server.shutdown()
-    hook.server.server_close()
 
 
 def active(url: str) -> list[dict[str, Any]]:

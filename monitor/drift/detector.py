@@ -43,6 +43,7 @@ from typing import Literal
 from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.drift.retrieval import RetrievalDriftPolicy
 from monitor.estimate import ESTIMATE_METRICS
 
 Direction = Literal[1, -1]
@@ -82,6 +83,10 @@ class DriftPolicy(BaseModel):
             "relevance": 0.15,
         },
         description="the smallest shift worth a page, per metric, in the metric's units",
+    )
+    retrieval: RetrievalDriftPolicy = Field(
+        default_factory=RetrievalDriftPolicy,
+        description="label-free retrieval drift on every record (chunk count, top score; PSI)",
     )
 
     def model_post_init(self, _context: object) -> None:
@@ -309,3 +314,4 @@ class DriftMetrics:
     active: Gauge
     alarms: Counter
     baseline: Gauge  # labels: version
+    unreadable: Counter

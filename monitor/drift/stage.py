@@ -121,7 +121,7 @@ class DriftStage:
             line = None
         if not isinstance(line, dict):
             self._bad += 1
-            self.metrics.bad_samples.inc()
+            self.metrics.drift.unreadable.inc()
             if self._bad == 1:
                 log.error("%s: a results message that is not a JSON object, skipped (counted)", tp.topic)
             return
