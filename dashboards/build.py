@@ -553,6 +553,54 @@ def retrieval() -> Json:
             "short",
             SVC_QT,
         ),
+        timeseries(
+            "Retrieval drift (PSI)",
+            "Population stability index of each slice's recent records (alerts.drift.retrieval."
+            "window_records, every record, no judge) against its frozen reference (the slice's first "
+            "reference_records), per query type and feature: chunk_count, top_score (records without "
+            "a score in a bin of their own). Dashed: the threshold (0.25 by convention: a major shift); "
+            "the alarm clears at release (0.1). Stable traffic stays below ~0.06. Highest replica.",
+            "none",
+            [
+                target(
+                    f"max by (query_type, feature) (ragmon_retrieval_drift_psi{{{QT}}})",
+                    "{{query_type}} {{feature}}",
+                ),
+                target(f"max(ragmon_retrieval_drift_threshold{{{QT}}})", "threshold"),
+            ],
+            defaults={"min": 0},
+            overrides=[
+                by_name(
+                    "threshold", custom__lineStyle={"fill": "dash", "dash": [10, 10]}, custom__fillOpacity=0
+                )
+            ],
+        ),
+        panel(
+            "state-timeline",
+            "Retrieval drift active",
+            "Per (query type, feature): whether the retrieval drift alarm is raised on some ingest "
+            "replica (RagmonRetrievalDrift).",
+            "none",
+            [
+                target(
+                    f"max by (query_type, feature) (ragmon_retrieval_drift_active{{{QT}}})",
+                    "{{query_type}} {{feature}}",
+                )
+            ],
+            defaults={
+                "mappings": [
+                    {
+                        "type": "value",
+                        "options": {
+                            "0": {"text": "in control", "color": "green"},
+                            "1": {"text": "shifted", "color": "red"},
+                        },
+                    }
+                ],
+                **thresholds((None, "green"), (1, "red")),
+            },
+            options={"showValue": "never", "mergeValues": True},
+        ),
         golden_panel("recall_at_k", "recall@k", "Share of the relevant chunks retrieved in the top k"),
         golden_panel("precision_at_k", "precision@k", "Share of the top k chunks that are relevant"),
         golden_panel("mrr", "MRR", "Mean reciprocal rank of the first relevant chunk"),
@@ -579,7 +627,8 @@ def retrieval() -> Json:
     return dashboard(
         "rag-monitor-retrieval",
         "rag-monitor / Retrieval",
-        "What the retriever returns in production, and recall/precision/MRR/nDCG on the golden set.",
+        "What the retriever returns in production, its drift from a frozen reference, and "
+        "recall/precision/MRR/nDCG on the golden set.",
         panels,
         golden=True,
     )

@@ -48,7 +48,7 @@ def _load(config: Path | None, overrides: dict[str, object]) -> Settings:
 def run(
     config: Annotated[Path | None, typer.Option("--config", help="YAML config file")] = None,
     role: Annotated[
-        Role | None, typer.Option(help="all: both stages here; ingest or judge: one, scaled on its own")
+        Role | None, typer.Option(help="all: every stage here; ingest, judge or drift: one, scaled alone")
     ] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
     topic: Annotated[str | None, typer.Option(help="input topic of OTLP spans")] = None,
@@ -65,7 +65,8 @@ def run(
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """The sidecar: ingest spans and sample them (ingest stage), judge the samples and write
-    results (judge stage); metrics on /metrics. SIGTERM drains and exits 0."""
+    results (judge stage), detect drift on the results and alert (drift stage); metrics on
+    /metrics. SIGTERM drains and exits 0."""
     _setup_logging(log_level)
     settings = _load(
         config,
@@ -178,13 +179,23 @@ def demo(
     source: Annotated[
         DemoSource, typer.Option(help="traffic: the example RAG service over HTTP, or spans written directly")
     ] = "auto",
+    degrade_at: Annotated[
+        float, typer.Option(help="seconds until the demo degrades the example service (0: never)")
+    ] = 20.0,
+    degrade_for: Annotated[float, typer.Option(help="seconds the service stays degraded")] = 12.0,
+    degrade_invent_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="share of answers with an invented fact while degraded")
+    ] = 0.8,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "WARNING",
 ) -> None:
-    """Everything on one machine: embedded broker, synthetic RAG traffic, the sidecar, a live view."""
+    """Everything on one machine: embedded broker, the example RAG service (degraded part-way
+    through, then restored), the sidecar, alerts to a local webhook, a live view."""
     from monitor.demo.run import DemoOptions, run_demo
+    from monitor.demo.scene import SceneConfig
 
     _setup_logging(log_level)
-    opts = DemoOptions(duration, rate, metrics_port, results_file, bad_every, seed, source)
+    scene = SceneConfig(degrade_at, degrade_for, degrade_invent_rate) if degrade_at > 0 else None
+    opts = DemoOptions(duration, rate, metrics_port, results_file, bad_every, seed, source, scene=scene)
     asyncio.run(run_demo(opts))
 
 
@@ -222,9 +233,11 @@ def config_show(
 
 
 def _register_subcommands() -> None:
+    from monitor.drift.cli import baseline_app
     from monitor.golden.cli import register
 
     register(app)
+    app.add_typer(baseline_app, name="baseline")
 
 
 _register_subcommands()

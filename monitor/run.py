@@ -56,12 +56,7 @@ class Sidecar:
         role = settings.pipeline.role
         if judge is None and role in ("all", "judge"):
             judge = build_judge(settings)  # first: it may refuse to start (no API key)
-        self.output = KafkaOutput(settings.kafka)
-        self.ingest = IngestStage(settings, self.metrics, self.output) if role in ("all", "ingest") else None
-        self.judge_stage = None
-        if role in ("all", "judge"):
-            self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
-        self.drift = None
+        self.drift = None  # next: a bad baseline file refuses to start too
         results_topic = settings.results.topic
         if role in ("all", "drift"):
             if results_topic:
@@ -70,6 +65,11 @@ class Sidecar:
                 raise ValueError("role drift reads the results topic: set results.topic")
             else:
                 log.warning("results.topic is not set: no drift detection")
+        self.output = KafkaOutput(settings.kafka)
+        self.ingest = IngestStage(settings, self.metrics, self.output) if role in ("all", "ingest") else None
+        self.judge_stage = None
+        if role in ("all", "judge"):
+            self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
 
     @property
     def sources(self) -> list[KafkaSource]:

@@ -57,6 +57,7 @@ COUNTERS = frozenset(
         "ragmon_consumer_restarts_total",
         "ragmon_produce_errors_total",
         "ragmon_drift_alarms_total",
+        "ragmon_retrieval_drift_alarms_total",
         "ragmon_evaluation_events_total",
         "ragmon_replay_records_total",
         *(
@@ -93,6 +94,9 @@ GAUGES = frozenset(
         "ragmon_drift_active",
         "ragmon_drift_statistic",
         "ragmon_drift_threshold",
+        "ragmon_retrieval_drift_psi",
+        "ragmon_retrieval_drift_threshold",
+        "ragmon_retrieval_drift_active",
         "ragmon_golden_metric_ratio",
         "ragmon_golden_regression_active",
         "ragmon_golden_last_run_timestamp_seconds",
@@ -117,6 +121,7 @@ LABEL_VALUES = {
         "internal_error",
     },
     "limit": {"calls", "tokens", "usd"},
+    "feature": {"chunk_count", "top_score"},
     "check": {"faithfulness", "unanswerable", "relevance"},
     "metric": {
         *("faithfulness", "hallucination", "refusal", "false_refusal", "relevance"),
@@ -129,6 +134,7 @@ SEVERITY = {
     "RagmonHallucinationRateHigh": "critical",
     "RagmonAnswerRelevanceLow": "warning",
     "RagmonDriftActive": "warning",
+    "RagmonRetrievalDrift": "warning",
     "RagmonGoldenRegression": "warning",
     "RagmonGoldenBelowTarget": "warning",
     "RagmonJudgeErrorRateHigh": "warning",
@@ -424,6 +430,43 @@ def drift() -> dict[str, Any]:
             # evaluation: Prometheus does not re-render them meanwhile).
             check("RagmonDriftActive", "45m", alert("12.5")),
             check("RagmonDriftActive", "65m"),
+        ],
+    }
+
+
+def retrieval_drift() -> dict[str, Any]:
+    """Label-free retrieval drift from the ingest replicas (PSI against a frozen reference)."""
+    lookup = {"query_type": "lookup", "feature": "chunk_count"}
+    other = {"query_type": "comparison", "feature": "top_score"}
+    s = [
+        # ingest-0 raises the alarm from 10m to 29m; ingest-1 (its own share of lookup) never does.
+        series("ragmon_retrieval_drift_active", "0x9 1x19 0x61", instance="ingest-0", **lookup),
+        series("ragmon_retrieval_drift_active", "0x90", instance="ingest-1", **lookup),
+        series("ragmon_retrieval_drift_psi", "0.02x9 0.412x19 0.05x61", instance="ingest-0", **lookup),
+        series("ragmon_retrieval_drift_psi", "0.03x90", instance="ingest-1", **lookup),
+        series("ragmon_retrieval_drift_threshold", "0.25x90", instance="ingest-0", **lookup),
+        series("ragmon_retrieval_drift_threshold", "0.25x90", instance="ingest-1", **lookup),
+        # Between release and threshold, never raised: silent.
+        series("ragmon_retrieval_drift_active", "0x90", instance="ingest-0", **other),
+        series("ragmon_retrieval_drift_psi", "0.2x90", instance="ingest-0", **other),
+        series("ragmon_retrieval_drift_threshold", "0.25x90", instance="ingest-0", **other),
+    ]
+    alert = fired(
+        "RagmonRetrievalDrift",
+        lookup,
+        "The chunk_count distribution of lookup queries has shifted from its reference: PSI 0.41 "
+        "against threshold 0.25.",
+    )
+    return {
+        "name": "retrieval drift",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonRetrievalDrift", "5m"),
+            check("RagmonRetrievalDrift", "15m", alert),
+            # Cleared at 29m, kept firing for 30m with the annotations of its last firing evaluation.
+            check("RagmonRetrievalDrift", "45m", alert),
+            check("RagmonRetrievalDrift", "65m"),
         ],
     }
 
@@ -748,6 +791,13 @@ def healthy() -> dict[str, Any]:
                 series("ragmon_drift_statistic", "2x120", **j, query_type=sl["query_type"], metric=m),
                 series("ragmon_drift_threshold", "10x120", **j, query_type=sl["query_type"], metric=m),
             ]
+        for f in ("chunk_count", "top_score"):
+            rd = {"query_type": sl["query_type"], "feature": f}
+            s += [
+                series("ragmon_retrieval_drift_active", "0x120", **j, **rd),
+                series("ragmon_retrieval_drift_psi", "0.02x120", **j, **rd),
+                series("ragmon_retrieval_drift_threshold", "0.25x120", **j, **rd),
+            ]
     golden = {"recall_at_k": 0.9, "precision_at_k": 0.7, "mrr": 0.8, "ndcg_at_k": 0.85, "faithfulness": 0.95}
     s += [series("ragmon_golden_last_run_timestamp_seconds", "0+60x120", **j)]
     for m, v in golden.items():
@@ -782,7 +832,17 @@ def healthy() -> dict[str, Any]:
 
 
 def scenarios() -> list[dict[str, Any]]:
-    return [quality(), drift(), golden(), judge(), pipeline(), no_records_series(), sidecar_gone(), healthy()]
+    return [
+        quality(),
+        drift(),
+        retrieval_drift(),
+        golden(),
+        judge(),
+        pipeline(),
+        no_records_series(),
+        sidecar_gone(),
+        healthy(),
+    ]
 
 
 def promtool_tests() -> dict[str, Any]:

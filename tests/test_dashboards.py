@@ -469,7 +469,20 @@ async def test_every_panel_has_data_from_a_live_sidecar(
                 "k": 4,
                 "concurrency": 4,
             },
-            alerts={"drift": {"reference_records": 50, "min_records": 5, "arl0": 100}},
+            alerts={
+                "drift": {
+                    "reference_records": 50,
+                    "min_records": 5,
+                    "arl0": 100,
+                    # Frozen and computed within this test's traffic (~100 lookup records).
+                    "retrieval": {
+                        "reference_records": 20,
+                        "window_records": 20,
+                        "min_records": 10,
+                        "check_every": 5,
+                    },
+                }
+            },
         )
         async with running(settings) as sidecar:
             server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", metrics_port)

@@ -84,6 +84,9 @@ def test_gate_passes_then_catches_a_retrieval_regression(service: str, tmp_path:
     assert rep["status"] == "regression"
     drop = next(r for r in rep["regressions"] if r["metric"] == "recall_at_k" and r["kind"] == "drop")
     assert drop["query_type"] == "all" and drop["value"] < drop["reference"] - 0.05
+    # Every row lost its best hit: far outside row noise, and the paired interval says so.
+    assert drop["verdict"] == "regression" and drop["interval"][0] > 0.05
+    assert "95% interval of the drop" in bad.output and "interval excludes 0 (real)" in bad.output
     before = {r["id"]: r for r in data["rows"].values()}
     after = {r["id"]: r for r in rep["rows"]}
     moved = {m["id"] for m in drop["rows"]}

@@ -186,9 +186,14 @@ async def test_metrics_endpoint_is_valid_exposition(
             server.stop()
         lookup = sum(1 for t in work.traces if t.query_type == "lookup")
         assert sample(sidecar, "ragmon_records_total", service="rag-demo", query_type="lookup") == lookup
-    # Both stages hold partitions of their topics (3 each), and the broker answers.
-    samples = sidecar.settings.pipeline.samples_topic
-    assert ready == {topic: "3 partitions assigned", samples: "3 partitions assigned", "broker": "reachable"}
+    # Every stage holds partitions of its topic (3 each), and the broker answers.
+    samples, results = sidecar.settings.pipeline.samples_topic, sidecar.settings.results.topic
+    assert ready == {
+        topic: "3 partitions assigned",
+        samples: "3 partitions assigned",
+        results: "3 partitions assigned",
+        "broker": "reachable",
+    }
     text = body.decode()
     for name in (
         "ragmon_records_total",

@@ -3,26 +3,32 @@ precision@k, hit@k, MRR, nDCG@k) and generation (faithfulness, refusal accuracy)
 a versioned baseline — the CI gate for chunking, embedding, reranking and prompt changes.
 
 `schema` reads and validates golden files, `targets` replays (HTTP or a callable), `retrieval`
-scores rankings, `run` scores a replay and gates it, `gauges` exports `ragmon_golden_*`, `render`
-draws the terminal table, `cli` holds the `replay` / `golden validate` commands (`register(app)`).
+scores rankings, `intervals` bootstraps confidence intervals over rows (paired against a baseline),
+`run` scores a replay and gates it, `cost` prices an LLM judge's share before it is spent, `gauges`
+exports `ragmon_golden_*`, `render` draws the terminal tables, `cli` holds the `replay` /
+`golden validate` commands (`register(app)`).
 """
 
 from __future__ import annotations
 
 from monitor.golden.gauges import GAUGE_METRICS, GoldenGauges
+from monitor.golden.intervals import Interval, IntervalConfig
 from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores, score_ranking
 from monitor.golden.run import (
     ALL,
     METRICS,
     Baseline,
     BaselineError,
+    Comparison,
     GateConfig,
     Hint,
+    MetricChange,
     Regression,
     ReplayFailed,
     ReplayReport,
     RowResult,
     aggregate,
+    compare,
     load_baseline,
     run_replay,
 )
@@ -48,6 +54,7 @@ __all__ = [
     "Baseline",
     "BaselineError",
     "CallableTarget",
+    "Comparison",
     "GateConfig",
     "GoldenCheck",
     "GoldenGauges",
@@ -55,7 +62,10 @@ __all__ = [
     "Hint",
     "HttpTarget",
     "HttpTargetConfig",
+    "Interval",
+    "IntervalConfig",
     "Issue",
+    "MetricChange",
     "Regression",
     "ReplayFailed",
     "ReplayReport",
@@ -66,6 +76,7 @@ __all__ = [
     "TargetError",
     "TargetResponse",
     "aggregate",
+    "compare",
     "load_baseline",
     "load_golden",
     "make_target",

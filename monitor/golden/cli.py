@@ -1,8 +1,9 @@
 """`rag-monitor replay` and `rag-monitor golden validate`: flag parsing and file I/O only.
 
 Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
-file, baseline, config, or a target that cannot be replayed). On exit 2 nothing is written: a CI
-job must never pick up a half-made baseline.
+file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
+was not accepted (`--max-usd`, `--yes`). On exit 2 nothing is written: a CI job must never pick up
+a half-made baseline.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
+from monitor.golden.cost import CostEstimate, CostRefused, estimate_cost, is_billed, metered, read_actual
+from monitor.golden.intervals import IntervalConfig
 from monitor.golden.run import (
     BaselineError,
     GateConfig,
@@ -30,17 +34,21 @@ from monitor.golden.run import (
 )
 from monitor.golden.schema import GoldenCheck, load_golden
 from monitor.golden.targets import HttpTargetConfig, make_target
+from monitor.judge import Judge
+from monitor.model import RagRecord
 
 __all__ = ["ReplayConfig", "register"]
 
 
 class ReplayConfig(BaseModel):
-    """`--config` file of `replay`: how to talk to the target, the gate, the judge's options."""
+    """`--config` file of `replay`: how to talk to the target, the gate, the intervals, the judge's
+    options."""
 
     model_config = ConfigDict(extra="forbid")
 
     target: HttpTargetConfig = Field(default_factory=HttpTargetConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
+    intervals: IntervalConfig = Field(default_factory=IntervalConfig)
     judge_options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -94,7 +102,9 @@ def replay(
     judge: Annotated[str, typer.Option("--judge", help="lexical, anthropic or openai")] = "lexical",
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="YAML: target (template, mapping, auth_env), gate, judge_options"),
+        typer.Option(
+            "--config", help="YAML: target (template, mapping, auth_env), gate, intervals, judge_options"
+        ),
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="requests in flight")] = 8,
     timeout: Annotated[float | None, typer.Option(help="seconds per request (default 10)")] = None,
@@ -103,14 +113,40 @@ def replay(
         str | None,
         typer.Option(help="env var holding the auth header value (header: config target.auth_header)"),
     ] = None,
+    gate: Annotated[
+        Literal["threshold", "interval"] | None,
+        typer.Option(
+            help="threshold (default): a drop over its threshold fails; interval: only when its "
+            "95% interval also excludes no change"
+        ),
+    ] = None,
+    resamples: Annotated[
+        int | None, typer.Option(min=0, help="bootstrap resamples for intervals (default 2000; 0: off)")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="bootstrap seed (default 0): same rows, same intervals")
+    ] = None,
+    max_usd: Annotated[
+        float | None,
+        typer.Option(min=0, help="LLM judge: go ahead only if the estimated cost is at most this (USD)"),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="LLM judge: go ahead whatever the estimate")] = False,
 ) -> None:
     """Replay the golden set, score retrieval and generation, gate on the baseline.
 
-    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input (nothing written)."""
+    With an LLM judge, the cost is estimated once the target has answered and before any judge
+    request: the run stops there (exit 2) unless the estimate is within --max-usd or --yes is given.
+    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input or cost refused (nothing written)."""
     from monitor.golden.render import render_report
     from monitor.judge import create_judge
 
     cfg = _load_config(config)
+    if gate is not None:
+        cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"mode": gate})})
+    interval_updates: dict[str, Any] = {"resamples": resamples, "seed": seed}
+    interval_cfg = cfg.intervals.model_copy(
+        update={k: v for k, v in interval_updates.items() if v is not None}
+    )
     check = load_golden(golden)
     _print_check(check)
     if not check.ok:
@@ -131,6 +167,31 @@ def replay(
         _err(str(exc))
         raise typer.Exit(2) from None
     public = target_cfg.model_dump(exclude={"url", "headers"})  # header values may be secrets
+    estimates: list[CostEstimate] = []
+
+    def approve(records: Sequence[RagRecord]) -> None:
+        """Price what the judge is about to be sent; stop here unless it is accepted."""
+        est = estimate_cost(records, jdg)
+        if est is None:  # the lexical judge: free
+            return
+        estimates.append(est)
+        typer.echo(est.describe())
+        if yes:
+            return
+        if max_usd is None:
+            raise CostRefused("an LLM judge costs money: pass --max-usd USD (a limit) or --yes to go ahead")
+        if est.usd is None:
+            raise CostRefused(
+                f"no price for judge model {est.model!r}: cannot check --max-usd "
+                "(set judge_options.prices) — or pass --yes"
+            )
+        if est.usd > max_usd:
+            raise CostRefused(f"estimated cost ${est.usd:.4f} is over --max-usd {max_usd:g}")
+
+    judging: Judge = jdg
+    registry = None
+    if is_billed(jdg):  # count what it is billed, to compare with the estimate
+        judging, registry = metered(jdg)
 
     async def go() -> ReplayReport:
         try:
@@ -138,13 +199,15 @@ def replay(
                 check.rows,
                 tgt,
                 k=k,
-                judge=jdg,
+                judge=judging,
                 concurrency=concurrency,
                 baseline=base,
                 gate=cfg.gate,
+                intervals=interval_cfg,
                 golden_sha256=check.sha256,
                 golden_path=str(golden),
                 config={"http": public} if target.startswith(("http://", "https://")) else None,
+                approve_judging=approve,
             )
         finally:
             await tgt.aclose()
@@ -152,6 +215,10 @@ def replay(
 
     try:
         result = asyncio.run(go())
+    except CostRefused as exc:
+        _err(str(exc))
+        _err("nothing sent to the judge, nothing written (no report, no baseline)")
+        raise typer.Exit(2) from None
     except (ReplayFailed, BaselineError) as exc:
         for line in getattr(exc, "errors", None) or [str(exc)]:
             _err(line)
@@ -159,6 +226,21 @@ def replay(
         raise typer.Exit(2) from None
     console = Console(width=None if sys.stdout.isatty() else 160)
     render_report(result, console)
+    if estimates and registry is not None:
+        est, actual = estimates[0], read_actual(registry)
+        result.judge_cost = {"estimate": est.to_json_dict(), "actual": actual.to_json_dict()}
+        ratio = f"{est.usd / actual.usd:.1f}×" if est.usd is not None and actual.usd > 0 else "–"
+        bound = f"${est.usd:.4f}" if est.usd is not None else "$? (no price)"
+        console.print(
+            f"judge cost: estimate ≤ {bound} ({est.input_tokens:,} in / {est.output_tokens:,} out, "
+            f"{est.calls} calls), actual ${actual.usd:.4f} ({actual.input_tokens:,} in / "
+            f"{actual.output_tokens:,} out, {actual.judgements} judgements): estimate/actual {ratio}"
+        )
+        if est.usd is not None and actual.usd > est.usd:
+            console.print(
+                "[yellow]warning[/] the judge cost more than estimated: retries or repairs "
+                "(see rows[].judge_error and ragmon_judge_requests_total)"
+            )
     if report is not None:
         _write_atomic(report, result.to_json_dict())
     if write_baseline is not None:

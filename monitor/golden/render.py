@@ -1,12 +1,17 @@
-"""The terminal view of a replay report: one table of metrics per slice, one of regressions with
-the rows that moved, and the diagnosis hints — retrieval and generation side by side, never blended."""
+"""The terminal view of a replay report: one table of metrics per slice (each with its bootstrap
+interval), the paired comparison with the baseline (baseline, now, drop, the drop's interval and a
+verdict), the regressions with the rows that moved, and the diagnosis hints — retrieval and
+generation side by side, never blended. The JSON report (`ReplayReport.to_json_dict`) has all of
+it, per query type too.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-from monitor.golden.run import ALL, ReplayReport
+from monitor.golden.intervals import Interval
+from monitor.golden.run import ALL, MetricChange, Regression, ReplayReport
 
 __all__ = ["render_report"]
 
@@ -27,8 +32,101 @@ def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) else "–"
 
 
+def _iv(iv: Interval | None, signed: bool = False) -> str:
+    if iv is None:
+        return "–"
+    return f"[{iv.low:+.3f}, {iv.high:+.3f}]" if signed else f"[{iv.low:.2f}, {iv.high:.2f}]"
+
+
+def _label(metric: str, k: int) -> str:
+    return dict(_COLUMNS).get(metric, metric).replace("@k", f"@{k}")
+
+
+_CHANGE_TEXT = {
+    "regression": "[bold red]REGRESSION[/]: over the threshold, interval excludes 0 (real)",
+    "possible_noise": "[bold yellow]over the threshold[/], interval includes 0: could be row noise "
+    "(rerun or add rows)",
+    "worse": "worse (interval excludes 0)",
+    "better": "better (interval excludes 0)",
+    "no_clear_change": "no clear change (interval includes 0)",
+}
+
+
+def _comparison(report: ReplayReport, console: Console, pct: str) -> None:
+    comp = report.comparison
+    if comp is None:
+        return
+    table = Table(
+        title=f"against the baseline, paired on the {comp.rows_compared} rows in both",
+        title_justify="left",
+    )
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("metric", "left"),
+        ("scope", "left"),
+        ("baseline", "right"),
+        ("now", "right"),
+        ("drop", "right"),
+        (f"{pct} interval of the drop", "right"),
+        ("allowed", "right"),
+        ("verdict", "left"),
+    ]
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
+
+    def shown(c: MetricChange) -> bool:
+        return c.query_type == ALL or c.verdict in ("regression", "possible_noise", "worse")
+
+    for c in (c for c in comp.changes if shown(c)):
+        table.add_row(
+            _label(c.metric, report.k),
+            "overall" if c.query_type == ALL else c.query_type,
+            _fmt(c.before),
+            _fmt(c.after),
+            f"{c.drop:+.3f}" if c.drop is not None else "–",
+            _iv(c.interval, signed=True),
+            _fmt(c.allowed),
+            _CHANGE_TEXT[c.verdict],
+        )
+    console.print(table)
+    console.print(
+        "drop > 0 is worse; query types appear when their drop is real — all of them in the JSON report"
+    )
+    for what, ids in (
+        ("added (not in the baseline)", comp.added),
+        ("removed (only in the baseline)", comp.removed),
+    ):
+        if ids:
+            more = f" … {len(ids) - _MAX_ROWS_SHOWN} more" if len(ids) > _MAX_ROWS_SHOWN else ""
+            console.print(
+                f"[yellow]rows {what}[/], not in any drop: {', '.join(ids[:_MAX_ROWS_SHOWN])}{more}"
+            )
+
+
+def _findings(title: str, findings: list[Regression], console: Console) -> None:
+    reg = Table(title=title, title_justify="left", show_lines=True)
+    reg.add_column("metric")
+    reg.add_column("scope")
+    reg.add_column("what")
+    reg.add_column("rows that moved (before → after)")
+    for r in findings:
+        moves = [
+            f"{m.id} [{m.query_type}] {_fmt(m.before)} → {_fmt(m.after)}" for m in r.rows[:_MAX_ROWS_SHOWN]
+        ]
+        if len(r.rows) > _MAX_ROWS_SHOWN:
+            moves.append(f"… {len(r.rows) - _MAX_ROWS_SHOWN} more in the JSON report")
+        scope = "overall" if r.query_type == ALL else r.query_type
+        reg.add_row(r.metric, scope, r.description, "\n".join(moves) or "–")
+    console.print(reg)
+
+
 def render_report(report: ReplayReport, console: Console) -> None:
+    cfg = report.interval_config
+    pct = f"{cfg.confidence * 100:g}%"
     title = f"golden replay: {len(report.rows)} rows, k={report.k}, target {report.config.get('target', '?')}"
+    if cfg.enabled:
+        title += (
+            f"; [{pct} interval] {cfg.method} bootstrap over rows, {cfg.resamples} resamples, seed {cfg.seed}"
+        )
     table = Table(title=title, title_justify="left")
     table.add_column("query type")
     table.add_column("rows", justify="right")
@@ -39,32 +137,39 @@ def render_report(report: ReplayReport, console: Console) -> None:
         cells = []
         for metric, _ in _COLUMNS:
             text = _fmt(stats.get(metric))
-            cells.append(f"[bold red]{text}[/]" if (group, metric) in regressed else text)
+            text = f"[bold red]{text}[/]" if (group, metric) in regressed else text
+            iv = report.intervals.get(group, {}).get(metric)
+            if iv is not None:
+                text += f"\n[dim]{_iv(iv)}[/]"
+            cells.append(text)
         name = "[bold]overall[/]" if group == ALL else group
-        table.add_row(name, str(stats["rows"]), *cells, end_section=group == ALL)
+        table.add_row(name, str(stats["rows"]), *cells, end_section=True)
     console.print(table)
+    _comparison(report, console, pct)
 
     if report.regressions:
-        reg = Table(title="regressions", title_justify="left", show_lines=True)
-        reg.add_column("metric")
-        reg.add_column("scope")
-        reg.add_column("what")
-        reg.add_column("rows that moved (before → after)")
-        for r in report.regressions:
-            moves = [
-                f"{m.id} [{m.query_type}] {_fmt(m.before)} → {_fmt(m.after)}"
-                for m in r.rows[:_MAX_ROWS_SHOWN]
-            ]
-            if len(r.rows) > _MAX_ROWS_SHOWN:
-                moves.append(f"… {len(r.rows) - _MAX_ROWS_SHOWN} more in the JSON report")
-            scope = "overall" if r.query_type == ALL else r.query_type
-            reg.add_row(r.metric, scope, r.description, "\n".join(moves) or "–")
-        console.print(reg)
+        _findings("regressions", report.regressions, console)
+    if report.waived:
+        _findings(
+            "over a threshold but within row noise: not failing (--gate interval)", report.waived, console
+        )
     for h in report.hints:
         console.print(f"[yellow]hint[/] ({h.area}) {h.message}")
     for w in report.warnings:
         console.print(f"[yellow]warning[/] {w}")
+    mode = report.config.get("gate", {}).get("mode", "threshold")
     if report.passed:
-        console.print(f"[bold green]PASS[/] in {report.duration_s:.2f} s")
+        waived = (
+            f", {len(report.waived)} threshold(s) crossed within row noise (--gate interval)"
+            if report.waived
+            else ""
+        )
+        console.print(f"[bold green]PASS[/] in {report.duration_s:.2f} s{waived}")
     else:
-        console.print(f"[bold red]REGRESSION[/]: {len(report.regressions)} finding(s) (exit 1)")
+        real = sum(r.verdict == "regression" for r in report.regressions)
+        noise = sum(r.verdict == "possible_noise" for r in report.regressions)
+        why = "the threshold alone fails" if mode == "threshold" else "confirmed by the interval"
+        console.print(
+            f"[bold red]REGRESSION[/]: {len(report.regressions)} finding(s) — {real} real "
+            f"(the interval excludes no change), {noise} could be row noise (gate {mode}: {why}) (exit 1)"
+        )

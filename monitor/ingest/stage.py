@@ -18,6 +18,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
+from monitor.drift import RetrievalDriftMonitor
 from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.decode import Encoding, decode
@@ -55,6 +56,8 @@ class IngestStage:
             QueryClassifier(settings.slices.query_types) if settings.slices.classify != "off" else None
         )
         self.sampler = Sampler(settings.sampling)
+        # Every record, not only the sample: chunk count and top score against a frozen reference.
+        self.retrieval_drift = RetrievalDriftMonitor(settings.alerts.drift.retrieval, metrics.retrieval_drift)
         spec = SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
         self.source = KafkaSource(
             kafka,
@@ -206,9 +209,12 @@ class IngestStage:
         if series is None:
             series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
         series.records.inc()
-        series.chunks.observe(len(record.chunks))
-        if record.chunks and record.chunks[0].score is not None:
-            series.top_score.observe(record.chunks[0].score)
+        n_chunks = len(record.chunks)
+        series.chunks.observe(n_chunks)
+        top = record.chunks[0].score if n_chunks else None
+        if top is not None:
+            series.top_score.observe(top)
+        self.retrieval_drift.observe(qt, n_chunks, top)
         now = time.time()
         if record.end_ns:
             self.metrics.record_lag.observe(max(0.0, now - record.end_ns / 1e9))

@@ -1,0 +1,171 @@
+"""What a replay's LLM judge will cost, before it is asked: calls, tokens and USD, and afterwards
+what it did cost.
+
+The estimate is an **upper bound of a run in which every judged row takes one request** (no
+retry, no repair), from what each request sends — the judge's own prompt for that row, built as
+it will be sent (escaped, clipped), the fixed instructions and the output definition — by the
+judge budget's rule (`LLMJudgeBase.cost_bound`): Claude's and OpenAI's tokenizers are byte-level
+BPE, so a text never costs more tokens than its UTF-8 bytes, plus the same allowance for what the
+API wraps around a request. Output is bounded by `max_tokens`, where the API stops. USD prices
+input at the dearer of plain input and cache write, so the bound holds whatever the prompt cache
+does. Retries (429/5xx/timeouts) and the repair of an invalid output are not in it: the worst case
+with every one of them (what the budget reserves) is shown beside it, and the actual, measured
+afterwards, includes whatever happened.
+
+How tight: on English prompts a token is 3–4 bytes, so input is over-estimated ≈ 3–4×; output
+is `max_tokens` per row against the few hundred tokens a claim list takes, and dominates the USD
+ratio (≈ 5–10× at the default 2,048) — lower `judge_options.max_tokens` to tighten it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from monitor.judge.base import (
+    _MESSAGE_OVERHEAD_TOKENS,
+    _REQUEST_OVERHEAD_TOKENS,
+    Judge,
+    LLMJudgeBase,
+    Price,
+    price_for,
+)
+from monitor.judge.metered import MeteredJudge
+from monitor.metrics import JudgeMetrics
+from monitor.model import RagRecord
+
+__all__ = [
+    "CostActual",
+    "CostEstimate",
+    "CostRefused",
+    "estimate_cost",
+    "is_billed",
+    "metered",
+    "read_actual",
+]
+
+
+class CostRefused(Exception):
+    """The estimate is over what the caller allows: nothing was sent to the judge (exit 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostEstimate:
+    backend: str
+    model: str
+    judgements: int  # rows the judge will be given (rows with nothing to judge are skipped)
+    calls: int  # API requests, one a judgement
+    input_tokens: int
+    output_tokens: int
+    usd: float | None  # None: the model has no price
+    worst_usd: float | None  # every retry and the repair of every row: what the budget reserves
+    price: Price | None
+
+    def describe(self) -> str:
+        price = (
+            f"${self.price.input:g}/${self.price.output:g} per MTok in/out"
+            if self.price is not None
+            else "no price for this model (set judge_options.prices)"
+        )
+        usd = f"${self.usd:.4f}" if self.usd is not None else "$?"
+        worst = f"${self.worst_usd:.4f}" if self.worst_usd is not None else "$?"
+        return (
+            f"judge cost estimate ({self.backend} {self.model}, {price}): {self.calls} calls for "
+            f"{self.judgements} rows, ≤ {self.input_tokens:,} input + ≤ {self.output_tokens:,} output "
+            f"tokens, ≤ {usd} (upper bound with one request a row: UTF-8 bytes of what is sent, "
+            f"max_tokens out; with every retry and repair ≤ {worst})"
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "basis": "upper bound, one request a row: UTF-8 bytes of what is sent + API overhead; "
+            "output max_tokens; input priced at max(input, cache_write)",
+            "calls": self.calls,
+            "judgements": self.judgements,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "usd": self.usd,
+            "worst_case_usd": self.worst_usd,
+        }
+
+
+def _llm(judge: Judge) -> LLMJudgeBase | None:
+    inner = judge.inner if isinstance(judge, MeteredJudge) else judge
+    return inner if isinstance(inner, LLMJudgeBase) else None
+
+
+def is_billed(judge: Judge) -> bool:
+    """Whether `judge` sends requests someone pays for (the LLM judges; not the lexical one)."""
+    return _llm(judge) is not None
+
+
+def estimate_cost(records: Sequence[RagRecord], judge: Judge) -> CostEstimate | None:
+    """The bound for judging `records` with `judge`; None for a judge that sends nothing (lexical)."""
+    llm = _llm(judge)
+    if llm is None:
+        return None
+    cfg = llm.config
+    tokens_in = 0
+    worst: float | None = 0.0
+    for record in records:
+        prompt = llm._prompt(record)
+        sent = len(prompt.system.encode()) + len(prompt.user.encode()) + llm._format_bytes
+        tokens_in += sent + _REQUEST_OVERHEAD_TOKENS + 2 * _MESSAGE_OVERHEAD_TOKENS
+        bound = llm.cost_bound(record).usd
+        worst = None if worst is None or bound is None else worst + bound
+    tokens_out = len(records) * cfg.max_tokens
+    price = price_for(cfg.model, cfg.prices)
+    usd = None
+    if price is None:
+        worst = None
+    else:
+        usd = (tokens_in * max(price.input, price.cache_write) + tokens_out * price.output) / 1e6
+    return CostEstimate(
+        llm.name, llm.model, len(records), len(records), tokens_in, tokens_out, usd, worst, price
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CostActual:
+    """What the judge was billed, from the MeteredJudge's accounting (`ragmon_judge_*`)."""
+
+    judgements: int
+    input_tokens: int  # plain input, cache reads and cache writes: every input-side token
+    output_tokens: int
+    usd: float
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "judgements": self.judgements,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "usd": round(self.usd, 8),
+        }
+
+
+def metered(judge: Judge) -> tuple[MeteredJudge, CollectorRegistry]:
+    """`judge` behind a MeteredJudge (no budget) whose cost metrics live on a registry of its own."""
+    registry = CollectorRegistry()
+    return MeteredJudge(judge, None, JudgeMetrics(registry)), registry
+
+
+def read_actual(registry: CollectorRegistry) -> CostActual:
+    """Sum the judge cost counters a `metered` judge wrote."""
+    totals: dict[str, float] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name == "ragmon_judge_tokens_total":
+                kind = sample.labels["type"]
+                totals[kind] = totals.get(kind, 0.0) + sample.value
+            elif sample.name in ("ragmon_judge_cost_usd_total", "ragmon_judge_requests_total"):
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    inputs = sum(totals.get(k, 0.0) for k in ("input", "cache_read", "cache_write"))
+    return CostActual(
+        judgements=int(totals.get("ragmon_judge_requests_total", 0.0)),
+        input_tokens=int(inputs),
+        output_tokens=int(totals.get("output", 0.0)),
+        usd=totals.get("ragmon_judge_cost_usd_total", 0.0),
+    )
