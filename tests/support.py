@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -236,69 +237,24 @@ def example_service(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
 
 
 @contextmanager
-def alertmanager_process(config: Path, storage: Path) -> Iterator[str]:
-    """A real Alertmanager (Debian `prometheus-alertmanager`) with `config`, on a free loopback
-    port, up once /-/ready answers; its base URL. Stopped on exit."""
-    import shutil
-
-    import pytest
-
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if binary is None:
-        pytest.fail("no Alertmanager binary: `make debs` installs prometheus-alertmanager")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.path={storage}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, "Alertmanager exited: is the config valid?"
-            assert time.monotonic() < deadline, "Alertmanager did not come up"
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@contextmanager
-def prometheus_process(config: Path, storage: Path) -> Iterator[str]:
-    """A real Prometheus (Debian `prometheus`) with `config`, on a free loopback port, up once
-    /-/ready answers; its base URL. Its log goes to `prometheus.log` beside `storage`. Stopped on
+def _prometheus_daemon(
+    name: str, binaries: tuple[str, ...], package: str, args: list[str], storage: Path
+) -> Iterator[str]:
+    """A Prometheus-project binary on a free loopback port, up once /-/ready answers; its base URL.
+    Its log goes to `<name>.log` beside `storage` (a file: a full pipe would block it). Stopped on
     exit."""
     import shutil
 
     import pytest
 
-    binary = shutil.which("prometheus")
+    binary = next(filter(None, map(shutil.which, binaries)), None)
     if binary is None:
-        pytest.fail("no Prometheus binary: `make debs` installs prometheus")
+        pytest.fail(f"no {name} binary: `make debs` installs {package}")
     port = free_port()
-    log = storage.parent / "prometheus.log"
+    log = storage.parent / f"{name.lower()}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--storage.tsdb.path={storage}",
-                "--storage.tsdb.retention.time=1h",
-            ],
+            [binary, *args, f"--web.listen-address=127.0.0.1:{port}"],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -312,8 +268,8 @@ def prometheus_process(config: Path, storage: Path) -> Iterator[str]:
             except httpx.TransportError:
                 pass
             if proc.poll() is not None:
-                raise AssertionError(f"Prometheus exited: is the config valid? {log.read_text()[-2000:]}")
-            assert time.monotonic() < deadline, "Prometheus did not come up"
+                raise AssertionError(f"{name} exited: is the config valid? {log.read_text()[-2000:]}")
+            assert time.monotonic() < deadline, f"{name} did not come up"
             time.sleep(0.1)
         yield url
     finally:
@@ -323,6 +279,19 @@ def prometheus_process(config: Path, storage: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def alertmanager_process(config: Path, storage: Path) -> contextlib.AbstractContextManager[str]:
+    """A real Alertmanager (Debian `prometheus-alertmanager`) with `config`."""
+    args = [f"--config.file={config}", "--cluster.listen-address=", f"--storage.path={storage}"]
+    binaries = ("prometheus-alertmanager", "alertmanager")
+    return _prometheus_daemon("Alertmanager", binaries, "prometheus-alertmanager", args, storage)
+
+
+def prometheus_process(config: Path, storage: Path) -> contextlib.AbstractContextManager[str]:
+    """A real Prometheus (Debian `prometheus`) with `config`."""
+    args = [f"--config.file={config}", "--storage.tsdb.retention.time=1h", f"--storage.tsdb.path={storage}"]
+    return _prometheus_daemon("Prometheus", ("prometheus",), "prometheus", args, storage)
 
 
 class Webhook:

@@ -86,18 +86,34 @@ def load_baseline(path: Path) -> DriftBaseline:
         raise BaselineFileError(f"drift baseline {path}: {where}: {first['msg']}") from None
 
 
-def _add(sums: dict[str, float], w: float, y: float) -> None:
-    sums["records"] += 1
-    sums["sum_w"] += w
-    sums["sum_w2"] += w * w
-    sums["sum_wy"] += w * y
-    sums["sum_wy2"] += w * y * y
-
-
 def _parse_time(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def judged_values(line: Mapping[str, Any]) -> tuple[str, float, list[tuple[str, float]]] | str:
+    """(query type, weight, (metric, value) pairs) of a results line, or why it has none: what
+    the drift detectors and their references take from a judgement."""
+    judge = line.get("judge")
+    qt = line.get("query_type")
+    w = line.get("sampling_weight")
+    if line.get("replay"):
+        return "golden replay"
+    if not isinstance(judge, dict) or judge.get("outcome") != "ok":
+        return "not judged"
+    if not isinstance(qt, str) or not qt:
+        return "no query type"
+    if not isinstance(w, int | float) or isinstance(w, bool) or not usable_weight(float(w)):
+        return "bad sampling weight"
+    values = verdict_values(
+        line.get("faithfulness"),
+        line.get("hallucinated"),
+        line.get("answer_admits_uncertainty"),
+        line.get("false_refusal"),
+        line.get("answer_relevance"),
+    )
+    return qt, float(w), values
 
 
 def from_results(
@@ -105,7 +121,7 @@ def from_results(
 ) -> tuple[dict[str, dict[str, ReferenceStats]], dict[str, int]]:
     """References from results lines whose record ended within [since, until), and why the
     others were left out (counted by reason)."""
-    sums: dict[tuple[str, str], dict[str, float]] = {}
+    sums: dict[tuple[str, str], Reference] = {}
     dropped: dict[str, int] = {}
 
     def drop(reason: str) -> None:
@@ -113,17 +129,9 @@ def from_results(
 
     for line in lines:
         when = _parse_time(line.get("end")) or _parse_time(line.get("start"))
-        judge = line.get("judge")
-        qt = line.get("query_type")
-        w = line.get("sampling_weight")
-        if line.get("replay"):
-            drop("golden replay")
-        elif not isinstance(judge, dict) or judge.get("outcome") != "ok":
-            drop("not judged")
-        elif not isinstance(qt, str) or not qt:
-            drop("no query type")
-        elif not isinstance(w, int | float) or not usable_weight(float(w)):
-            drop("bad sampling weight")
+        judged = judged_values(line)
+        if isinstance(judged, str):
+            drop(judged)
         elif when is None and (since is not None or until is not None):
             drop("no time")
         elif when is not None and (
@@ -131,19 +139,9 @@ def from_results(
         ):
             drop("outside the window")
         else:
-            values = verdict_values(
-                line.get("faithfulness"),
-                line.get("hallucinated"),
-                line.get("answer_admits_uncertainty"),
-                line.get("false_refusal"),
-                line.get("answer_relevance"),
-            )
+            qt, w, values = judged
             for metric, y in values:
-                _add(
-                    sums.setdefault((qt, metric), dict.fromkeys(ReferenceStats.model_fields, 0.0)),
-                    float(w),
-                    y,
-                )
+                sums.setdefault((qt, metric), Reference()).add(w, y)
     return _stats(sums), dropped
 
 
@@ -152,26 +150,20 @@ def from_golden(baseline: Mapping[str, Any]) -> dict[str, dict[str, ReferenceSta
     rows = baseline.get("rows")
     if baseline.get("kind") != "rag-monitor-golden-baseline" or not isinstance(rows, dict):
         raise BaselineFileError("not a golden baseline (rag-monitor replay --write-baseline writes one)")
-    sums: dict[tuple[str, str], dict[str, float]] = {}
+    sums: dict[tuple[str, str], Reference] = {}
     for row in rows.values():
         f = row.get("faithfulness") if isinstance(row, dict) else None
         qt = row.get("query_type") if isinstance(row, dict) else None
         if isinstance(qt, str) and isinstance(f, int | float) and math.isfinite(f):
-            _add(
-                sums.setdefault((qt, "faithfulness"), dict.fromkeys(ReferenceStats.model_fields, 0.0)), 1.0, f
-            )
+            sums.setdefault((qt, "faithfulness"), Reference()).add(1.0, float(f))
     return _stats(sums)
 
 
-def _stats(sums: dict[tuple[str, str], dict[str, float]]) -> dict[str, dict[str, ReferenceStats]]:
+def _stats(sums: dict[tuple[str, str], Reference]) -> dict[str, dict[str, ReferenceStats]]:
     out: dict[str, dict[str, ReferenceStats]] = {}
-    for (qt, metric), s in sorted(sums.items()):
+    for (qt, metric), r in sorted(sums.items()):
         out.setdefault(qt, {})[metric] = ReferenceStats(
-            records=int(s["records"]),
-            sum_w=s["sum_w"],
-            sum_w2=s["sum_w2"],
-            sum_wy=s["sum_wy"],
-            sum_wy2=s["sum_wy2"],
+            records=r.records, sum_w=r.sum_w, sum_w2=r.sum_w2, sum_wy=r.sum_wy, sum_wy2=r.sum_wy2
         )
     return out
 

@@ -23,9 +23,8 @@ import logging
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift.baseline import DriftBaseline, load_baseline
+from monitor.drift.baseline import DriftBaseline, judged_values, load_baseline
 from monitor.drift.detector import Detector, DriftMonitor
-from monitor.estimate import usable_weight, verdict_values
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
@@ -125,27 +124,12 @@ class DriftStage:
             if self._bad == 1:
                 log.error("%s: a results message that is not a JSON object, skipped (counted)", tp.topic)
             return
-        judge = line.get("judge")
-        qt = line.get("query_type")
-        w = line.get("sampling_weight")
-        if (
-            line.get("replay")
-            or not isinstance(judge, dict)
-            or judge.get("outcome") != "ok"
-            or not isinstance(qt, str)
-            or not isinstance(w, int | float)
-            or not usable_weight(float(w))
-        ):
+        judged = judged_values(line)
+        if isinstance(judged, str):
             return  # skipped or failed judgements, golden replays: nothing to detect on
+        qt, w, values = judged
         self._slices[tp].add(qt)
-        values = verdict_values(
-            line.get("faithfulness"),
-            line.get("hallucinated"),
-            line.get("answer_admits_uncertainty"),
-            line.get("false_refusal"),
-            line.get("answer_relevance"),
-        )
-        for detector, query_type, raised in self.monitor.observe(qt, float(w), values, live=live):
+        for detector, query_type, raised in self.monitor.observe(qt, w, values, live=live):
             self._alert(detector, query_type, raised)
 
     def _go_live(self, tp: TopicPartition) -> None:
