@@ -4,6 +4,12 @@ This is the hot path of the sidecar: protobuf is read with plain field access (n
 per-span validation) and attributes are turned into one plain dict per span, which
 `monitor.ingest.dialects` maps onto `SpanFacts`. Bad input never raises: it comes back as a `Reject`
 reason, because one poison message must not stop the consumer.
+
+`otlp_proto` has two implementations with identical results. The compiled one (`_wire.c`, built by
+`pip install` where a C compiler exists) walks the wire bytes once and materialises only the
+attributes the dialects read, so a span without any costs no attribute objects; it hands every
+message it is not sure about (errors included) to the pure-Python one below, which is the reference
+(tests/test_decode_compiled.py compares them). `RAGMON_PURE_PYTHON=1` forces the reference.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import binascii
 import functools
 import hashlib
 import json
+import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable
@@ -25,9 +33,11 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from monitor.ingest import dialects
-from monitor.model import RagRecord, Reject, SpanFacts
+from monitor.model import RagRecord, Reject, SpanFacts, SpanRole
 
-__all__ = ["Decoded", "Encoding", "decode"]
+__all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "decode"]
+
+log = logging.getLogger(__name__)
 
 
 class Encoding(StrEnum):
@@ -136,6 +146,14 @@ def _summary(problems: list[Reject], n_spans: int = 0) -> str:
 
 
 def _from_proto(value: bytes, now: int) -> Decoded:
+    if _wire is not None:
+        out = _wire.decode_spans(value, now)
+        if out is not None:
+            return _finish(*out)
+    return _from_proto_reference(value, now)
+
+
+def _from_proto_reference(value: bytes, now: int) -> Decoded:
     data = TracesData()
     try:
         data.ParseFromString(value)
@@ -633,3 +651,102 @@ def _seconds_to_ns(value: Any) -> int:
     if not 0 < f < 1e12:  # also NaN; an epoch in seconds past year 33000 is not a time
         return -1
     return int(f * 1e9)
+
+
+# --- the compiled path ---------------------------------------------------------------------------
+
+
+def _wire_schema() -> list[list[tuple[int, int, int]]]:
+    """The installed OTLP trace schema as `_wire.init` takes it, so that the compiled walker checks
+    wire types and UTF-8 exactly where this protobuf version's upb would (fields added by a later
+    opentelemetry-proto included). Kinds: 1 varint, 2 fixed64, 3 fixed32, 4 bytes, 5 string,
+    6 message."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+    from opentelemetry.proto.common.v1 import common_pb2 as c
+    from opentelemetry.proto.resource.v1 import resource_pb2 as r
+    from opentelemetry.proto.trace.v1 import trace_pb2 as t
+
+    fixed64 = {F.TYPE_FIXED64, F.TYPE_SFIXED64, F.TYPE_DOUBLE}
+    fixed32 = {F.TYPE_FIXED32, F.TYPE_SFIXED32, F.TYPE_FLOAT}
+    order = [
+        m.DESCRIPTOR
+        for m in (
+            t.TracesData,
+            t.ResourceSpans,
+            r.Resource,
+            t.ScopeSpans,
+            t.Span,
+            t.Span.Event,
+            c.KeyValue,
+            c.AnyValue,
+            c.ArrayValue,
+            c.KeyValueList,
+        )
+    ]
+    index = {d.full_name: i for i, d in enumerate(order)}
+    out: list[list[tuple[int, int, int]]] = []
+    for d in order:  # grows while walking: messages reached from these are appended
+        fields = []
+        for f in d.fields:
+            child = 0
+            if f.type == F.TYPE_MESSAGE:
+                kind = 6
+                sub = f.message_type
+                if sub.full_name not in index:
+                    index[sub.full_name] = len(order)
+                    order.append(sub)
+                child = index[sub.full_name]
+            elif f.type == F.TYPE_GROUP:
+                raise ValueError(f"group field {d.full_name}.{f.name}")
+            elif f.type == F.TYPE_STRING:
+                kind = 5
+            elif f.type == F.TYPE_BYTES:
+                kind = 4
+            elif f.type in fixed64:
+                kind = 2
+            elif f.type in fixed32:
+                kind = 3
+            else:
+                kind = 1
+            fields.append((f.number, kind, child))
+        out.append(fields)
+    return out
+
+
+@functools.cache
+def compiled_decoder() -> Any:
+    """The compiled `_wire` module, initialised; None where it was not built (no compiler)."""
+    try:
+        from monitor.ingest import _wire as wire
+    except ImportError:
+        return None
+    wire.init(
+        _wire_schema(),
+        sorted(dialects.ATTRIBUTE_KEYS),
+        list(dialects.INDEXED_PREFIXES),
+        sorted(dialects.MERGED_EVENTS),
+        SpanFacts,
+        SpanRole.ROOT,
+        Reject.BAD_ATTRIBUTE,
+        Reject.BAD_TIMESTAMP,
+        dialects.apply,
+        dialects.wants_events,
+        UNKNOWN_SERVICE,
+    )
+    return wire
+
+
+def _choose() -> tuple[Any, str]:
+    if os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0"):
+        return None, "python (RAGMON_PURE_PYTHON is set)"
+    try:
+        wire = compiled_decoder()
+    except Exception as exc:  # a schema the walker cannot take: the reference path still works
+        return None, f"python (compiled decoder unusable: {exc})"
+    if wire is None:
+        return None, "python (the compiled decoder monitor.ingest._wire was not built)"
+    return wire, "compiled"
+
+
+_wire, OTLP_PROTO_DECODER = _choose()
+log.info("otlp_proto decoder: %s", OTLP_PROTO_DECODER)

@@ -28,6 +28,56 @@ MERGED_EVENTS = frozenset(
 )
 
 
+# Every attribute key `apply` and `wants_events` may read: exact keys, and the indexed families by
+# prefix. The compiled decoder (`_wire.c`) materialises only these, so a span with none of them
+# (HTTP, database, cache, framework spans) costs no attribute objects, and `apply` sees the same
+# answers to every lookup it makes. Reading a new key here means adding it below
+# (tests/test_decode_compiled.py checks this with a dict that records every lookup).
+ATTRIBUTE_KEYS = frozenset(
+    {
+        "openinference.span.kind",
+        "gen_ai.operation.name",
+        "traceloop.span.kind",
+        "input.value",
+        "input.mime_type",
+        "output.value",
+        "output.mime_type",
+        "metadata",
+        "rag.query_type",
+        "rag.replay",
+        "llm.model_name",
+        "llm.request.type",
+        "llm.request.model",
+        "llm.response.model",
+        "gen_ai.system",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "gen_ai.retrieval.query.text",
+        "gen_ai.retrieval.documents",
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.prompt",
+        "gen_ai.completion",
+        "traceloop.entity.input",
+        "traceloop.entity.output",
+        "traceloop.entity.name",
+        "traceloop.mime_type",
+        "reranker.query",
+        "reranker.model_name",
+        "reranker.mime_type",
+    }
+)
+INDEXED_PREFIXES = (
+    "retrieval.documents.",
+    "reranker.output_documents.",
+    "llm.input_messages.",
+    "llm.output_messages.",
+    "gen_ai.prompt.",
+    "gen_ai.completion.",
+)
+
+
 def wants_events(attrs: dict[str, Any]) -> bool:
     """Only GenAI-semconv spans keep content on events: skip reading events for everything else."""
     return (

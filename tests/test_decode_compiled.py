@@ -1,0 +1,449 @@
+"""The compiled `otlp_proto` decoder (`monitor/ingest/_wire.c`) against the pure-Python reference.
+
+Both paths must give the same `Decoded` — spans, problems, reject reason and detail — for every
+decoder test case (test_decode.py runs again here with each `decode` call made on both paths and
+compared), the bad-input corpus, the workload generator's messages, production-like traffic where
+most spans are not RAG, and fuzzed and structurally mutated messages. Canonical messages must be
+taken by the compiled path itself, not handed back to the reference, or the comparison proves
+nothing.
+
+`RAGMON_REQUIRE_COMPILED=1` (set by `make test`) turns a missing extension into a failure rather
+than a skip.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import test_decode as cases
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.trace import SpanKind
+from support import sdk_trace
+
+from monitor.demo.workload import generate
+from monitor.ingest import decode as decode_mod
+from monitor.ingest import dialects
+from monitor.ingest.decode import Decoded, Encoding
+from monitor.model import Reject, SpanFacts, SpanRole
+
+WIRE = decode_mod.compiled_decoder()
+REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
+needs_wire = pytest.mark.skipif(
+    WIRE is None and not REQUIRED, reason="compiled decoder not built (no C compiler here)"
+)
+
+
+def test_compiled_decoder_is_built_when_required() -> None:
+    if not REQUIRED:
+        pytest.skip("RAGMON_REQUIRE_COMPILED is not set")
+    assert WIRE is not None, "monitor.ingest._wire did not build: see the pip install output"
+    pure = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")
+    assert ("python (RAGMON_PURE_PYTHON is set)" if pure else "compiled") == decode_mod.OTLP_PROTO_DECODER
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison
+
+
+def on_path(wire: Any, value: bytes, encoding: Encoding, now: int) -> Decoded:
+    saved = decode_mod._wire
+    decode_mod._wire = wire
+    try:
+        return decode_mod.decode(value, encoding, now)
+    finally:
+        decode_mod._wire = saved
+
+
+def both(value: bytes, encoding: Encoding = Encoding.OTLP_PROTO, now_ns: int | None = None) -> Decoded:
+    """Decode on both paths; they must agree to the last field and type (repr tells 1 from True)."""
+    assert WIRE is not None, "compiled decoder not built"
+    now = time.time_ns() if now_ns is None else now_ns
+    ref = on_path(None, value, encoding, now)
+    out = on_path(WIRE, value, encoding, now)
+    assert repr(out) == repr(ref)
+    assert out == ref
+    return out
+
+
+def taken(value: bytes, now_ns: int | None = None) -> Decoded:
+    """`both`, and the compiled path decoded it itself (no hand-back to the reference)."""
+    assert WIRE is not None
+    now = time.time_ns() if now_ns is None else now_ns
+    assert WIRE.decode_spans(value, now) is not None, "handed back to the reference path"
+    return both(value, Encoding.OTLP_PROTO, now)
+
+
+# ---------------------------------------------------------------------------------------------
+# every test of test_decode.py, again, with each decode call compared on both paths
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _differential_decode() -> Iterator[None]:
+    """Module-scoped (hypothesis refuses function-scoped fixtures): swaps test_decode's `decode`."""
+    if WIRE is None:
+        yield
+        return
+    real = cases.decode
+    cases.decode = both
+    yield
+    cases.decode = real
+
+
+for _name, _fn in inspect.getmembers(cases, inspect.isfunction):
+    if _name.startswith("test_") and _fn.__module__ == cases.__name__:
+        globals()[f"{_name}__both_paths"] = needs_wire(_fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# corpora
+
+
+@needs_wire
+@pytest.mark.parametrize("mode", ["per_trace", "batched", "split"])
+def test_workload_messages(mode: str) -> None:
+    for m in generate(120, seed=5, mode=mode).messages:
+        d = taken(m.value)
+        assert d.error is None and d.spans
+
+
+ROOT = {"openinference.span.kind": "CHAIN"}
+
+
+def bad_input_corpus() -> list[bytes]:
+    """tests/test_bad_input.py's messages (those the decoder sees), and a few of the same kind."""
+    rng = random.Random(3)
+    whole = generate(2, seed=11).messages[0].value
+    values = [
+        bytes(rng.randrange(256) for _ in range(500)),
+        whole[: len(whole) // 2],
+        b'{"resourceSpans": [',
+        b"[1, 2, 3]",
+        b'{"query": "caf\xe9 \xff", "answer": "x"}',
+        b"\x0a" + bytes(rng.randrange(256) for _ in range(4096)),
+        whole + b"\x00",
+        whole.replace(b"rag.request", b"rag.r\xffquest"),
+    ]
+    values += [
+        v
+        for _, v in (
+            sdk_trace([("rag", {**ROOT, "input.value": "a question with no answer"})]),
+            sdk_trace([("rag", {**ROOT, "input.value": ["not", "a", "string"], "output.value": "x"})]),
+            sdk_trace(
+                [
+                    ("rag", {**ROOT, "input.value": "q?", "output.value": "a."}),
+                    (
+                        "retrieve",
+                        {
+                            "openinference.span.kind": "RETRIEVER",
+                            "retrieval.documents.0.document.id": "d1",
+                            "retrieval.documents.0.document.score": "high",
+                        },
+                    ),
+                ]
+            ),
+            sdk_trace(
+                [("rag", {**ROOT, "input.value": "q?", "output.value": "a."})],
+                start_ns=10**9,
+                end_ns=2 * 10**9,
+            ),
+            sdk_trace([("rag", {**ROOT, "input.value": "q", "output.value": "a", "rag.query_type": "qt-1"})]),
+        )
+    ]
+    return values
+
+
+@needs_wire
+def test_bad_input_corpus() -> None:
+    for value in bad_input_corpus():
+        for encoding in Encoding:
+            both(value, encoding)
+
+
+HTTP_SERVER = {
+    "http.method": "POST",
+    "http.scheme": "http",
+    "http.host": "rag-svc:8000",
+    "http.flavor": "1.1",
+    "http.target": "/query",
+    "http.url": "http://rag-svc:8000/query",
+    "http.route": "/query",
+    "http.status_code": 200,
+    "http.user_agent": "python-httpx/0.27.0",
+    "net.host.port": 8000,
+    "net.peer.ip": "10.0.3.17",
+}
+DB = {
+    "db.system": "postgresql",
+    "db.name": "docs",
+    "db.user": "rag",
+    "db.statement": "SELECT id, body FROM chunks WHERE id = ANY(%s)",
+    "net.peer.name": "pg",
+    "net.peer.port": 5432,
+}
+CACHE = {"db.system": "redis", "db.statement": "GET embedding:7f3a", "db.redis.database_index": 0}
+
+
+def production_trace(t: cases.Spans) -> None:
+    """An HTTP root, a CHAIN below it, and DB, cache and HTTP client spans around the RAG ones."""
+    with t.span("POST /query", **HTTP_SERVER), t.span("rag", **ROOT, **{"input.value": "q?"}) as root:
+        with t.span("SELECT docs", **DB):
+            pass
+        with t.span("GET", **CACHE):
+            pass
+        with (
+            t.span(
+                "retrieve",
+                **{
+                    "openinference.span.kind": "RETRIEVER",
+                    "retrieval.documents.0.document.id": "d1",
+                    "retrieval.documents.0.document.content": "Paris is the capital.",
+                    "retrieval.documents.0.document.score": 0.9,
+                },
+            ),
+            t.span("POST", **{"http.method": "POST", "http.url": "http://embed/v1", "http.status_code": 200}),
+        ):
+            pass
+        with t.span("generate", **{"openinference.span.kind": "LLM", "output.value": "Paris."}):
+            pass
+        root.set_attribute("output.value", "Paris.")
+    with (
+        t.span("GET /healthz", **{**HTTP_SERVER, "http.route": "/healthz", "http.target": "/healthz"}),
+        t.tracer.start_as_current_span("internal", kind=SpanKind.INTERNAL, attributes={"x": [1, 2]}),
+    ):
+        pass
+
+
+@needs_wire
+def test_non_rag_spans_are_skipped_with_the_same_result() -> None:
+    t = cases.Spans()
+    production_trace(t)
+    d = taken(cases.proto_bytes(t.finished))
+    roles = {f.name: f.role for f in d.spans}
+    assert roles["POST /query"] is SpanRole.ROOT and roles["GET /healthz"] is SpanRole.ROOT
+    assert roles["SELECT docs"] is roles["GET"] is roles["internal"] is SpanRole.OTHER
+    assert roles["rag"] is SpanRole.ROOT and roles["retrieve"] is SpanRole.RETRIEVER
+
+
+def test_every_key_apply_reads_is_in_the_shared_table() -> None:
+    """`_wire` gives `apply` only the keys in `ATTRIBUTE_KEYS`/`INDEXED_PREFIXES`: a key read
+    outside them would make the compiled path answer differently."""
+    read: set[str] = set()
+
+    class Spy(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            read.add(key)
+            return super().get(key, default)
+
+        def __contains__(self, key: object) -> bool:
+            read.add(str(key))
+            return super().__contains__(key)
+
+        def __getitem__(self, key: str) -> Any:
+            read.add(key)
+            return super().__getitem__(key)
+
+    samples: list[dict[str, Any]] = [{}]
+    t = cases.Spans()
+    for build in (cases.openinference_trace, production_trace):
+        build(t)
+    for m in generate(3, seed=1).messages:
+        samples += [dict(v.items()) for v in _all_attrs(m.value)]
+    samples += [dict(v.items()) for v in _all_attrs(cases.proto_bytes(t.finished))]
+    # JSON-looking text, so that `_text_attr` also asks for the mime types
+    everything = {k: '{"query": "x"}' for k in dialects.ATTRIBUTE_KEYS} | {
+        "gen_ai.operation.name": "chat",
+        "retrieval.documents.0.document.id": "a",
+        "reranker.output_documents.0.document.id": "a",
+        "llm.input_messages.0.message.role": "user",
+        "llm.output_messages.0.message.role": "assistant",
+        "gen_ai.prompt.0.content": "p",
+        "gen_ai.completion.0.content": "c",
+    }
+    samples.append(everything)
+    for kind in ("CHAIN", "RETRIEVER", "RERANKER", "LLM", "TOOL"):
+        samples.append({**everything, "openinference.span.kind": kind})
+    rest = {k: v for k, v in everything.items() if k != "openinference.span.kind"}
+    for op in ("retrieval", "chat", "invoke_agent", "embeddings"):
+        samples.append({**rest, "gen_ai.operation.name": op})
+    rest = {k: v for k, v in rest.items() if k != "gen_ai.operation.name"}
+    for tl in ("workflow", "task"):
+        samples.append({**rest, "traceloop.span.kind": tl})
+    samples.append({k: v for k, v in rest.items() if k != "traceloop.span.kind"})
+    for attrs in samples:
+        for parent in ("", "02" * 8):
+            spy = Spy(attrs)
+            dialects.wants_events(spy)
+            dialects.apply(SpanFacts("01" * 16, "03" * 8, parent, "retriever", "s", 1, 2), spy)
+    outside = {
+        k for k in read if k not in dialects.ATTRIBUTE_KEYS and not k.startswith(dialects.INDEXED_PREFIXES)
+    }
+    assert {"openinference.span.kind", "traceloop.entity.name", "input.mime_type"} <= read  # the spy sees
+    assert not outside
+
+
+def _all_attrs(value: bytes) -> Iterator[dict[str, Any]]:
+    from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+    data = TracesData()
+    data.ParseFromString(value)
+    for rs in data.resource_spans:
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                yield decode_mod._pb_attrs(sp.attributes)
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes the compiled path hands back, and fuzz
+
+
+def _sample_request() -> ExportTraceServiceRequest:
+    t = cases.Spans()
+    cases.openinference_trace(t)
+    production_trace(t)
+    return encode_spans(t.finished)
+
+
+SAMPLE = _sample_request()
+SAMPLE_BYTES = bytes(SAMPLE.SerializeToString())
+
+
+@needs_wire
+def test_non_canonical_shapes_agree() -> None:
+    """Merged singular fields, several oneof members, groups, unknown fields: what upb does."""
+    span = SAMPLE.resource_spans[0].scope_spans[0].spans[0]
+    span_bytes = span.SerializeToString()
+    kv = KeyValue(key="input.value", value=AnyValue(string_value="q")).SerializeToString()
+    service = KeyValue(key="service.name", value=AnyValue(int_value=3)).SerializeToString()
+    extra_fields = [
+        b"\x4a" + bytes([len(kv) + 4]) + kv + b"\x12\x02\x18\x01",  # attribute with a 2nd value: merged
+        b"\x2a\x03abc",  # a second name: last wins
+        b"\xa8\x1f\x01",  # unknown varint field 500
+        b"\x83\x1f\x84\x1f",  # an empty group 496
+        b"\x08\x01",  # trace_id as a varint: wrong wire type
+        b"\x4a\x0b\x0a\x03abc\x12\x04\x10\x01\x18\x02",  # bool and int members both set
+        b"\x4a\x00",  # an empty KeyValue
+        b"\x4a\x07\x0a\x05input",  # a key without value
+        b"\x5a\x04\x12\x02\xc3\x28",  # an event name that is not UTF-8
+    ]
+    for extra in extra_fields:
+        bad = span_bytes + extra
+        msg = _wrap(bad)
+        both(msg)
+        both(msg, Encoding.AUTO)
+    rs = SAMPLE.resource_spans[0].SerializeToString()
+    res = b"\x0a" + bytes([len(service) + 2]) + b"\x0a" + bytes([len(service)]) + service
+    for rs_bytes in (rs + res, res + rs, rs + b"\x0a\x00"):
+        both(b"\x0a" + _varint(len(rs_bytes)) + rs_bytes)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _wrap(span: bytes) -> bytes:
+    ss = b"\x12" + _varint(len(span)) + span
+    rs = b"\x12" + _varint(len(ss)) + ss
+    return b"\x0a" + _varint(len(rs)) + rs
+
+
+fuzz = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@needs_wire
+@fuzz
+@given(data=st.data())
+def test_fuzz_mutated_messages(data: st.DataObject) -> None:
+    """Byte flips, insertions, deletions and cuts of a message with RAG and non-RAG spans."""
+    raw = bytearray(SAMPLE_BYTES)
+    for _ in range(data.draw(st.integers(1, 6))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        op = data.draw(st.sampled_from(["set", "insert", "delete"]))
+        if op == "set":
+            raw[i] = data.draw(st.integers(0, 255))
+        elif op == "insert":
+            raw[i:i] = data.draw(st.binary(min_size=1, max_size=4))
+        else:
+            del raw[i : i + data.draw(st.integers(1, 4))]
+    cut = data.draw(st.integers(0, len(raw)))
+    now = data.draw(st.sampled_from([time.time_ns(), 10**9, 0, -(10**18), 2**63]))
+    for enc in (Encoding.OTLP_PROTO, Encoding.AUTO):
+        both(bytes(raw[:cut]), enc, now)
+
+
+@needs_wire
+@fuzz
+@given(
+    kvs=st.lists(
+        st.tuples(st.sampled_from([*cases.KNOWN_KEYS, "http.method", "x"]), cases.any_value()), max_size=12
+    ),
+    parent=st.booleans(),
+    events=st.lists(
+        st.tuples(
+            st.sampled_from([*sorted(dialects.MERGED_EVENTS), "log"]), st.sampled_from(cases.KNOWN_KEYS)
+        ),
+        max_size=3,
+    ),
+)
+def test_fuzz_attributes_of_any_type(
+    kvs: list[tuple[str, dict[str, Any]]], parent: bool, events: list[tuple[str, str]]
+) -> None:
+    req = ExportTraceServiceRequest()
+    req.CopyFrom(SAMPLE)
+    span = req.resource_spans[0].scope_spans[0].spans[0]
+    del span.attributes[:]
+    if parent:
+        span.parent_span_id = b"\x02" * 8
+    values = []
+    for key, value in kvs:
+        av = AnyValue()
+        if cases._to_any_value(value, av):
+            span.attributes.append(KeyValue(key=key, value=av))
+            values.append(av)
+    for i, (name, key) in enumerate(events):
+        ev = span.events.add(name=name, time_unix_nano=1)
+        if values:
+            ev.attributes.append(KeyValue(key=key, value=values[i % len(values)]))
+    raw = bytes(req.SerializeToString())
+    taken(raw)
+    both(raw, Encoding.AUTO)
+
+
+@needs_wire
+def test_bad_ids_times_and_services_agree() -> None:
+    for field, value in (
+        ("trace_id", b""),
+        ("trace_id", b"\x00" * 16),
+        ("span_id", b"\x00" * 8),
+        ("parent_span_id", b"\x01\x02"),
+        ("start_time_unix_nano", 1),
+        ("end_time_unix_nano", 2**64 - 1),
+    ):
+        req = ExportTraceServiceRequest()
+        req.CopyFrom(SAMPLE)
+        setattr(req.resource_spans[0].scope_spans[0].spans[1], field, value)
+        taken(bytes(req.SerializeToString()))
+    for service in (AnyValue(string_value=""), AnyValue(bool_value=True), AnyValue()):
+        req = ExportTraceServiceRequest()
+        req.CopyFrom(SAMPLE)
+        attrs = req.resource_spans[0].resource.attributes
+        del attrs[:]
+        attrs.append(KeyValue(key="service.name", value=service))
+        attrs.append(KeyValue(key="service.name", value=AnyValue(string_value="second")))
+        d = taken(bytes(req.SerializeToString()))
+        assert d.problems[:1] == [Reject.BAD_ATTRIBUTE]
