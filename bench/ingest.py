@@ -69,10 +69,12 @@ and per span.
     python bench/ingest.py --repeat 4 --sampling off,on           # the sampling A/B only
 
 `--stage-only` skips Kafka: it feeds the workload's messages to `IngestStage._process` in this
-process (sampling off, 2,000 messages a batch, as the consumer hands them over) and prints its CPU
-µs per message, for profiling the per-message path, e.g.
+process (sampling off, 2,000 messages a batch, as the consumer hands them over; the garbage
+collector tuned as `Sidecar.run` tunes it) and prints its CPU µs per message, for profiling the
+per-message path, e.g.
 `py-spy record -r 500 -o mix.svg -- python bench/ingest.py --stage-only --workload mix --traces 12000`
-(`--no-gc` disables the cyclic garbage collector for the pass, to see its share).
+(`--no-gc` disables the cyclic garbage collector for the pass, to see its share; `--gc-threshold`
+tries other thresholds).
 """
 
 from __future__ import annotations
@@ -641,6 +643,7 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.ingest.stage import IngestStage
     from monitor.kafka.producer import KafkaOutput
     from monitor.metrics import Metrics
+    from monitor.run import tune_gc
 
     pairs = trace_messages_for(args)
     msgs = [SimpleNamespace(offset=i, key=k, value=v) for i, (k, v) in enumerate(pairs)]
@@ -654,6 +657,10 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
         stage.tracker.assign([tp])
         if args.no_gc:
             gc.disable()
+        else:
+            tune_gc()  # as `Sidecar.run` does
+            if args.gc_threshold:
+                gc.set_threshold(*(int(x) for x in args.gc_threshold.split(",")))
         before = [x["collections"] for x in gc.get_stats()]
         t0 = time.process_time()
         for i in range(0, len(msgs), 2000):
@@ -1043,6 +1050,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
     p.add_argument("--stage-only", action="store_true", help="no Kafka: time IngestStage._process (above)")
     p.add_argument("--no-gc", action="store_true", help="with --stage-only: garbage collector off")
+    p.add_argument(
+        "--gc-threshold", metavar="G0,G1,G2", help="with --stage-only: gc.set_threshold after the sidecar's"
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--encoding", choices=("auto", "otlp_proto"), default="auto", help="sidecar decoder")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain")

@@ -259,6 +259,23 @@ def golden_annotation() -> Json:
     }
 
 
+def change_annotation() -> Json:
+    """A mark at each change event (deploy, reindex, prompt, model, other) whose out-of-schedule
+    golden replay completed, titled with its kind; the gauge's value is when the change came in.
+    Every kind is exported from the start at 0 (no change yet), which lands at 1970: off screen."""
+    return {
+        "name": "Change (golden replay)",
+        "datasource": DATASOURCE,
+        "enable": True,
+        "iconColor": "orange",
+        "expr": "max by (kind) (ragmon_golden_last_change_timestamp_seconds) * 1000",
+        "useValueForTime": True,
+        "step": "1m",
+        "titleFormat": "Change: {{kind}}",
+        "textFormat": "A {{kind}} change triggered a golden replay (the report holds its ref)",
+    }
+
+
 def layout(panels: Sequence[Json]) -> list[Json]:
     """Left to right, wrapping at the grid's width; ids in order."""
     x = y = row_height = 0
@@ -308,7 +325,7 @@ def dashboard(
                 "keepTime": True,
             }
         ],
-        "annotations": {"list": [builtin, *([golden_annotation()] if golden else [])]},
+        "annotations": {"list": [builtin, *([golden_annotation(), change_annotation()] if golden else [])]},
         "templating": {"list": variables()},
         "panels": layout(panels),
     }
@@ -423,8 +440,9 @@ def quality() -> Json:
         ),
         timeseries(
             "Refusals and false refusals (1 h)",
-            "Weighted share of judged answers that admit uncertainty (refusal), and of those refusing "
-            "although the context held the answer (false refusal), last hour.",
+            "Weighted share of judged answers that give no answer (refusal; an answer that only hedges "
+            "part of it is not one), and of those refusing although the context held the answer (false "
+            "refusal), last hour.",
             "percentunit",
             [
                 target(estimate(m)["estimate"], f"{{{{query_type}}}} {m.replace('_', ' ')}")
@@ -552,6 +570,18 @@ def retrieval() -> Json:
             score,
             "short",
             SVC_QT,
+        ),
+        band(
+            "Context relevance",
+            "Weighted mean relevance (1-3) of the retrieved chunks to the query over the last hour, "
+            "judged in the same call as the answer: each chunk rated 3 (answers it or a needed part), "
+            "2 (on topic) or 1 (unrelated), averaged over all k chunks of a record, not the top one. "
+            "Shaded: the 95 % interval. RagmonContextRelevanceLow fires when the upper bound stays "
+            "below 2.3 (recording rules, per judge backend; selected services and backends pooled here).",
+            "none",
+            "context_relevance",
+            top=3.0,
+            defaults={"min": 1, "max": 3},
         ),
         timeseries(
             "Retrieval drift (PSI)",
@@ -712,6 +742,29 @@ def judge() -> Json:
             "Samples read from the samples topic and not yet written (queued, judged or being written).",
             "short",
             [target("sum(ragmon_inflight_judgements)", "in flight")],
+        ),
+        timeseries(
+            "Verdicts the code overruled",
+            "Per judged claim, the share whose quoted evidence failed the check (not in the cited "
+            "chunk, missing the claim's numbers, sharing no word with it, no quote) and was scored "
+            "not in context; and per judged answer, the share whose claims left part of the answer out "
+            "after the one repair. Rising: the judge model or its prompt changed, or inputs try to "
+            "steer it.",
+            "percentunit",
+            [
+                target(
+                    f"(sum(rate(ragmon_judge_evidence_mismatch_total{{{SVC_QT}}}{RATE})) or vector(0))"
+                    f" / sum(rate(ragmon_claims_total{{{SVC_QT}}}{RATE}))",
+                    "evidence mismatch / claim",
+                ),
+                target(
+                    f'(sum(rate(ragmon_judge_coverage_gaps_total{{outcome="unrepaired",{SVC_QT}}}{RATE}))'
+                    f" or vector(0))"
+                    f' / sum(rate(ragmon_judged_total{{check="unanswerable",{SVC_QT}}}{RATE}))',
+                    "claims left out / answer",
+                ),
+            ],
+            defaults={"min": 0},
         ),
         timeseries(
             "Judge self-disagreement",

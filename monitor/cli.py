@@ -101,7 +101,11 @@ async def _run(settings: Settings) -> None:
     _install_stop(stop)
     sidecar = Sidecar(settings)
     server = MetricsServer(
-        sidecar.metrics.registry, settings.metrics.host, settings.metrics.port, sidecar.readiness
+        sidecar.metrics.registry,
+        settings.metrics.host,
+        settings.metrics.port,
+        sidecar.readiness,
+        routes=sidecar.http_routes(),
     )
     try:
         server.start()

@@ -319,6 +319,23 @@ class GoldenConfig(_Section):
     k: int = Field(5, gt=0)
     baseline: Path | None = None
     concurrency: int = Field(8, gt=0)
+    baselines: list[Literal["oracle", "no_context"]] = Field(
+        default_factory=list,
+        description="also replay with the labelled chunks as context (oracle) and with none (no_context)",
+    )
+    report_dir: Path | None = Field(None, description="write each replay's JSON report here")
+    trigger_token_file: Path | None = Field(
+        None, description="bearer token for POST /golden/replay on the metrics port (unset: no endpoint)"
+    )
+    trigger_token: SecretStr | None = Field(
+        None, description="the token itself, for RAGMON_GOLDEN__TRIGGER_TOKEN (prefer the file)"
+    )
+
+    @model_validator(mode="after")
+    def _trigger_needs_a_replay(self) -> GoldenConfig:
+        if (self.trigger_token_file is not None or self.trigger_token) and not (self.file and self.target):
+            raise ValueError("a golden trigger token needs golden.file and golden.target (what to replay)")
+        return self
 
 
 class SamplingConfig(SamplingPolicy):

@@ -59,8 +59,17 @@ _SMALL_N = 30.0
 _MAX_WEIGHT = 1e9
 _MIN_WEIGHT = 1e-6  # p <= 1 makes weights >= 1; a little below is tolerated, subnormals are not
 
-# The per-answer values y of the estimates exported as sufficient statistics (`metric` label).
-ESTIMATE_METRICS = ("faithfulness", "hallucination", "refusal", "false_refusal", "relevance")
+# The per-answer values y of the estimates exported as sufficient statistics (`metric` label):
+# faithfulness, hallucinated 0/1, refused 0/1 (no answer given; a hedged answer is not a refusal),
+# false refusal 0/1, answer relevance 1-3, context relevance 1-3 (mean over the record's chunks).
+ESTIMATE_METRICS = (
+    "faithfulness",
+    "hallucination",
+    "refusal",
+    "false_refusal",
+    "relevance",
+    "context_relevance",
+)
 
 
 def usable_weight(weight: float) -> bool:
@@ -74,15 +83,27 @@ def estimate_values(j: Judgement) -> list[tuple[str, float]]:
     if not j.ok:
         return []
     return verdict_values(
-        j.faithfulness, j.hallucinated, j.answer_admits_uncertainty, j.false_refusal, j.answer_relevance
+        j.faithfulness,
+        j.hallucinated,
+        j.refuses,
+        j.false_refusal,
+        j.answer_relevance,
+        context_relevance=j.context_relevance,
     )
 
 
 def verdict_values(
-    faithfulness: object, hallucinated: object, refusal: object, false_refusal: object, relevance: object
+    faithfulness: object,
+    hallucinated: object,
+    refusal: object,
+    false_refusal: object,
+    relevance: object,
+    *,
+    context_relevance: object = None,
 ) -> list[tuple[str, float]]:
     """`estimate_values` from the verdict fields, as a results line carries them: anything but a
-    finite number (or a bool for the flags) is left out, so a malformed line adds nothing."""
+    finite number (or a bool for the flags) is left out, so a malformed line adds nothing.
+    `context_relevance` is keyword-only and optional: the drift detectors do not watch it (yet)."""
     out: list[tuple[str, float]] = []
     if _number(faithfulness):
         out.append(("faithfulness", min(1.0, max(0.0, float(faithfulness)))))
@@ -95,6 +116,8 @@ def verdict_values(
             out.append((metric, 1.0 if flag else 0.0))
     if _number(relevance):
         out.append(("relevance", float(relevance)))
+    if _number(context_relevance):
+        out.append(("context_relevance", min(3.0, max(1.0, float(context_relevance)))))
     return out
 
 

@@ -7,13 +7,13 @@ the demo can run several pipelines in one process without label collisions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_left
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.drift import DriftMetrics, RetrievalDriftMetrics
 from monitor.estimate import estimate_values, usable_weight
-from monitor.judge.model import Judgement
+from monitor.judge.model import Judgement, Verdict
 from monitor.model import Reject
 
 PREFIX = "ragmon_"
@@ -26,13 +26,60 @@ SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0, 5.0, 10.
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordSeries:
-    """The record-level children of one (service, query_type), resolved once."""
+class HistogramTally:
+    """Observations of one Histogram child, counted in plain numbers and added to the child by
+    `flush`: an observation is a bisect and two additions, without the child's per-value locks and
+    bucket scan. The ingest stage flushes once per fetched batch, so a scrape sees every record at
+    most one batch (well under a second) late. Values must not be NaN (scores and lags are
+    finite)."""
 
-    records: Counter
-    chunks: Histogram
-    top_score: Histogram
+    __slots__ = ("_bounds", "_child", "_counts", "_n", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        self._bounds = list(child._upper_bounds)  # ends with +Inf
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._n = 0
+
+    def observe(self, value: float) -> None:
+        # The first bucket whose upper bound is >= value, as `Histogram.observe` picks it.
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._sum += value
+        self._n += 1
+
+    def flush(self) -> None:
+        if not self._n:
+            return
+        counts = self._counts
+        buckets = self._child._buckets
+        for i, n in enumerate(counts):
+            if n:
+                buckets[i].inc(n)
+                counts[i] = 0
+        self._child._sum.inc(self._sum)
+        self._sum = 0.0
+        self._n = 0
+
+
+class RecordSeries:
+    """The record-level series of one (service, query_type), resolved once and counted locally
+    (see `HistogramTally`) until `flush`."""
+
+    __slots__ = ("_records", "chunks", "records", "top_score")
+
+    def __init__(self, records: Counter, chunks: Histogram, top_score: Histogram) -> None:
+        self._records = records
+        self.records = 0  # since the last flush
+        self.chunks = HistogramTally(chunks)
+        self.top_score = HistogramTally(top_score)
+
+    def flush(self) -> None:
+        if self.records:
+            self._records.inc(self.records)
+            self.records = 0
+        self.chunks.flush()
+        self.top_score.flush()
 
 
 class Metrics:
@@ -216,49 +263,92 @@ class Metrics:
 JUDGE_LATENCY_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 UNIT_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 RELEVANCE_BUCKETS = (1.0, 2.0, 3.0)
+CONTEXT_RELEVANCE_BUCKETS = (1.0, 1.5, 2.0, 2.5, 3.0)
 
 
 class JudgeMetrics:
-    """Judgement-level metrics of design.md: what the judge said, and what judging cost."""
+    """Judgement-level metrics of design.md: what the judge said, and what judging cost.
+
+    Verdict series carry `judge` (the backend: lexical, anthropic, openai; bounded by the factory),
+    so a change of backend shows as new series instead of silently changing what one means. They
+    are unweighted counts of judged records; the weighted estimates are `EstimateCounters`'.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
         sq = ["service", "query_type"]
-        self.judged = Counter(f"{PREFIX}judged", "Records judged, per check", [*sq, "check"], registry=r)
+        sqj = [*sq, "judge"]
+        self.judged = Counter(f"{PREFIX}judged", "Records judged, per check", [*sqj, "check"], registry=r)
         self.skipped = Counter(
             f"{PREFIX}judge_skipped", "Sampled records not judged, by reason", [*sq, "reason"], registry=r
         )
-        self.claims = Counter(f"{PREFIX}claims", "Atomic claims extracted from answers", sq, registry=r)
+        self.claims = Counter(f"{PREFIX}claims", "Atomic claims extracted from answers", sqj, registry=r)
         self.claims_supported = Counter(
-            f"{PREFIX}claims_supported", "Claims supported by a retrieved chunk", sq, registry=r
+            f"{PREFIX}claims_supported",
+            "Claims supported by the retrieved chunks (quotes checked)",
+            sqj,
+            registry=r,
+        )
+        self.claims_contradicted = Counter(
+            f"{PREFIX}claims_contradicted", "Claims the retrieved chunks contradict", sqj, registry=r
         )
         self.unanswerable = Counter(
-            f"{PREFIX}unanswerable", "Judged records whose context could not answer the query", sq, registry=r
+            f"{PREFIX}unanswerable",
+            "Judged records whose context could not answer the query",
+            sqj,
+            registry=r,
         )
         self.hallucinated = Counter(
             f"{PREFIX}unanswerable_hallucinated",
             "Unanswerable records answered anyway instead of admitting uncertainty",
-            sq,
+            sqj,
             registry=r,
         )
         self.refusals = Counter(
-            f"{PREFIX}refusals", "Answers admitting uncertainty (refusals)", sq, registry=r
+            f"{PREFIX}refusals",
+            "Answers that give no answer (refusals; hedged answers apart)",
+            sqj,
+            registry=r,
+        )
+        self.hedges = Counter(
+            f"{PREFIX}hedges", "Answers that answer but admit uncertainty about part of it", sqj, registry=r
         )
         self.false_refusals = Counter(
-            f"{PREFIX}false_refusals", "Refusals although the context held the answer", sq, registry=r
+            f"{PREFIX}false_refusals", "Refusals although the context held the answer", sqj, registry=r
         )
         self.faithfulness = Histogram(
             f"{PREFIX}faithfulness_score",
             "Supported claims / claims, per judged answer that makes claims",
-            sq,
+            sqj,
             buckets=UNIT_BUCKETS,
             registry=r,
         )
         self.relevance = Histogram(
             f"{PREFIX}answer_relevance_score",
             "Answer relevance, 1-3",
-            sq,
+            sqj,
             buckets=RELEVANCE_BUCKETS,
+            registry=r,
+        )
+        self.context_relevance = Histogram(
+            f"{PREFIX}context_relevance_score",
+            "Mean relevance (1-3) of a judged record's retrieved chunks",
+            sqj,
+            buckets=CONTEXT_RELEVANCE_BUCKETS,
+            registry=r,
+        )
+        self.evidence_mismatch = Counter(
+            f"{PREFIX}judge_evidence_mismatch",
+            "Claims a judge called supported or contradicted whose quoted evidence failed the check "
+            "(reason: no_quote, not_in_chunk, numbers, unrelated); scored as not in context",
+            [*sqj, "reason"],
+            registry=r,
+        )
+        self.coverage_gaps = Counter(
+            f"{PREFIX}judge_coverage_gaps",
+            "Verdicts whose claims left out part of the answer, by outcome of the one repair "
+            "(repaired; unrepaired: the left-out sentences scored as not in context)",
+            [*sqj, "outcome"],
             registry=r,
         )
         self.requests = Counter(
@@ -309,36 +399,48 @@ class JudgeMetrics:
         skew production's rates."""
         if not j.ok:
             return
-        labels = {"service": service, "query_type": j.query_type}
+        labels = {"service": service, "query_type": j.query_type, "judge": j.backend}
         for check in j.checks():
             self.judged.labels(check=check, **labels).inc()
         if j.claims:
             self.claims.labels(**labels).inc(len(j.claims))
             self.claims_supported.labels(**labels).inc(sum(c.supported for c in j.claims))
+            contradicted = sum(c.verdict is Verdict.CONTRADICTED for c in j.claims)
+            if contradicted:
+                self.claims_contradicted.labels(**labels).inc(contradicted)
+        for reason in j.evidence_failures():
+            self.evidence_mismatch.labels(reason=reason, **labels).inc()
+        if j.coverage_repair is not None:
+            self.coverage_gaps.labels(outcome=j.coverage_repair, **labels).inc()
         if j.faithfulness is not None:
             self.faithfulness.labels(**labels).observe(j.faithfulness)
         if j.answerable_from_context is False:
             self.unanswerable.labels(**labels).inc()
             if j.hallucinated:
                 self.hallucinated.labels(**labels).inc()
-        if j.answer_admits_uncertainty:
+        if j.refuses:
             self.refusals.labels(**labels).inc()
             if j.false_refusal:
                 self.false_refusals.labels(**labels).inc()
+        if j.hedges:
+            self.hedges.labels(**labels).inc()
         if j.answer_relevance is not None:
             self.relevance.labels(**labels).observe(j.answer_relevance)
+        if j.context_relevance is not None:
+            self.context_relevance.labels(**labels).observe(j.context_relevance)
 
 
 class EstimateCounters:
     """The additive sufficient statistics of each weighted (Hájek) estimate, per
-    {service,query_type,metric}: n, Σw, Σw·y, Σw², Σw²·y, Σw²·y² (w = 1/p). As counters they add
-    up exactly across replicas and over any window, so the recording rules in
+    {service,query_type,metric,judge}: n, Σw, Σw·y, Σw², Σw²·y, Σw²·y² (w = 1/p). As counters they
+    add up exactly across replicas and over any window, so the recording rules in
     deploy/prometheus/rules.yml compute the group's estimate, interval and effective sample size —
-    which no combination of per-replica ratio gauges can."""
+    which no combination of per-replica ratio gauges can. `judge` is kept by the rules: two
+    backends' verdicts are never pooled into one estimate."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        labels = ["service", "query_type", "metric"]
+        labels = ["service", "query_type", "metric", "judge"]
 
         def counter(name: str, what: str) -> Counter:
             return Counter(
@@ -361,7 +463,7 @@ class EstimateCounters:
             return
         w2 = w * w
         for metric, y in estimate_values(j):
-            labels = {"service": service, "query_type": j.query_type, "metric": metric}
+            labels = {"service": service, "query_type": j.query_type, "metric": metric, "judge": j.backend}
             self.samples.labels(**labels).inc()
             self.weight.labels(**labels).inc(w)
             self.weighted_value.labels(**labels).inc(w * y)

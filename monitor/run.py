@@ -22,7 +22,7 @@ from monitor.kafka.client import client_kwargs
 from monitor.kafka.consumer import KafkaSource
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
-from monitor.outputs.http import Readiness
+from monitor.outputs.http import Readiness, Route
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,15 @@ def build_judge(settings: Settings) -> Judge | None:
             labels = [t for t in settings.slices.query_types if t != "unknown"]
             options = {"query_types": labels, **options}
     return create_judge(jc.backend, options)
+
+
+def tune_gc() -> None:
+    """Per-span objects are short-lived and acyclic (reference counting frees them); the default
+    thresholds made collections ~9% of the drain. Long-lived start-up objects are frozen out of
+    every later collection."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 class Sidecar:
@@ -75,6 +84,16 @@ class Sidecar:
     def sources(self) -> list[KafkaSource]:
         return [s.source for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
 
+    def http_routes(self) -> dict[str, Route]:
+        """Routes for the metrics server beside /metrics, /healthz, /readyz: `POST /golden/replay`
+        on a judge member with a golden set and a trigger token."""
+        trigger = self.judge_stage.golden_trigger if self.judge_stage is not None else None
+        if trigger is None:
+            return {}
+        from monitor.golden.trigger import PATH
+
+        return {PATH: trigger.handle}
+
     async def wait_assigned(self) -> None:
         """Until every stage's consumer holds partitions (tests, the demo)."""
         for source in self.sources:
@@ -103,11 +122,7 @@ class Sidecar:
         ingest just produced, and each commits and leaves its group."""
         if not await self._start_output(stop):
             return
-        # Per-span objects are short-lived; the default GC thresholds made collections ~9% of
-        # the drain. Long-lived start-up objects are frozen out of every later collection.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 100)
+        tune_gc()
         deadline = [float("inf")]  # set when `stop` is; the producer's close gets the last 2 s
 
         def left() -> float:

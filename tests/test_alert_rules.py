@@ -48,7 +48,11 @@ COUNTERS = frozenset(
         "ragmon_unanswerable_total",
         "ragmon_unanswerable_hallucinated_total",
         "ragmon_refusals_total",
+        "ragmon_hedges_total",
         "ragmon_false_refusals_total",
+        "ragmon_claims_contradicted_total",
+        "ragmon_judge_evidence_mismatch_total",
+        "ragmon_judge_coverage_gaps_total",
         "ragmon_judge_requests_total",
         "ragmon_judge_tokens_total",
         "ragmon_judge_cost_usd_total",
@@ -77,6 +81,7 @@ HISTOGRAMS = frozenset(
     {
         "ragmon_faithfulness_score",
         "ragmon_answer_relevance_score",
+        "ragmon_context_relevance_score",
         "ragmon_retrieved_chunks",
         "ragmon_retrieval_top_score",
         "ragmon_judge_latency_seconds",
@@ -122,9 +127,9 @@ LABEL_VALUES = {
     },
     "limit": {"calls", "tokens", "usd"},
     "feature": {"chunk_count", "top_score"},
-    "check": {"faithfulness", "unanswerable", "relevance"},
+    "check": {"faithfulness", "unanswerable", "relevance", "context_relevance"},
     "metric": {
-        *("faithfulness", "hallucination", "refusal", "false_refusal", "relevance"),
+        *("faithfulness", "hallucination", "refusal", "false_refusal", "relevance", "context_relevance"),
         *("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k", "refusal_accuracy"),
     },
 }
@@ -133,6 +138,7 @@ SEVERITY = {
     "RagmonFaithfulnessLow": "critical",
     "RagmonHallucinationRateHigh": "critical",
     "RagmonAnswerRelevanceLow": "warning",
+    "RagmonContextRelevanceLow": "warning",
     "RagmonDriftActive": "warning",
     "RagmonRetrievalDrift": "warning",
     "RagmonGoldenRegression": "warning",
@@ -151,6 +157,7 @@ QUALITY = {
     "RagmonHallucinationRateHigh",
     "RagmonDriftActive",
     "RagmonAnswerRelevanceLow",
+    "RagmonContextRelevanceLow",
 }
 PIPELINE_TROUBLE = {"RagmonJudgeErrorRateHigh", "RagmonJudgeCircuitOpen", "RagmonConsumerLagGrowing"}
 
@@ -391,6 +398,40 @@ def quality() -> dict[str, Any]:
             # 20 unanswerable at 20m: pending until 35m.
             check("RagmonHallucinationRateHigh", "30m"),
             check("RagmonHallucinationRateHigh", "60m", hallucination),
+        ],
+    }
+
+
+def context_relevance() -> dict[str, Any]:
+    """Context relevance per judge: the rules keep `judge`, so a slice judged by two backends has
+    two estimates, and only the one below target fires, naming its judge."""
+    shop = {"service": "shop"}
+    j0, j1 = {"instance": "judge-0"}, {"instance": "judge-1"}
+    claude, lexical = {"judge": "anthropic"}, {"judge": "lexical"}
+    metric = {"metric": "context_relevance"}
+    s = [
+        # lookup, anthropic: 2.0 on judge-0, 2.2 on judge-1, 1 a minute each: 2.1 together.
+        *estimate_counters([(1, 1.0, 2.0)], **shop, **j0, **claude, query_type="lookup", **metric),
+        *estimate_counters([(1, 1.0, 2.2)], **shop, **j1, **claude, query_type="lookup", **metric),
+        # lookup, lexical on the same slice: 2.8, healthy. Pooled with it, anthropic would hide.
+        *estimate_counters([(2, 1.0, 2.8)], **shop, **j0, **lexical, query_type="lookup", **metric),
+        # comparison: as bad, but 24 an hour: under the effective-sample-size guard.
+        *estimate_counters([(0.4, 1.0, 2.0)], **shop, **j0, **claude, query_type="comparison", **metric),
+    ]
+    low = fired(
+        "RagmonContextRelevanceLow",
+        {"service": "shop", "query_type": "lookup", "metric": "context_relevance", "judge": "anthropic"},
+        "Context relevance of lookup queries of shop over the last hour (mean judged relevance of every "
+        "retrieved chunk): estimate 2.10, 95% upper bound 2.12 of 3 (target 2.3), effective sample size 120.",
+    )
+    return {
+        "name": "context relevance",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonContextRelevanceLow", "10m"),
+            check("RagmonContextRelevanceLow", "25m"),
+            check("RagmonContextRelevanceLow", "60m", low),
         ],
     }
 
@@ -834,6 +875,7 @@ def healthy() -> dict[str, Any]:
 def scenarios() -> list[dict[str, Any]]:
     return [
         quality(),
+        context_relevance(),
         drift(),
         retrieval_drift(),
         golden(),

@@ -1,10 +1,12 @@
-"""Trace assembly and offset tracking, without Kafka: ordering, timeouts, bounds, holds."""
+"""Trace assembly, offset tracking and record counting, without Kafka: ordering, timeouts, bounds,
+holds."""
 
 from __future__ import annotations
 
 from monitor.config import AssemblyConfig
-from monitor.ingest.assemble import Assembler
-from monitor.kafka.offsets import OffsetTracker
+from monitor.ingest.assemble import Assembler, Finished, build_record
+from monitor.kafka.offsets import OffsetTracker, release_all
+from monitor.metrics import Metrics
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 
 
@@ -159,3 +161,87 @@ def test_flush_on_shutdown_leaves_incomplete_traces_held() -> None:
         for r in f.refs:
             r.release()
     assert tracker.committable() == {"p0": 1}  # the open trace's message will be re-read
+
+
+def test_spans_that_cannot_shape_the_record_are_counted_not_kept() -> None:
+    """The HTTP, database and cache spans around a RAG request: their messages are held and their
+    bytes counted, but the record is the one every span would give, anchor included."""
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    for rootless in (False, True):
+        tid = f"mix{rootless}"
+        spans = [
+            span(tid, "recv", "http"),  # the trace's first span: the anchor when there is no root
+            span(tid, "sql", "chain"),
+            *([] if rootless else [span(tid, "http", role=SpanRole.ROOT)]),
+            span(tid, "chain", "http", SpanRole.ROOT, query="q?", answer="a.", query_type="lookup"),
+            span(tid, "ret", "chain", SpanRole.RETRIEVER, query="q?", chunks=[Chunk("c1", "x", 0.9)]),
+            span(tid, "cache", "chain"),
+            span(tid, "llm", "chain", SpanRole.LLM, answer="a.", model="m1"),
+            span(tid, "tpl", "chain", query_type="ignored"),  # a field a record can take: kept
+        ]
+        if rootless:
+            spans = [s for s in spans if s.role is not SpanRole.ROOT]
+        asm = Assembler(AssemblyConfig(grace_seconds=0, timeout_seconds=5))
+        r0, r1 = tracker.track("p0", 0 + 2 * rootless), tracker.track("p0", 1 + 2 * rootless)
+        assert r0 is not None and r1 is not None
+        out: list[Finished] = []
+        asm.add_spans(spans[:4], r0, 10, 0.0, out)
+        asm.add_spans(spans[4:], r1, 10, 0.0, out)
+        assert out == [] and asm.open_bytes == 10 * len(spans)
+        assert [s.span_id for s in asm._open[tid].spans] == [
+            s.span_id for s in spans if s.span_id not in ("sql", "cache")
+        ]
+        r0.release()
+        r1.release()
+        (fin,) = asm.poll(10.0)
+        expected, _ = build_record(tid, spans)
+        assert fin.record == expected and fin.record is not None
+        assert fin.record.span_id == ("recv" if rootless else "http")
+        assert [r.offset for r in fin.refs] == [r0.offset, r1.offset]
+        release_all(fin.refs)
+    assert tracker.committable() == {"p0": 4}
+
+
+def test_track_run_stops_where_track_would() -> None:
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    gen = tracker.generation("p0")
+    refs = tracker.track_run("p0", [3, 4, 5, 5, 6], gen)  # a re-delivery ends the run
+    assert [r.offset for r in refs] == [3, 4, 5]
+    assert tracker.track_run("p0", [4, 6], gen) == []
+    assert tracker.track_run("p0", [6], (gen or 0) + 1) == []  # an older batch's generation
+    release_all(refs)
+    assert tracker.committable() == {"p0": 6}
+    assert [r.offset for r in tracker.track_run("p0", [6, 7], gen)] == [6, 7]
+    assert tracker.track("p0", 7, gen) is None
+
+
+def test_histogram_tally_flushes_what_observe_would_have() -> None:
+    """Record metrics are counted locally and flushed per batch: the exposition is the same."""
+    values = [0, 3, 3, 7, 100, 101, 2.5, 0.1, 1e9, -1.0]
+    direct, tallied = Metrics(), Metrics()
+    for v in values:
+        direct.retrieved_chunks.labels(service="s", query_type="q").observe(v)
+        direct.records.labels(service="s", query_type="q").inc()
+    series = tallied.record_series("s", "q")
+    for i, v in enumerate(values):
+        series.records += 1
+        series.chunks.observe(v)
+        if i == 4:
+            series.flush()  # twice: each adds only what came since the last one
+    assert set(_samples(tallied, "ragmon_records_total").values()) == {5.0}  # the rest is local
+    series.flush()
+    series.flush()
+    for name in ("ragmon_records_total", "ragmon_retrieved_chunks_bucket", "ragmon_retrieved_chunks_count"):
+        assert _samples(tallied, name) == _samples(direct, name)
+    assert _samples(tallied, "ragmon_retrieved_chunks_sum") == _samples(direct, "ragmon_retrieved_chunks_sum")
+
+
+def _samples(m: Metrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for f in m.registry.collect()
+        for s in f.samples
+        if s.name == name
+    }

@@ -22,6 +22,7 @@ from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.judge import Judgement
+from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
 from monitor.model import RagRecord
 from monitor.run import build_judge
@@ -145,7 +146,7 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
             sidecar,
             "ragmon_judge_requests_total",
             backend="lexical",
-            model="lexical-v1",
+            model=LexicalJudge.model,
             outcome="internal_error",
         )
         == 1

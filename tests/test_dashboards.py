@@ -240,7 +240,8 @@ class LexicalMessagesAPI:
     def __call__(self, path: str, body: dict[str, Any]) -> Reply:
         user = body["messages"][0]["content"]
         text = user if isinstance(user, str) else user[0]["text"]
-        verdict = self.judge.judge_sync(record_of(text))
+        record = record_of(text)
+        verdict = self.judge.judge_sync(record)
         count = self.seen[text] = self.seen.get(text, 0) + 1
         relevance = verdict.answer_relevance or 1
         if count % 2 == 0:
@@ -252,6 +253,11 @@ class LexicalMessagesAPI:
             "answerable_from_context": bool(verdict.answerable_from_context),
             "answer_admits_uncertainty": bool(verdict.answer_admits_uncertainty),
             "answer_relevance": relevance,
+            # Chunks its claims rest on are relevant, the others on topic.
+            "context_relevance": [
+                {"chunk_id": c.id, "relevance": 3 if any(c.id in v.chunk_ids for v in verdict.claims) else 2}
+                for c in record.chunks
+            ],
         }
         return Reply(body=anthropic_message(output))
 
@@ -532,7 +538,12 @@ async def drive(sidecar: Sidecar, bs: str, topic: str, dlq: str) -> None:
 
     def judged_lookups() -> float:
         return sample(
-            sidecar, "ragmon_judged_total", service="rag-demo", query_type="lookup", check="unanswerable"
+            sidecar,
+            "ragmon_judged_total",
+            service="rag-demo",
+            query_type="lookup",
+            check="unanswerable",
+            judge="anthropic",
         )
 
     n_lookups = 60 + sum(t.query_type == "lookup" for t in good.traces)

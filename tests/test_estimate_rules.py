@@ -46,28 +46,34 @@ def values_of(line: dict[str, Any]) -> list[tuple[str, float]]:
         out.append(("faithfulness", float(line["faithfulness"])))
     for metric, key in (
         ("hallucination", "hallucinated"),
-        ("refusal", "answer_admits_uncertainty"),
+        ("refusal", "refuses"),  # no answer given: a hedged answer is not a refusal
         ("false_refusal", "false_refusal"),
     ):
         if line[key] is not None:
             out.append((metric, 1.0 if line[key] else 0.0))
-    if line["answer_relevance"] is not None:
-        out.append(("relevance", float(line["answer_relevance"])))
+    for metric, key in (("relevance", "answer_relevance"), ("context_relevance", "context_relevance")):
+        if line[key] is not None:
+            out.append((metric, float(line[key])))
     return out
 
 
-def expected_estimates(lines: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, float]]:
-    """Hájek estimate, linearised variance bounds and Kish effective sample size per slice."""
-    pairs: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+Key = tuple[str, str, str, str]  # service, query_type, metric, judge
+
+
+def expected_estimates(lines: list[dict[str, Any]]) -> dict[Key, dict[str, float]]:
+    """Hájek estimate, linearised variance bounds and Kish effective sample size per slice and
+    judge (the rules never pool two backends)."""
+    pairs: dict[Key, list[tuple[float, float]]] = defaultdict(list)
     for line in lines:
         for metric, y in values_of(line):
-            pairs[(line["service"], line["query_type"], metric)].append((line["sampling_weight"], y))
+            key = (line["service"], line["query_type"], metric, line["judge"]["backend"])
+            pairs[key].append((line["sampling_weight"], y))
     out = {}
     for key, wy in pairs.items():
         sw = sum(w for w, _ in wy)
         est = sum(w * y for w, y in wy) / sw
         var = sum(w * w * (y - est) ** 2 for w, y in wy) / sw**2
-        top = 3.0 if key[2] == "relevance" else 1.0
+        top = 3.0 if key[2].endswith("relevance") else 1.0
         out[key] = {
             "ratio1h": est,
             "effective_samples:ratio1h": sw**2 / sum(w * w for w, _ in wy),
@@ -77,19 +83,20 @@ def expected_estimates(lines: list[dict[str, Any]]) -> dict[tuple[str, str, str]
     return out
 
 
-def exported(sidecar: Sidecar) -> dict[tuple[str, tuple[str, str, str]], float]:
-    """(counter, (service, query_type, metric)) -> value, from a replica's registry."""
+def exported(sidecar: Sidecar) -> dict[tuple[str, Key], float]:
+    """(counter, (service, query_type, metric, judge)) -> value, from a replica's registry."""
     out = {}
     names = {f"ragmon_estimate_{name}_total" for name, _ in ESTIMATE_STATS}
     for family in sidecar.metrics.registry.collect():
         for s in family.samples:
             if s.name in names:
-                out[(s.name, (s.labels["service"], s.labels["query_type"], s.labels["metric"]))] = s.value
+                key = (s.labels["service"], s.labels["query_type"], s.labels["metric"], s.labels["judge"])
+                out[(s.name, key)] = s.value
     return out
 
 
-def labels(key: tuple[str, str, str], **more: str) -> str:
-    pairs = {"service": key[0], "query_type": key[1], "metric": key[2], **more}
+def labels(key: Key, **more: str) -> str:
+    pairs = {"service": key[0], "query_type": key[1], "metric": key[2], "judge": key[3], **more}
     return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
 
 
@@ -150,17 +157,20 @@ async def test_two_judge_replicas_add_up_to_the_estimate_of_their_union(
     for rule in ("ratio1h", "effective_samples:ratio1h", "lower:ratio1h", "upper:ratio1h"):
         got = f"{LEVEL}:ragmon_estimate:{rule}" if rule == "ratio1h" else f"{LEVEL}:ragmon_estimate_{rule}"
         want = f"expected_{rule.replace(':', '_')}"
-        # Nothing off by more than 1e-9 relative, and every expected slice present.
+        # Nothing off by more than 1e-9 relative, and every expected slice present. Absolutely, 1e-7:
+        # a bound near 0 is the difference of two near-equal numbers (the variance is a difference of
+        # sums of w²·y², so the rule's float64 keeps ~1e-8 there; seen: 3.2e-8 against 0).
+        same = "on(service, query_type, metric, judge)"
         tests.append(
             {
-                "expr": f"abs({got} - on(service, query_type, metric) {want}) > 1e-9 * abs({want}) + 1e-12",
+                "expr": f"abs({got} - {same} {want}) > 1e-9 * abs({want}) + 1e-7",
                 "eval_time": "10m",
                 "exp_samples": [],
             }
         )
         tests.append(
             {
-                "expr": f"{want} unless on(service, query_type, metric) {got}",
+                "expr": f"{want} unless on(service, query_type, metric, judge) {got}",
                 "eval_time": "10m",
                 "exp_samples": [],
             }

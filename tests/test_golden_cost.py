@@ -50,16 +50,30 @@ def billing_judge(path: str, body: dict[str, Any]) -> Reply:
     user = _text(body["messages"][0]["content"])
     answer = html.unescape(re.search(r"<answer>(.*?)</answer>", user, re.S).group(1))  # type: ignore[union-attr]
     ids = chunk_ids_of(body)
-    claims = [
-        {"text": s[:1000], "supported": bool(ids), "chunk_id": ids[0] if ids else None}
-        for s in re.split(r"(?<=[.!?])\s+", answer.strip())
-        if s
-    ][:40]
+    chunks = {
+        html.unescape(i): html.unescape(t)
+        for i, t in re.findall(r'<chunk id="([^"]*)" rank="\d+">(.*?)</chunk>', user, re.S)
+    }
+
+    def claim(sentence: str) -> dict[str, Any]:
+        """Supported, quoting the chunk it came from (the example service's answers are extractive)."""
+        at = next((i for i, t in chunks.items() if sentence.lower() in t.lower()), None)
+        evidence = [{"chunk_id": at, "quote": sentence}] if at else []
+        return {
+            "text": sentence[:1000],
+            "verdict": "supported" if at else "not_in_context",
+            "evidence": evidence,
+        }
+
+    refuses = "I don't know" in answer  # the example service's refusal
+    claims = [] if refuses else [claim(s) for s in re.split(r"(?<=[.!?])\s+", answer.strip()) if s][:40]
     output = {
         "claims": claims,
         "answerable_from_context": bool(ids),
-        "answer_admits_uncertainty": False,
-        "answer_relevance": 3,
+        "refuses": refuses,
+        "hedges": False,
+        "answer_relevance": 1 if refuses else 3,
+        "context_relevance": [{"chunk_id": i, "relevance": 3} for i in chunks],
     }
     sent = _text(body["system"]) + "".join(_text(m["content"]) for m in body["messages"])
     message = anthropic_message(output)

@@ -136,9 +136,17 @@ def test_example_golden_set_is_the_corpus() -> None:
     """examples/golden.jsonl: every corpus question as its golden row, enough of each type."""
     check = load_golden(REPO / "examples" / "golden.jsonl")
     assert check.ok and not check.warnings, check.warnings
-    want = {q.id: q.golden_row() for q in load_corpus().questions}
-    got = {r.id: r.model_dump(exclude={"grades", "source", "license"}) for r in check.rows}
+    corpus = load_corpus()
+    want = {q.id: q.golden_row() for q in corpus.questions}
+    got = {r.id: r.model_dump(exclude={"grades", "source", "license", "relevant_chunks"}) for r in check.rows}
     assert got == want
+    # The oracle baseline's context: every relevant chunk's text, as the corpus has it.
+    for r in check.rows:
+        context = r.oracle_context()
+        assert context is not None, r.id
+        assert [(c.id, c.content) for c in context] == [
+            (cid, corpus.chunks[cid].text) for cid in r.relevant_chunk_ids
+        ]
     counts: dict[str, int] = {}
     for r in check.rows:
         counts[r.query_type] = counts.get(r.query_type, 0) + 1

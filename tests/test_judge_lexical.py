@@ -1,18 +1,19 @@
 """The offline lexical judge: unit behaviour, injection resistance, accuracy against the synthetic
-workload's ground truth, and speed."""
+workload's ground truth."""
 
 from __future__ import annotations
 
 import collections
-import time
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from monitor.demo.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
-from monitor.judge import lexical
 from monitor.judge.calibrate import Labels, compare
 from monitor.judge.lexical import LexicalJudge, is_refusal, split_claims
+from monitor.judge.model import Judgement, Verdict
 from monitor.model import Chunk, RagRecord
 
 CHUNKS = [
@@ -218,44 +219,106 @@ def test_accuracy_against_ground_truth() -> None:
     )
 
 
-# -- speed ----------------------------------------------------------------------------------------------
-
-
-def test_speed_four_chunks_of_500_chars() -> None:
-    """Target: < 200 µs per record of 4 chunks x 500 chars. "warm" = chunk texts seen before (the
-    per-text cache hits, as for popular chunks in production); "cold" = the cache cleared before
-    every record. The asserted bounds leave room for slow CI machines; the figures are printed."""
-    corpus = load_corpus()
-    records = []
-    for t in generate(200, seed=5).traces:
-        chunks = [Chunk(cid, corpus.chunks[cid].text.ljust(500)[:500]) for cid in t.chunk_ids]
-        assert len(chunks) == 4
-        records.append(RagRecord(t.trace_id, t.root_span_id, "s", t.query, t.query_type, chunks, t.answer))
-    for r in records:
-        judge.judge_sync(r)
-
-    def warm() -> float:
-        t0 = time.perf_counter()
-        for r in records:
-            judge.judge_sync(r)
-        return (time.perf_counter() - t0) / len(records)
-
-    def cold() -> float:
-        total = 0.0
-        for r in records:
-            lexical._chunk_words.cache_clear()
-            t0 = time.perf_counter()
-            judge.judge_sync(r)
-            total += time.perf_counter() - t0
-        return total / len(records)
-
-    w = min(warm() for _ in range(3)) * 1e6
-    c = min(cold() for _ in range(3)) * 1e6
-    print(f"\nlexical judge, 4 chunks x 500 chars: warm {w:.0f} µs/record, cold {c:.0f} µs/record")
-    assert w < 400 and c < 800
-
-
 def test_number_at_sentence_start_must_be_in_the_chunk() -> None:
     ok = judge.judge_sync(rec("2009 is when Derek Cha started the first store in Richmond."))
     bad = judge.judge_sync(rec("2012 is when Derek Cha started the first store in Richmond."))
     assert ok.claims[0].supported and not bad.claims[0].supported
+
+
+# -- the failures of issue 14 on ordinary text ----------------------------------------------------------
+
+ACME = [
+    Chunk(
+        "acme",
+        "Acme was founded in 1990 in Oslo by Kari Nordmann. It moved its head office to Bergen in 2004. "
+        "Sales were higher in 2004 than in 2003.",
+    )
+]
+
+
+def acme(answer: str, query: str = "When was Acme founded?") -> Judgement:
+    return judge.judge_sync(rec(answer, query=query, chunks=ACME))
+
+
+def test_terse_answer_is_read_with_the_question() -> None:
+    j = acme("1990.")
+    assert j.faithfulness == 1.0 and not j.hallucinated and j.claims[0].chunk_ids == ["acme"]
+    assert j.claims[0].text == "When was Acme founded? 1990."
+    wrong = acme("2004.")  # in the chunk, but in the sentence about the move
+    assert wrong.faithfulness == 0.0 and wrong.claims[0].verdict is not Verdict.SUPPORTED
+    assert acme("1875.").claims[0].verdict is Verdict.NOT_IN_CONTEXT
+
+
+def test_paraphrase_is_supported_and_quotes_its_sentence() -> None:
+    j = acme("The company was established in 1990.")
+    assert j.faithfulness == 1.0 and not j.hallucinated
+    assert [q.quote for q in j.claims[0].evidence] == ["Acme was founded in 1990 in Oslo by Kari Nordmann."]
+
+
+def test_number_from_another_sentence_of_the_chunk_is_contradicted() -> None:
+    j = acme("Acme was founded in 2004.")
+    assert j.faithfulness == 0.0 and j.claims[0].verdict is Verdict.CONTRADICTED
+
+
+@pytest.mark.parametrize("answer", ["Acme was not founded in Oslo.", "Acme wasn't founded in Oslo."])
+def test_negation_is_contradicted(answer: str) -> None:
+    j = acme(answer, query="Where was Acme founded?")
+    assert j.faithfulness == 0.0 and j.claims[0].verdict is Verdict.CONTRADICTED
+    assert acme("Acme was founded in Oslo.", query="Where was Acme founded?").faithfulness == 1.0
+
+
+def test_before_after_and_comparatives_are_respected() -> None:
+    q = "When did Acme move to Bergen?"
+    assert acme("Acme moved to Bergen in 2004.", query=q).faithfulness == 1.0
+    for answer in ("Acme moved to Bergen before 2004.", "Acme moved to Bergen after 2004."):
+        assert acme(answer, query=q).faithfulness == 0.0  # the chunk states no such relation
+    assert acme("Acme was founded before 2004.").faithfulness == 0.0
+    q = "How did sales change in 2004?"
+    assert acme("Sales were higher in 2004 than in 2003.", query=q).faithfulness == 1.0
+    lower = acme("Sales were lower in 2004 than in 2003.", query=q)
+    assert lower.faithfulness == 0.0 and lower.claims[0].verdict is Verdict.CONTRADICTED
+
+
+def test_undecided_claim_is_uncertain_not_a_score() -> None:
+    """Its names are all in the chunk, but spread over sentences with half its other words: neither
+    clearly stated nor clearly invented."""
+    j = acme("Kari Nordmann founded the Bergen chess club with friends from Oslo university.")
+    assert [c.verdict for c in j.claims] == [Verdict.UNCERTAIN]
+    assert j.faithfulness is None and j.hallucinated is None
+    assert j.to_json_dict()["claims"][0]["verdict"] == "uncertain"
+
+
+# -- public labelled data ---------------------------------------------------------------------------------
+
+SAMPLE = Path(__file__).parent / "data" / "lexical_judge_sample.jsonl"
+
+
+def test_balanced_accuracy_on_public_sample() -> None:
+    """190 held-out questions of SQuAD 2.0, ClapNQ, HotpotQA and MultiHop-RAG (provenance:
+    tests/data/lexical_judge_sample.README.md): the gold answer on its context must be accepted,
+    the same answer with one entity/number swapped, a negation or a flipped comparative flagged.
+    Measured: balanced accuracy 0.865 over decided answers, 0.833 counting the 3.8 % undecided as
+    mistakes (asserted); the previous judge: 0.657."""
+    right: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    uncertain = 0
+    for line in SAMPLE.read_text().splitlines():
+        row = json.loads(line)
+        chunks = [Chunk(f"c{i}", text) for i, text in enumerate(row["chunks"])]
+        cases = [("grounded", row["grounded"])] + [("hallucinated", n["answer"]) for n in row["negatives"]]
+        for label, answer in cases:
+            j = judge.judge_sync(rec(answer, query=row["question"], chunks=chunks))
+            verdicts = {c.verdict for c in j.claims}
+            if j.hallucinated or verdicts & {Verdict.CONTRADICTED, Verdict.NOT_IN_CONTEXT}:
+                said = "hallucinated"
+            elif Verdict.UNCERTAIN in verdicts:
+                said = "uncertain"
+            else:
+                said = "grounded"
+            total[label] += 1
+            right[label] += said == label
+            uncertain += said == "uncertain"
+    assert total["grounded"] == 190 and total["hallucinated"] == 360
+    strict = (right["grounded"] / total["grounded"] + right["hallucinated"] / total["hallucinated"]) / 2
+    print(f"\npublic sample: strict balanced accuracy {strict:.3f}, {uncertain} of 550 undecided")
+    assert strict >= 0.82 and uncertain <= 0.08 * sum(total.values())

@@ -30,7 +30,17 @@ from monitor.judge.base import (
     price_for,
     system_prompt,
 )
-from monitor.judge.model import Claim, ClaimVerdict, JudgeOutput, TokenUsage
+from monitor.judge.evidence import content_words, coverage
+from monitor.judge.model import (
+    ChunkRating,
+    Claim,
+    ClaimVerdict,
+    Evidence,
+    JudgeOutput,
+    Quote,
+    TokenUsage,
+    Verdict,
+)
 from monitor.model import Chunk, RagRecord
 
 META: dict[str, Any] = {
@@ -43,14 +53,32 @@ META: dict[str, Any] = {
 
 
 def output(
-    claims: list[tuple[bool, str | None]], answerable: bool = True, admits: bool = False
+    claims: list[tuple[bool, str | None]],
+    answerable: bool = True,
+    admits: bool = False,
+    *,
+    hedges: bool = False,
+    ratings: list[tuple[str, int]] | None = None,
 ) -> JudgeOutput:
+    """Claims "text a", "text b"…, supported ones quoting "text of <chunk>" (`CHUNKS`); admits: refuses."""
     return JudgeOutput(
-        claims=[ClaimVerdict(text=f"claim {i}", supported=s, chunk_id=c) for i, (s, c) in enumerate(claims)],
+        claims=[
+            ClaimVerdict(
+                text=f"text {'abcdefgh'[i]}",
+                verdict="supported" if s else "not_in_context",
+                evidence=[Evidence(chunk_id=c, quote=f"text of {c}")] if s and c else [],
+            )
+            for i, (s, c) in enumerate(claims)
+        ],
         answerable_from_context=answerable,
-        answer_admits_uncertainty=admits,
+        refuses=admits,
+        hedges=hedges,
         answer_relevance=2,
+        context_relevance=[ChunkRating(chunk_id=c, relevance=r) for c, r in ratings or []],
     )
+
+
+CHUNKS = {"c1": "The text of c1, in full.", "c2": "And the text of c2."}
 
 
 def rec(answer: str = "An answer.", chunks: list[Chunk] | None = None) -> RagRecord:
@@ -62,45 +90,149 @@ def rec(answer: str = "An answer.", chunks: list[Chunk] | None = None) -> RagRec
 # -- scores ---------------------------------------------------------------------------------------------
 
 
+def judged(out: JudgeOutput, **kw: Any) -> Judgement:
+    return Judgement.from_output(out, chunks=CHUNKS, **{**META, **kw})
+
+
 def test_faithfulness_is_supported_over_total() -> None:
-    j = Judgement.from_output(output([(True, "c1"), (False, None), (True, "c2"), (False, None)]), **META)
+    j = judged(
+        output([(True, "c1"), (False, None), (True, "c2"), (False, None)], ratings=[("c1", 3), ("c2", 2)])
+    )
     assert j.faithfulness == 0.5 and j.ok and j.outcome is JudgeOutcome.OK
+    assert j.unsupported_claims == 2 and j.asserts_unsupported is True
     assert j.checks() == CHECKS
+    assert j.context_relevance == 2.5 and j.chunk_relevance == [("c1", 3), ("c2", 2)]
 
 
 def test_no_claims_means_no_faithfulness_score() -> None:
     """A refusal makes no claim: faithfulness is None — not NaN, not a silent 1.0."""
-    j = Judgement.from_output(output([], answerable=False, admits=True), **META)
-    assert j.faithfulness is None
+    j = judged(output([], answerable=False, admits=True))
+    assert j.faithfulness is None and j.context_relevance is None
     assert j.checks() == ("unanswerable", "relevance")
     line = json.dumps(j.to_json_dict(), allow_nan=False)
-    assert '"faithfulness": null' in line
+    assert '"faithfulness": null' in line and '"context_relevance": null' in line
 
 
-@pytest.mark.parametrize(
-    ("answerable", "admits", "hallucinated", "false_refusal"),
-    [
-        (True, False, False, False),
-        (False, False, True, False),
-        (False, True, False, False),
-        (True, True, False, True),
-    ],
-)
-def test_unanswerable_check(answerable: bool, admits: bool, hallucinated: bool, false_refusal: bool) -> None:
-    j = Judgement.from_output(output([], answerable=answerable, admits=admits), **META)
-    assert (j.hallucinated, j.false_refusal) == (hallucinated, false_refusal)
+# The semantics table of README "Judges": (answerable, refuses, hedges, claims as supported flags)
+# -> (hallucinated, false_refusal, answer_admits_uncertainty, asserts_unsupported).
+SEMANTICS = [
+    # a grounded, complete answer
+    ((True, False, False, [True, True]), (False, False, False, False)),
+    # a partial answer that stays within the context: not an invention
+    ((False, False, True, [True]), (False, False, True, False)),
+    # an invented answer to an unanswerable question: hallucinated
+    ((False, False, False, [False, True]), (True, False, False, True)),
+    # invented, but hedged: not "hallucinated" (it admits doubt), yet asserts unsupported claims
+    ((False, False, True, [False]), (False, False, True, True)),
+    # a correct refusal
+    ((False, True, False, []), (False, False, True, False)),
+    # a refusal although the context held the answer: false refusal
+    ((True, True, False, []), (False, True, True, False)),
+    # a complete answer with one hedge: not a refusal, so never a false refusal
+    ((True, False, True, [True, True]), (False, False, True, False)),
+    # a grounded answer with one invented detail
+    ((True, False, False, [True, False]), (False, False, False, True)),
+]
+
+
+@pytest.mark.parametrize(("case", "expected"), SEMANTICS)
+def test_verdict_semantics(
+    case: tuple[bool, bool, bool, list[bool]], expected: tuple[bool, bool, bool, bool]
+) -> None:
+    answerable, refuses, hedges, claims = case
+    j = judged(output([(s, "c1" if s else None) for s in claims], answerable, refuses, hedges=hedges))
+    assert (j.hallucinated, j.false_refusal, j.answer_admits_uncertainty, j.asserts_unsupported) == expected
+    assert (j.refuses, j.hedges) == (refuses, hedges)
+
+
+def test_one_admits_flag_is_split_by_the_claims() -> None:
+    """An offline judge with one "admits uncertainty" flag: no claims -> refuses, claims -> hedges."""
+    common: dict[str, Any] = {"answerable_from_context": True, "answer_relevance": 2, **META}
+    refusal = Judgement.from_verdicts([], answer_admits_uncertainty=True, **common)
+    hedge = Judgement.from_verdicts([Claim("x", True, "c1")], answer_admits_uncertainty=True, **common)
+    assert (refusal.refuses, refusal.hedges, refusal.false_refusal) == (True, False, True)
+    assert (hedge.refuses, hedge.hedges, hedge.false_refusal) == (False, True, False)
+
+
+def test_uncertain_claims_are_left_out_of_faithfulness() -> None:
+    claims = [
+        Claim("a", Verdict.SUPPORTED),
+        Claim("b", Verdict.UNCERTAIN),
+        Claim("c", Verdict.NOT_IN_CONTEXT),
+    ]
+    common: dict[str, Any] = {"answerable_from_context": True, "answer_relevance": 2, **META}
+    j = Judgement.from_verdicts(claims, answer_admits_uncertainty=False, **common)
+    assert j.faithfulness == 0.5 and j.unsupported_claims == 1
+    only = Judgement.from_verdicts([Claim("b", Verdict.UNCERTAIN)], answer_admits_uncertainty=False, **common)
+    assert only.faithfulness is None and only.checks() == ("unanswerable", "relevance")
 
 
 def test_unsupported_claim_never_reports_a_chunk() -> None:
-    j = Judgement.from_output(output([(False, "c1")]), **META)
-    assert j.claims == [Claim("claim 0", False, None)]
+    j = judged(output([(False, "c1")]))
+    assert j.claims == [Claim("text a", False, None)]
+    assert j.claims[0].chunk_ids == [] and j.claims[0].chunk_id is None
+
+
+def test_evidence_is_checked_against_the_chunk_text() -> None:
+    def claim(verdict: str, text: str, *quotes: tuple[str, str]) -> Claim:
+        evidence = [Evidence(chunk_id=c, quote=q) for c, q in quotes]
+        return Claim.checked(ClaimVerdict(text=text, verdict=verdict, evidence=evidence), CHUNKS)  # type: ignore[arg-type]
+
+    # Case, whitespace, XML escapes and typographic quotes do not matter; the words do.
+    ok = claim("supported", "c1 has text", ("c1", "THE  text\nof c1"))
+    assert ok.verdict is Verdict.SUPPORTED and ok.chunk_ids == ["c1"] and ok.note is None
+    assert ok.evidence == [Quote("c1", "THE  text\nof c1", True)]
+    # Two chunks together (a comparison, a multi-hop claim).
+    both = claim("supported", "both have text", ("c1", "the text of c1"), ("c2", "the text of c2"))
+    assert both.supported and both.chunk_ids == ["c1", "c2"]
+    # One quote of two not in its chunk: the claim is not supported at all.
+    half = claim("supported", "both have text", ("c1", "the text of c1"), ("c2", "the text of c3"))
+    assert half.verdict is Verdict.NOT_IN_CONTEXT and half.note == "not_in_chunk" and half.chunk_ids == []
+    assert [q.found for q in half.evidence] == [True, False]
+    # A real quote that does not carry the claim's number.
+    numbers = claim("supported", "c1 was written in 1990", ("c1", "The text of c1"))
+    assert numbers.verdict is Verdict.NOT_IN_CONTEXT and numbers.note == "numbers"
+    # A real quote sharing no word with the claim.
+    assert claim("supported", "Napoleon founded it", ("c1", "The text of c1")).note == "unrelated"
+    # A quote of the wrong chunk; a too-short quote.
+    assert claim("supported", "x", ("c2", "the text of c1")).note == "not_in_chunk"
+    assert claim("supported", "x", ("c1", "the")).note == "not_in_chunk"
+    # Contradicted: its quote is checked too, its numbers differ by definition, a quote is optional.
+    assert claim("contradicted", "c1 is from 1990", ("c1", "The text of c1")).verdict is Verdict.CONTRADICTED
+    assert claim("contradicted", "c1 is empty").verdict is Verdict.CONTRADICTED
+    assert claim("contradicted", "c1 is empty", ("c1", "no such words")).note == "not_in_chunk"
+
+
+def test_coverage_finds_the_sentences_no_claim_covers() -> None:
+    answer = (
+        "Acme was founded in 1990 by Ada Lovelace. It employs 300 people in Oslo. "
+        "I am not sure about its revenue. Yes."
+    )
+    full = coverage(
+        answer, ["Acme was founded in 1990.", "Ada Lovelace founded Acme.", "Acme employs 300 people."]
+    )
+    assert full.complete and full.share is not None and full.share > 0.8
+    part = coverage(answer, ["Acme was founded in 1990 by Ada Lovelace."])
+    assert part.gaps == ("It employs 300 people in Oslo.",) and part.share is not None and part.share < 0.7
+    assert coverage("I don't know.", []).complete and coverage("I don't know.", []).share is None
+    assert content_words("The Companies' 1,990 employees") == {"companie", "1", "990", "employee"}
 
 
 def test_failed_judgement_has_error_and_no_scores() -> None:
     j = Judgement.failed(JudgeOutcome.TIMEOUT, "timeout: slow", raw={"partial": 1}, **META)
     assert not j.ok and j.error == "timeout: slow" and j.checks() == ()
     d = j.to_json_dict()
-    for k in ("faithfulness", "answerable_from_context", "answer_admits_uncertainty", "hallucinated"):
+    for k in (
+        "faithfulness",
+        "answerable_from_context",
+        "answer_admits_uncertainty",
+        "refuses",
+        "hedges",
+        "hallucinated",
+        "unsupported_claims",
+        "asserts_unsupported",
+        "context_relevance",
+    ):
         assert d[k] is None
     assert d["claims"] == [] and d["answer_relevance"] is None
     assert d["judge"]["outcome"] == "timeout" and d["raw"] == {"partial": 1}
@@ -109,7 +241,7 @@ def test_failed_judgement_has_error_and_no_scores() -> None:
 
 
 def test_results_line_shape() -> None:
-    j = Judgement.from_output(output([(True, "c1")]), sampling_weight=10.0, raw={"a": 1}, **META)
+    j = judged(output([(True, "c1")], ratings=[("c2", 1), ("c1", 3)]), sampling_weight=10.0, raw={"a": 1})
     j.tokens = TokenUsage(10, 2, 3, 4)
     j.cost_usd, j.latency_s, j.requests = 0.001, 0.25, 1
     d = json.loads(json.dumps(j.to_json_dict(), allow_nan=False))
@@ -118,13 +250,32 @@ def test_results_line_shape() -> None:
         "service": "svc",
         "query_type": "lookup",
         "sampling_weight": 10.0,
-        "claims": [{"text": "claim 0", "supported": True, "chunk_id": "c1"}],
+        "claims": [
+            {
+                "text": "text a",
+                "verdict": "supported",
+                "supported": True,
+                "chunk_ids": ["c1"],
+                "evidence": [{"chunk_id": "c1", "quote": "text of c1", "found": True}],
+                "note": None,
+            }
+        ],
         "faithfulness": 1.0,
+        "unsupported_claims": 0,
+        "asserts_unsupported": False,
+        "evidence_mismatches": 0,
+        "claim_coverage": None,
+        "coverage_repair": None,
         "answerable_from_context": True,
+        "refuses": False,
+        "hedges": False,
         "answer_admits_uncertainty": False,
         "hallucinated": False,
         "false_refusal": False,
         "answer_relevance": 2,
+        "context_relevance": 2.0,
+        # In rank order (the order of `chunks`), whatever order the judge rated them in.
+        "chunk_relevance": [{"chunk_id": "c1", "relevance": 3}, {"chunk_id": "c2", "relevance": 1}],
         "judge": {
             "backend": "test",
             "model": "m",
@@ -158,15 +309,17 @@ def test_output_schema_is_strict_and_derived_from_the_model() -> None:
         return found
 
     objs = objects(schema)
-    assert len(objs) == 2  # the judgement and one claim
+    assert len(objs) == 4  # the judgement, a claim, a quote, a chunk rating
     for o in objs:
         assert o["additionalProperties"] is False and o["required"] == list(o["properties"])
     assert set(schema["properties"]) == set(JudgeOutput.model_fields)
-    assert set(schema["properties"]["claims"]["items"]["properties"]) == set(ClaimVerdict.model_fields)
+    claim = schema["properties"]["claims"]["items"]["properties"]
+    assert set(claim) == set(ClaimVerdict.model_fields) == {"text", "verdict", "evidence"}
+    assert claim["verdict"] == {"enum": ["supported", "contradicted", "not_in_context"], "type": "string"}
+    assert set(claim["evidence"]["items"]["properties"]) == {"chunk_id", "quote"}
+    rating = schema["properties"]["context_relevance"]["items"]["properties"]
+    assert rating["relevance"] == {"enum": [1, 2, 3], "type": "integer"}
     assert schema["properties"]["answer_relevance"] == {"enum": [1, 2, 3], "type": "integer"}
-    assert schema["properties"]["claims"]["items"]["properties"]["chunk_id"] == {
-        "anyOf": [{"type": "string"}, {"type": "null"}]
-    }
     assert "$ref" not in json.dumps(schema) and "$defs" not in schema
 
 
@@ -177,7 +330,9 @@ def test_schema_sends_no_descriptions_and_the_prompt_explains_every_field() -> N
     for schema, system in ((output_schema(), SYSTEM_PROMPT), (output_schema(types), system_prompt(types))):
         assert "description" not in json.dumps(schema)
         claim = schema["properties"]["claims"]["items"]["properties"]
-        for name in [*schema["properties"], *claim]:
+        quote = claim["evidence"]["items"]["properties"]
+        rating = schema["properties"]["context_relevance"]["items"]["properties"]
+        for name in [*schema["properties"], *claim, *quote, *rating]:
             assert name in system, name
     # The pydantic models keep their descriptions as documentation.
     assert all(f.description for f in JudgeOutput.model_fields.values())
@@ -185,10 +340,12 @@ def test_schema_sends_no_descriptions_and_the_prompt_explains_every_field() -> N
 
 def test_parse_output_reports_precise_problems() -> None:
     good = {
-        "claims": [{"text": "x", "supported": True, "chunk_id": "c1"}],
+        "claims": [{"text": "x", "verdict": "supported", "evidence": [{"chunk_id": "c1", "quote": "text"}]}],
         "answerable_from_context": True,
-        "answer_admits_uncertainty": False,
+        "refuses": False,
+        "hedges": False,
         "answer_relevance": 3,
+        "context_relevance": [{"chunk_id": "c1", "relevance": 3}],
     }
     out, problem = parse_output(json.dumps(good), {"c1"})
     assert out is not None and problem == ""
@@ -197,10 +354,43 @@ def test_parse_output_reports_precise_problems() -> None:
     assert "answer_relevance" in problem
     _, problem = parse_output({**good, "extra": 1}, {"c1"})
     assert "extra" in problem
-    _, problem = parse_output(good, {"c2"})
-    assert "claims[0].chunk_id 'c1' is not the id of any given chunk" in problem
-    bad = {**good, "claims": [{"text": "x", "supported": True, "chunk_id": None}]}
-    assert "names no chunk_id" in parse_output(bad, {"c1"})[1]
+    _, problem = parse_output(good, {"c1", "c2"})
+    assert "context_relevance must rate every given chunk once (missing: ['c2'])" in problem
+    _, problem = parse_output({**good, "context_relevance": []}, {"c2"})
+    assert "claims[0].evidence chunk_id 'c1' is not the id of any given chunk" in problem
+    bad = {**good, "claims": [{"text": "x", "verdict": "supported", "evidence": []}]}
+    assert "supported but quotes no chunk" in parse_output(bad, {"c1"})[1]
+    # No ratings at all is allowed (context relevance is then unknown), a partial list is not.
+    out, problem = parse_output({**good, "context_relevance": []}, {"c1"})
+    assert out is not None and problem == ""
+
+
+def test_the_previous_output_shape_is_read_strictly() -> None:
+    """`supported` + `chunk_id` and one `answer_admits_uncertainty` flag (a judge still prompted
+    with the previous schema): the claim's own text stands as its quote, so it is supported only
+    when the cited chunk says it word for word."""
+    old = {
+        "claims": [
+            {"text": "the text of c1", "supported": True, "chunk_id": "c1"},
+            {"text": "c1 was written in 1990", "supported": True, "chunk_id": "c1"},
+            {"text": "x", "supported": False, "chunk_id": None},
+        ],
+        "answerable_from_context": True,
+        "answer_admits_uncertainty": True,
+        "answer_relevance": 3,
+    }
+    out, problem = parse_output(old, {"c1"})
+    assert out is not None and problem == ""
+    j = judged(out)
+    assert [c.verdict for c in j.claims] == [
+        Verdict.SUPPORTED,
+        Verdict.NOT_IN_CONTEXT,
+        Verdict.NOT_IN_CONTEXT,
+    ]
+    assert j.claims[1].note == "not_in_chunk"
+    assert (j.refuses, j.hedges, j.context_relevance) == (False, True, None)
+    assert "names" not in parse_output({**old, "claims": [{"text": "x", "supported": True}]}, {"c1"})[1]
+    assert "quotes no chunk" in parse_output({**old, "claims": [{"text": "x", "supported": True}]}, {"c1"})[1]
 
 
 # -- the prompt -------------------------------------------------------------------------------------------

@@ -278,7 +278,14 @@ async def test_sidecar_takes_the_judges_label_only_for_rule_typed_records(
         await produce(broker.bootstrap_servers, topic, [(None, untyped), (None, typed)])
         await eventually(lambda: len(result_lines(results)) == 2, what="both records judged")
         judged = {
-            qt: sample(sidecar, "ragmon_judged_total", service="svc", query_type=qt, check="faithfulness")
+            qt: sample(
+                sidecar,
+                "ragmon_judged_total",
+                service="svc",
+                query_type=qt,
+                check="faithfulness",
+                judge="anthropic",
+            )
             for qt in ("lookup", "multi_hop")
         }
     lines = {r["trace_id"]: r for r in result_lines(results)}

@@ -12,7 +12,9 @@ the monitor has something to catch:
 
 Each is a probability per request, set at start-up (`Degrade`) or live with ``POST /admin/degrade``.
 HTTP contract (design.md): ``POST /query {"query", "k"}`` → ``{"answer", "chunks": [{id, content,
-score}]}``; requests with ``X-RAG-Replay: 1`` produce spans marked ``rag.replay=true``.
+score}]}``; requests with ``X-RAG-Replay: 1`` produce spans marked ``rag.replay=true``. With
+``"context": [{"id", "content"}]`` the service answers from those chunks instead of retrieving
+(``[]``: from nothing), which is what the golden replay's oracle and no-context baselines send.
 """
 
 from __future__ import annotations
@@ -142,6 +144,31 @@ class RagPipeline:
     def set_degrade(self, degrade: Degrade) -> None:
         self.config = replace(self.config, degrade=degrade)
 
+    def _score_given(self, query: str, given: list[tuple[str, str]]) -> list[float]:
+        """The BM25 score the index gives each given chunk (the generator's refusal rule reads
+        it); a chunk the index does not hold scores `refuse_below` when it shares a query term,
+        else 0 — a stand-in, since BM25 needs the chunk's corpus statistics."""
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        by_id: dict[str, float] = {}
+        if tokens.vocab:
+            inverse = {v: k for k, v in tokens.vocab.items()}
+            words = [inverse[i] for i in tokens.ids[0]]
+            scores = self._bm25.get_scores(words)
+            by_id = {cid: float(scores[i]) for i, cid in enumerate(self._ids)}
+        q = _terms(query)
+        return [
+            by_id[cid] if cid in by_id else (self.config.refuse_below if q & _terms(text) else 0.0)
+            for cid, text in given
+        ]
+
+    @trace_retriever(name="rag.context")
+    def use_context(self, query: str, given: list[tuple[str, str]]) -> list[Hit]:
+        """The chunks the request gave, instead of retrieving: ranked by the index's scores, as the
+        retriever would; no retrieval fault applies (there is no retrieval)."""
+        scores = self._score_given(query, given)
+        hits = [Hit(cid, text, round(s, 6)) for (cid, text), s in zip(given, scores, strict=True)]
+        return sorted(hits, key=lambda h: -h.score)
+
     def _chance(self, rate: float) -> bool:
         if rate <= 0.0:
             return False
@@ -192,8 +219,11 @@ class RagPipeline:
                 year=rng.randrange(1961, 2019), pct=rng.randrange(11, 89), n=rng.randrange(1_200, 98_000)
             )
 
-    def answer(self, query: str, k: int) -> tuple[str, list[Hit]]:
-        hits = self.retrieve(query, k)
+    def answer(
+        self, query: str, k: int, context: list[tuple[str, str]] | None = None
+    ) -> tuple[str, list[Hit]]:
+        """Retrieve and generate; with `context` (id, text) pairs, generate from those alone."""
+        hits = self.retrieve(query, k) if context is None else self.use_context(query, context)
         return self.generate(query, hits), hits
 
 
@@ -201,10 +231,18 @@ class RagPipeline:
 # HTTP
 
 
+class ContextIn(BaseModel):
+    id: str = Field(min_length=1, max_length=512)
+    content: str = Field(max_length=100_000)
+
+
 class QueryRequest(BaseModel):
     query: str = Field(min_length=1, max_length=4000)
     k: int | None = Field(None, ge=1, le=50)
     query_type: str | None = Field(None, max_length=64, description="overrides the classifier")
+    context: list[ContextIn] | None = Field(
+        None, max_length=50, description="answer from these chunks instead of retrieving ([]: none)"
+    )
 
 
 class ChunkOut(BaseModel):
@@ -236,7 +274,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: RagPipeline | None
     async def query(req: QueryRequest) -> QueryResponse:
         if req.query_type:
             set_query_type(req.query_type)
-        answer, hits = rag.answer(req.query, req.k or rag.config.k)
+        given = None if req.context is None else [(c.id, c.content) for c in req.context]
+        answer, hits = rag.answer(req.query, req.k or rag.config.k, given)
         return QueryResponse(
             answer=answer, chunks=[ChunkOut(id=h.id, content=h.content, score=h.score) for h in hits]
         )

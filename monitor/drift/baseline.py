@@ -109,7 +109,9 @@ def judged_values(line: Mapping[str, Any]) -> tuple[str, float, list[tuple[str, 
     values = verdict_values(
         line.get("faithfulness"),
         line.get("hallucinated"),
-        line.get("answer_admits_uncertainty"),
+        # Refusals only (not hedges), as the estimates count them; lines written before the
+        # judges told the two apart carry only answer_admits_uncertainty.
+        line["refuses"] if "refuses" in line else line.get("answer_admits_uncertainty"),
         line.get("false_refusal"),
         line.get("answer_relevance"),
     )

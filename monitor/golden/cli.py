@@ -1,4 +1,5 @@
-"""`rag-monitor replay` and `rag-monitor golden validate`: flag parsing and file I/O only.
+"""`rag-monitor replay`, `rag-monitor golden validate` and `rag-monitor golden trigger`: flag
+parsing and file I/O only.
 
 Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
 file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
@@ -22,6 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
+from monitor.golden.baselines import BaselineMode, parse_modes
+from monitor.golden.change import Change, parse_change
 from monitor.golden.cost import CostEstimate, CostRefused, estimate_cost, is_billed, metered, read_actual
 from monitor.golden.intervals import IntervalConfig
 from monitor.golden.run import (
@@ -131,6 +134,20 @@ def replay(
         typer.Option(min=0, help="LLM judge: go ahead only if the estimated cost is at most this (USD)"),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="LLM judge: go ahead whatever the estimate")] = False,
+    baselines: Annotated[
+        str | None,
+        typer.Option(
+            help="also replay with the labelled chunks as context and/or none: oracle,no-context "
+            "(reported beside the normal run, never gated)"
+        ),
+    ] = None,
+    change: Annotated[
+        str | None,
+        typer.Option(
+            help="the change this run checks, KIND:REF (kind: deploy, reindex, prompt, model, other), "
+            "e.g. deploy:v1.2.3: recorded in the report"
+        ),
+    ] = None,
 ) -> None:
     """Replay the golden set, score retrieval and generation, gate on the baseline.
 
@@ -141,6 +158,12 @@ def replay(
     from monitor.judge import create_judge
 
     cfg = _load_config(config)
+    try:
+        modes: tuple[BaselineMode, ...] = parse_modes(baselines) if baselines else ()
+        event: Change | None = parse_change(change) if change is not None else None
+    except ValueError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
     if gate is not None:
         cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"mode": gate})})
     interval_updates: dict[str, Any] = {"resamples": resamples, "seed": seed}
@@ -208,6 +231,8 @@ def replay(
                 golden_path=str(golden),
                 config={"http": public} if target.startswith(("http://", "https://")) else None,
                 approve_judging=approve,
+                baselines=modes,
+                change=event,
             )
         finally:
             await tgt.aclose()
@@ -265,9 +290,54 @@ def validate_cmd(
     typer.echo(f"{file}: {len(check.rows)} rows OK ({unanswerable} unanswerable; {summary})")
 
 
+def trigger_cmd(
+    sidecar: Annotated[
+        list[str],
+        typer.Option(
+            "--sidecar",
+            help="metrics URL of the sidecar, e.g. http://rag-monitor-judge:9612 (repeatable; every "
+            "address a name resolves to is tried until the member that runs replays accepts)",
+        ),
+    ],
+    change: Annotated[str, typer.Option("--change", help="KIND:REF, e.g. deploy:v1.2.3")],
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="file holding the bearer token")
+    ] = None,
+    token_env: Annotated[
+        str, typer.Option("--token-env", help="else the environment variable holding it")
+    ] = "RAGMON_GOLDEN_TRIGGER_TOKEN",
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds per request")] = 10.0,
+) -> None:
+    """Ask the sidecar for a golden replay now, for a change event (deploy, reindex, prompt, model,
+    other). Exit 0 accepted, 1 not accepted (a replay is running, or no member runs replays), 2 bad
+    input or refused (bad change, no token, 401/403)."""
+    from monitor.golden.trigger import trigger_replay
+
+    try:
+        event = parse_change(change)
+        if token_file is not None:
+            token = token_file.read_text(encoding="utf-8").strip()
+        else:
+            token = os.environ.get(token_env, "").strip()
+    except (OSError, ValueError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    if not token:
+        _err(f"no token: pass --token-file or set {token_env}")
+        raise typer.Exit(2)
+    result = trigger_replay(sidecar, event, token, timeout=timeout)
+    if result.exit_code:
+        _err(result.message)
+    else:
+        typer.echo(result.message)
+    raise typer.Exit(result.exit_code)
+
+
 def register(app: typer.Typer) -> None:
-    """Add `replay` and the `golden` sub-app (`golden validate`) to the `rag-monitor` app."""
+    """Add `replay` and the `golden` sub-app (`golden validate`, `golden trigger`) to the
+    `rag-monitor` app."""
     app.command("replay")(replay)
     golden_app = typer.Typer(no_args_is_help=True, help="Golden-set tools.")
     golden_app.command("validate")(validate_cmd)
+    golden_app.command("trigger")(trigger_cmd)
     app.add_typer(golden_app, name="golden")

@@ -1,7 +1,7 @@
 """The `ragmon_golden_*` gauges (design.md), on a registry the caller passes in.
 
 Labels stay bounded: `query_type` comes from validated golden rows (the allow-list) plus `all`
-for the overall group, `metric` from a fixed set.
+for the overall group, `metric` from a fixed set, `kind` from the closed set of change kinds.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge
+
+from monitor.golden.change import CHANGE_KINDS
 
 if TYPE_CHECKING:
     from monitor.golden.run import ReplayReport
@@ -41,6 +43,15 @@ class GoldenGauges:
             "Unix time of the last complete golden replay (a failed replay leaves it unchanged)",
             registry=registry,
         )
+        self.last_change = Gauge(
+            f"{PREFIX}golden_last_change_timestamp_seconds",
+            "Unix time of the last change event (deploy, reindex, prompt, model, other) whose "
+            "out-of-schedule golden replay completed; 0: none yet",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in CHANGE_KINDS:  # every kind present from the start, at 0 like last_run
+            self.last_change.labels(kind=kind)
 
     def publish(self, report: ReplayReport) -> None:
         """Replace the series with this report's (a query type gone from the file disappears)."""
@@ -54,3 +65,5 @@ class GoldenGauges:
         for metric in sorted(set(GAUGE_METRICS) | regressed):
             self.regression_active.labels(metric=metric).set(1.0 if metric in regressed else 0.0)
         self.last_run.set(report.started_at + report.duration_s)
+        if report.change is not None:
+            self.last_change.labels(kind=report.change.kind).set(report.change.at)

@@ -1,8 +1,9 @@
 """The terminal view of a replay report: one table of metrics per slice (each with its bootstrap
 interval), the paired comparison with the baseline (baseline, now, drop, the drop's interval and a
 verdict), the regressions with the rows that moved, and the diagnosis hints — retrieval and
-generation side by side, never blended. The JSON report (`ReplayReport.to_json_dict`) has all of
-it, per query type too.
+generation side by side, never blended; with `--baselines`, the normal, oracle and no-context
+replays side by side per query type with the oracle gap. The JSON report
+(`ReplayReport.to_json_dict`) has all of it, per query type too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
+from monitor.golden.baselines import Baselines
 from monitor.golden.intervals import Interval
 from monitor.golden.run import ALL, MetricChange, Regression, ReplayReport
 
@@ -102,6 +104,67 @@ def _comparison(report: ReplayReport, console: Console, pct: str) -> None:
             )
 
 
+_MODE_COLUMNS = (
+    ("faithfulness", "faithful"),
+    ("answer_match", "answer match"),
+    ("refusal_accuracy", "refusal acc"),
+    ("false_refusal_rate", "false refusal"),
+    ("answered_rate", "answered"),
+)
+_MODE_NAMES = {"normal": "normal", "oracle": "oracle", "no_context": "no-context"}
+
+
+def _baselines(side: Baselines, console: Console, pct: str) -> None:
+    """Normal, oracle and no-context per query type; the oracle gap (oracle − normal, paired) is what
+    retrieval costs generation; no-context answers that match the reference came from memory."""
+    table = Table(
+        title=f"baselines: the same rows with the labelled chunks as context (oracle) and with none "
+        f"(no-context); gap = oracle − normal, paired, [{pct} interval]",
+        title_justify="left",
+    )
+    table.add_column("query type")
+    table.add_column("replay")
+    table.add_column("rows", justify="right")
+    for _, label in _MODE_COLUMNS:
+        table.add_column(label, justify="right")
+    groups = list(side.metrics.get("normal", {}))
+    measured = [m for m in ("normal", "oracle", "no_context") if m in side.metrics]
+    for group in groups:
+        first = True
+        for mode in measured:
+            stats = side.metrics[mode].get(group)
+            if stats is None:
+                continue
+            pool = side.normal if mode == "normal" else side.modes[mode].rows
+            rows = sum(group in (ALL, r.query_type) for r in pool)
+            cells = [_fmt(stats.get(m)) if m in stats else "n/a" for m, _ in _MODE_COLUMNS]
+            name = ("[bold]overall[/]" if group == ALL else group) if first else ""
+            table.add_row(name, _MODE_NAMES[mode], str(rows), *cells)
+            first = False
+        gaps = side.oracle_gap.get(group)
+        if gaps:
+            cells = []
+            for m, _ in _MODE_COLUMNS:
+                g = gaps.get(m)
+                if g is None or g.value is None:
+                    cells.append("–")
+                else:
+                    cells.append(
+                        f"{g.value:+.3f}"
+                        + (f"\n[dim]{_iv(g.interval, signed=True)}[/]" if g.interval else "")
+                    )
+            table.add_row("", "[italic]oracle gap[/]", "", *cells)
+        table.add_section()
+    console.print(table)
+    for mode, res in side.modes.items():
+        if not res.measured:
+            console.print(f"[bold yellow]{_MODE_NAMES[mode]} not measured[/]: {res.reason}")
+    console.print(
+        "answer match: the answer holds the reference answer's key tokens; no-context answers that match "
+        "were answered without looking (a grounding risk). Faithfulness is n/a without context."
+    )
+
+
 def _findings(title: str, findings: list[Regression], console: Console) -> None:
     reg = Table(title=title, title_justify="left", show_lines=True)
     reg.add_column("metric")
@@ -146,6 +209,10 @@ def render_report(report: ReplayReport, console: Console) -> None:
         table.add_row(name, str(stats["rows"]), *cells, end_section=True)
     console.print(table)
     _comparison(report, console, pct)
+    if report.baselines is not None:
+        _baselines(report.baselines, console, pct)
+    if report.change is not None:
+        console.print(f"change: {report.change.kind} {report.change.ref!r} (triggered this replay)")
 
     if report.regressions:
         _findings("regressions", report.regressions, console)

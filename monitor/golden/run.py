@@ -16,12 +16,15 @@ runs (rows added or removed are listed, never counted), so the gate can say whet
 threshold is a real regression (the drop's interval excludes 0) or could be row noise (it does not).
 `GateConfig.mode` decides what fails: `threshold` (default, as before intervals: any drop over its
 threshold or metric under its floor) or `interval` (only those the interval confirms).
+
+`baselines` adds the oracle and no-context replays of the same rows (`baselines.py`): reported
+beside the normal one, never gated. `change` records the event that triggered the run (a deploy, a
+re-index…) in the report and, through the gauges, for dashboards to annotate.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +35,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.golden.baselines import (
+    REPLAY_SERVICE,
+    BaselineMode,
+    Baselines,
+    ModeResult,
+    ModeRow,
+    ask_mode,
+    match_reference,
+    replay_ids,
+    score_baselines,
+)
+from monitor.golden.change import Change
 from monitor.golden.gauges import GoldenGauges
 from monitor.golden.intervals import Interval, IntervalConfig, drop_intervals, mean_intervals
 from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores, score_ranking
@@ -67,7 +82,6 @@ ALL = "all"  # the query_type of the overall group (and of its gauge series)
 GENERATION_METRICS = ("faithfulness", "refusal_accuracy", "false_refusal_rate")
 METRICS = RETRIEVAL_METRICS + GENERATION_METRICS
 LOWER_IS_BETTER = frozenset(("false_refusal_rate",))
-REPLAY_SERVICE = "golden-replay"
 
 # Diagnosis thresholds: "high" recall with a "low" MRR means the right chunks are there but low.
 HINT_HIGH_RECALL = 0.8
@@ -130,7 +144,7 @@ class RowResult:
     answer: str
     retrieval: RetrievalScores | None  # None for unanswerable rows (never scored for recall)
     faithfulness: float | None = None  # None: no claims (a refusal), judge skipped or failed
-    refused: bool | None = None  # the answer admits it does not know; None: not judged
+    refused: bool | None = None  # the answer declines to answer (refuses); None: not judged
     judge_error: str | None = None
     latency_s: float = 0.0
 
@@ -418,6 +432,8 @@ class ReplayReport:
     # Over a threshold but not failing: `--gate interval` and the interval includes no change.
     waived: list[Regression] = field(default_factory=list)
     judge_cost: dict[str, Any] | None = None  # the CLI's estimate and actual, for LLM judges
+    baselines: Baselines | None = None  # oracle / no-context, when asked for
+    change: Change | None = None  # what triggered this run out of schedule
 
     @property
     def passed(self) -> bool:
@@ -447,6 +463,8 @@ class ReplayReport:
             "regressions": [r.to_json_dict() for r in self.regressions],
             "waived": [r.to_json_dict() for r in self.waived],
             "judge_cost": self.judge_cost,
+            "change": self.change.to_json_dict() if self.change else None,
+            "baselines": self.baselines.to_json_dict() if self.baselines else None,
             "hints": [h.to_json_dict() for h in self.hints],
             "warnings": self.warnings,
             "rows": [r.to_json_dict() for r in self.rows],
@@ -670,11 +688,6 @@ def diagnose(
 # -- the replay -----------------------------------------------------------------------------------
 
 
-def _ids(row_id: str) -> tuple[str, str]:
-    digest = hashlib.sha256(row_id.encode()).hexdigest()
-    return digest[:32], digest[32:48]
-
-
 @dataclass(slots=True)
 class _State:
     failures: list[str] = field(default_factory=list)
@@ -684,7 +697,7 @@ class _State:
 class _Asked:
     """A row the target answered, and the record the judge will be given (None: not judged)."""
 
-    result: RowResult
+    result: RowResult | ModeRow
     record: RagRecord | None
 
 
@@ -706,7 +719,7 @@ async def _ask_row(
     result = RowResult(
         row.id, row.query_type, row.answerable, retrieved, resp.answer, scores, latency_s=latency
     )
-    trace_id, span_id = _ids(row.id)
+    trace_id, span_id = replay_ids(row.id)
     record = RagRecord(
         trace_id,
         span_id,
@@ -738,7 +751,7 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
         result.judge_error = judgement.error
     else:
         result.faithfulness = judgement.faithfulness
-        result.refused = judgement.answer_admits_uncertainty
+        result.refused = judgement.refuses  # no answer given; a hedged answer is an answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -747,10 +760,16 @@ class _Scored:
     intervals: dict[str, dict[str, Interval | None]]
     comparison: Comparison | None
     findings: list[Regression]
+    baselines: Baselines | None
 
 
 def _score(
-    rows: Sequence[RowResult], gate: GateConfig, baseline: Baseline | None, cfg: IntervalConfig
+    rows: Sequence[RowResult],
+    gate: GateConfig,
+    baseline: Baseline | None,
+    cfg: IntervalConfig,
+    modes: Mapping[BaselineMode, ModeResult],
+    references: Mapping[str, str],
 ) -> _Scored:
     """Aggregates, intervals, the paired comparison and the findings: CPU only (≈ 0.1–0.5 s of
     bootstrap), run in a thread so that a sidecar's event loop keeps going meanwhile."""
@@ -758,7 +777,24 @@ def _score(
     intervals = metric_intervals(rows, cfg)
     comparison = compare(rows, baseline, gate, cfg) if baseline is not None else None
     findings = find_regressions(rows, metrics, gate, baseline, intervals, comparison)
-    return _Scored(metrics, intervals, comparison, findings)
+    side = None
+    if modes:
+        normal = [
+            ModeRow(
+                r.id,
+                r.query_type,
+                r.answerable,
+                r.answer,
+                r.retrieved,
+                match_reference(r.answer, references[r.id]) if r.answerable else None,
+                r.faithfulness,
+                r.refused,
+                r.judge_error,
+            )
+            for r in rows
+        ]
+        side = score_baselines(normal, modes, cfg)
+    return _Scored(metrics, intervals, comparison, findings, side)
 
 
 async def run_replay(
@@ -776,6 +812,8 @@ async def run_replay(
     gauges: GoldenGauges | None = None,
     config: Mapping[str, Any] | None = None,
     approve_judging: Callable[[Sequence[RagRecord]], None] | None = None,
+    baselines: Sequence[BaselineMode] = (),
+    change: Change | None = None,
 ) -> ReplayReport:
     """Replay `rows` against `target`, score, gate. Raises ReplayFailed / BaselineError (bad input).
 
@@ -784,6 +822,9 @@ async def run_replay(
     `ragmon_golden_last_run_timestamp_seconds` going stale is what a failing schedule looks like.
     `approve_judging` is called with the records about to be judged, after the target answered
     every row and before the first judge request; whatever it raises ends the run, nothing judged.
+    `baselines` ("oracle", "no_context") replays the rows again with the given context; their
+    judgements are in what `approve_judging` sees. A baseline the target cannot serve is reported
+    as not measured and never fails the run.
     """
     if k < 1 or concurrency < 1:
         raise ValueError("k and concurrency must be >= 1")
@@ -812,16 +853,25 @@ async def run_replay(
         if state.failures:
             raise ReplayFailed(state.failures)
         done = [a for a in asked if a is not None]
+        wanted = list(dict.fromkeys(baselines))
+        answered = await asyncio.gather(*(ask_mode(rows, tgt, k, m, http_slots) for m in wanted))
+        modes: dict[BaselineMode, ModeResult] = dict(zip(wanted, answered, strict=True))
+        extra = [
+            _Asked(row, record)
+            for res in modes.values()
+            for row, record in zip(res.rows, res.records, strict=True)
+        ]
         if approve_judging is not None:
-            approve_judging([a.record for a in done if a.record is not None])
-        await asyncio.gather(*(_judge_row(a, jdg, judge_slots) for a in done))
+            approve_judging([a.record for a in (*done, *extra) if a.record is not None])
+        await asyncio.gather(*(_judge_row(a, jdg, judge_slots) for a in (*done, *extra)))
     finally:
         if own_target:
             await tgt.aclose()
         if own_judge:
             await jdg.aclose()
-    results = [a.result for a in done]
-    scored = await asyncio.to_thread(_score, results, gate, baseline, interval_cfg)
+    results = [a.result for a in done if isinstance(a.result, RowResult)]
+    references = {r.id: r.reference_answer for r in rows}
+    scored = await asyncio.to_thread(_score, results, gate, baseline, interval_cfg, modes, references)
     regressions, waived = split_by_gate(scored.findings, gate)
     metrics = scored.metrics
     judge_errors = metrics[ALL]["judge_errors"]
@@ -829,6 +879,15 @@ async def run_replay(
         warnings.append(
             f"{judge_errors} rows not judged (judge error or nothing to judge): see rows[].judge_error"
         )
+    for mode, res in modes.items():
+        name = mode.replace("_", "-")
+        if not res.measured:
+            warnings.append(f"{name} baseline not measured: {res.reason}")
+        elif res.left_out:
+            warnings.append(
+                f"{name} baseline: {len(res.left_out)} answerable rows left out, their golden rows give "
+                "no text for every relevant chunk (relevant_chunks)"
+            )
     comparison = scored.comparison
     if comparison is not None and (comparison.added or comparison.removed):
         warnings.append(
@@ -849,6 +908,7 @@ async def run_replay(
             "judge": {"backend": jdg.name, "model": jdg.model},
             "concurrency": concurrency,
             "gate": gate.model_dump(),
+            "baselines": list(modes),
             **(config or {}),
         },
         golden_sha256=golden_sha256,
@@ -861,6 +921,8 @@ async def run_replay(
         interval_config=interval_cfg,
         comparison=comparison,
         waived=waived,
+        baselines=scored.baselines,
+        change=change,
     )
     if gauges is not None:
         gauges.publish(report)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from monitor.config import DEFAULT_QUERY_TYPES
 
 __all__ = [
+    "ChunkText",
     "GoldenCheck",
     "GoldenRow",
     "Issue",
@@ -37,11 +38,25 @@ MIN_ROWS = 20
 MIN_ROWS_PER_TYPE = 5
 
 
+class ChunkText(BaseModel):
+    """The text of a labelled relevant chunk, as the labeller saw it."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    id: StrictStr = Field(min_length=1)
+    content: StrictStr = Field(min_length=1)
+
+
 class GoldenRow(BaseModel):
     """One labelled question (design.md). Strict types: `"answerable": "yes"` is an error, not True.
 
     `grades` (optional, an extension) gives graded relevance for nDCG: chunk id → grade ≥ 1; ids
     of `relevant_chunk_ids` without a grade count as grade 1.
+
+    `relevant_chunks` (optional) holds the text of the relevant chunks: what the oracle baseline
+    gives the target as its context. Rows carry it rather than the monitor fetching it from the
+    target, because the replay contract has no "chunk by id" call and the label is about the text
+    the labeller read, which a re-index may change.
     """
 
     model_config = ConfigDict(strict=True, extra="allow", frozen=True)
@@ -53,9 +68,21 @@ class GoldenRow(BaseModel):
     reference_answer: StrictStr = ""
     answerable: StrictBool = True
     grades: dict[StrictStr, StrictInt] | None = None
+    relevant_chunks: list[ChunkText] | None = None
     # Provenance, carried along and never scored: where the row came from and under which licence.
     source: StrictStr | None = None
     license: StrictStr | None = None
+
+    def oracle_context(self) -> list[ChunkText] | None:
+        """The relevant chunks' texts in `relevant_chunk_ids` order (unanswerable rows: none);
+        None when some relevant chunk has no text (the oracle cannot be given it)."""
+        if not self.answerable:
+            return []
+        texts = {c.id: c for c in self.relevant_chunks or ()}
+        relevant = list(self.relevance())
+        if any(cid not in texts for cid in relevant):
+            return None
+        return [texts[cid] for cid in relevant]
 
     def relevance(self) -> dict[str, int]:
         """Chunk id → grade (> 0) of every relevant chunk."""
@@ -215,8 +242,9 @@ def validate(
 
     Errors: bad types, empty queries, duplicate ids, answerable rows with no relevant chunk, a
     `query_type` outside the allow-list (it becomes a metric label, so it must stay bounded),
-    grades for chunks not listed. Warnings: fewer than 20 rows, no unanswerable row, a query type
-    with fewer than 5 rows, unanswerable rows that list relevant chunks (ignored), unknown keys.
+    grades or `relevant_chunks` for chunks not listed. Warnings: fewer than 20 rows, no unanswerable
+    row, a query type with fewer than 5 rows, unanswerable rows that list relevant chunks (ignored),
+    unknown keys.
     """
     check = GoldenCheck()
     allowed = set(query_types)
@@ -260,6 +288,16 @@ def validate(
                 Issue(
                     loc,
                     f"row {row.id!r}: grades for chunks not in relevant_chunk_ids: {sorted(unknown_grades)}",
+                )
+            )
+            bad = True
+        unknown_texts = {c.id for c in row.relevant_chunks or ()} - set(row.relevant_chunk_ids)
+        if unknown_texts:
+            check.errors.append(
+                Issue(
+                    loc,
+                    f"row {row.id!r}: relevant_chunks for chunks not in relevant_chunk_ids: "
+                    f"{sorted(unknown_texts)}",
                 )
             )
             bad = True

@@ -11,6 +11,13 @@ service marks its spans ``rag.replay=true`` and production metrics exclude them.
 `request_template` (a JSON value whose strings may hold ``{query}``, ``{k}``, ``{query_type}``,
 ``{id}``; a string that is exactly one placeholder keeps the value's type) and `ResponseMapping`
 (dotted paths).
+
+Given context (the oracle and no-context baselines): ``ask(..., context=[...])`` puts
+``[{"id", "content"}]`` (``[]``: no context) at `ContextMapping.field` of the request body, and the
+target answers from those chunks instead of retrieving. Absent: normal retrieval. A target that
+cannot take it (`supports_context` False: no field configured, a callable without a ``context``
+parameter) is never asked to; one that ignores it is caught by the caller, which compares the
+chunks that come back with those given.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from monitor.model import Chunk
 __all__ = [
     "REPLAY_HEADER",
     "CallableTarget",
+    "ContextChunk",
+    "ContextMapping",
     "HttpTarget",
     "HttpTargetConfig",
     "ResponseMapping",
@@ -58,13 +67,35 @@ class TargetResponse:
     chunks: list[Chunk]
 
 
+@dataclass(frozen=True, slots=True)
+class ContextChunk:
+    """A chunk the target is told to answer from, instead of retrieving (oracle baseline)."""
+
+    id: str
+    content: str
+
+
 class Target(Protocol):
-    """Replays one golden query. Raises `TargetError`; never returns a half-parsed response."""
+    """Replays one golden query. Raises `TargetError`; never returns a half-parsed response.
+
+    `context` None: retrieve as usual; a list (possibly empty): answer from exactly those chunks.
+    Only passed when `supports_context` is True."""
 
     @property
     def description(self) -> str: ...
 
-    async def ask(self, *, row_id: str, query: str, query_type: str, k: int) -> TargetResponse: ...
+    @property
+    def supports_context(self) -> bool: ...
+
+    async def ask(
+        self,
+        *,
+        row_id: str,
+        query: str,
+        query_type: str,
+        k: int,
+        context: list[ContextChunk] | None = None,
+    ) -> TargetResponse: ...
 
     async def aclose(self) -> None: ...
 
@@ -81,6 +112,18 @@ class ResponseMapping(BaseModel):
     chunk_score: str | None = "score"
 
 
+class ContextMapping(BaseModel):
+    """Where given context goes in the request: a dotted path into the body (null: the target
+    cannot take context, and the oracle/no-context baselines are reported as not measured), and
+    the names of each chunk's two keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str | None = "context"
+    chunk_id: str = "id"
+    chunk_content: str = "content"
+
+
 class HttpTargetConfig(BaseModel):
     """How to talk to an HTTP RAG endpoint. The auth secret is read from an environment variable
     (never from a file in the repository or a flag, which would end up in shell history)."""
@@ -91,6 +134,7 @@ class HttpTargetConfig(BaseModel):
     method: str = "POST"
     request_template: Any = Field(default_factory=lambda: {"query": "{query}", "k": "{k}"})
     response: ResponseMapping = Field(default_factory=ResponseMapping)
+    context: ContextMapping = Field(default_factory=ContextMapping)
     headers: dict[str, str] = Field(default_factory=dict)
     auth_header: str = "Authorization"
     auth_env: str | None = None  # name of the env var holding the header value
@@ -154,6 +198,21 @@ def parse_response(data: Any, mapping: ResponseMapping, where: str) -> TargetRes
     return TargetResponse(answer, chunks)
 
 
+def _put(body: Any, path: str, value: Any, where: str) -> Any:
+    """`body` with `value` set at dotted `path` (intermediate objects made as needed)."""
+    if not isinstance(body, dict):
+        raise TargetError(f"{where}: the request body is not a JSON object: cannot add the context field")
+    parts = path.split(".")
+    cur = body
+    for part in parts[:-1]:
+        nxt = cur.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise TargetError(f"{where}: request field {part!r} is not an object: cannot add {path!r}")
+        cur = nxt
+    cur[parts[-1]] = value
+    return body
+
+
 def render_template(template: Any, values: Mapping[str, Any]) -> Any:
     """Fill ``{query}``-style placeholders; a string that is one placeholder keeps its type."""
     if isinstance(template, str):
@@ -193,12 +252,32 @@ class HttpTarget:
     def description(self) -> str:
         return self.config.url
 
-    async def ask(self, *, row_id: str, query: str, query_type: str, k: int) -> TargetResponse:
+    @property
+    def supports_context(self) -> bool:
+        return bool(self.config.context.field)
+
+    async def ask(
+        self,
+        *,
+        row_id: str,
+        query: str,
+        query_type: str,
+        k: int,
+        context: list[ContextChunk] | None = None,
+    ) -> TargetResponse:
         cfg = self.config
         body = render_template(
             cfg.request_template, {"query": query, "k": k, "query_type": query_type, "id": row_id}
         )
         where = f"row {row_id!r}"
+        if context is not None:
+            cm = cfg.context
+            if not cm.field:
+                raise TargetError(
+                    f"{where}: target {cfg.url} takes no context (target.context.field is null)"
+                )
+            given = [{cm.chunk_id: c.id, cm.chunk_content: c.content} for c in context]
+            body = _put(body, cm.field, given, where)
         last = ""
         for attempt in range(cfg.retries + 1):
             if attempt:
@@ -248,7 +327,11 @@ class CallableTarget:
             raise ValueError(f"cannot import target {spec!r}: {exc}") from None
         if not callable(obj):
             raise ValueError(f"target {spec!r} is not callable")
-        self._fn: Callable[[str, int], Any] = obj
+        self._fn: Callable[..., Any] = obj
+        try:
+            self._takes_context = "context" in inspect.signature(obj).parameters
+        except (TypeError, ValueError):  # a builtin without a signature
+            self._takes_context = False
         self._spec = spec
         self._mapping = mapping or ResponseMapping()
 
@@ -256,13 +339,31 @@ class CallableTarget:
     def description(self) -> str:
         return self._spec
 
-    async def ask(self, *, row_id: str, query: str, query_type: str, k: int) -> TargetResponse:
+    @property
+    def supports_context(self) -> bool:
+        """A function with a ``context`` parameter is called with ``context=[{"id", "content"}]``."""
+        return self._takes_context
+
+    async def ask(
+        self,
+        *,
+        row_id: str,
+        query: str,
+        query_type: str,
+        k: int,
+        context: list[ContextChunk] | None = None,
+    ) -> TargetResponse:
         where = f"row {row_id!r}: target {self._spec}"
+        kwargs: dict[str, Any] = {}
+        if context is not None:
+            if not self._takes_context:
+                raise TargetError(f"{where} takes no context parameter")
+            kwargs["context"] = [{"id": c.id, "content": c.content} for c in context]
         try:
             if inspect.iscoroutinefunction(self._fn):
-                result = await self._fn(query, k)
+                result = await self._fn(query, k, **kwargs)
             else:
-                result = await asyncio.to_thread(self._fn, query, k)
+                result = await asyncio.to_thread(self._fn, query, k, **kwargs)
                 if inspect.isawaitable(result):
                     result = await _await(result)
         except Exception as exc:

@@ -8,20 +8,25 @@ traces are bounded by count and bytes; the oldest goes first.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from monitor.config import AssemblyConfig
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 
-@dataclass(slots=True)
 class _OpenTrace:
-    first_seen: float
-    spans: list[SpanFacts] = field(default_factory=list)
-    refs: list[MessageRef] = field(default_factory=list)
-    nbytes: int = 0
-    root_seen: bool = False
+    """A trace waiting for its spans: the ones that can shape its record, and the messages it holds."""
+
+    __slots__ = ("first_seen", "nbytes", "refs", "root_seen", "spans")
+
+    def __init__(self, first_seen: float, span: SpanFacts, ref: MessageRef) -> None:
+        self.first_seen = first_seen
+        self.spans = [span]
+        self.refs = [ref]
+        self.nbytes = 0
+        self.root_seen = False
 
 
 @dataclass(slots=True)
@@ -33,6 +38,13 @@ class Finished:
     record: RagRecord | None
     reason: Reject | None
     refs: list[MessageRef]
+
+
+_ROOT = SpanRole.ROOT
+_RETRIEVER = SpanRole.RETRIEVER
+_RERANKER = SpanRole.RERANKER
+_LLM = SpanRole.LLM
+_OTHER = SpanRole.OTHER
 
 
 class Assembler:
@@ -52,46 +64,71 @@ class Assembler:
         return self._bytes
 
     def add(self, span: SpanFacts, ref: MessageRef, size: int, now: float) -> list[Finished]:
-        """Take one span; returns traces forced out by capacity (usually none).
-
-        A late span (its trace already emitted) comes back as a dropped `Finished` of its own.
-        """
-        tid = span.trace_id
-        trace = self._open.get(tid)
-        if trace is None:
-            if tid in self._recent:
-                return [Finished(tid, None, Reject.LATE_SPAN, [])]
-            trace = self._open[tid] = _OpenTrace(first_seen=now)
-        trace.spans.append(span)
-        if not trace.refs or trace.refs[-1] is not ref:
-            ref.acquire()
-            trace.refs.append(ref)
-        trace.nbytes += size
-        self._bytes += size
-        # Any parentless span is the root, whatever its role: a trace that is a lone LLM call
-        # must not wait for the timeout.
-        if not span.parent_span_id and not trace.root_seen:
-            trace.root_seen = True
-            self._root_ready.append((now + self._cfg.grace_seconds, tid))
+        """Take one span; returns traces forced out by capacity (usually none), and a late span
+        (its trace already emitted) as a dropped `Finished` of its own."""
         out: list[Finished] = []
-        while len(self._open) > self._cfg.max_open_traces or (
-            self._bytes > self._cfg.max_open_bytes and len(self._open) > 1
-        ):
-            oldest = next(iter(self._open))
-            out.append(self._finish(oldest, evicted=True))
+        self.add_spans((span,), ref, size, now, out)
         return out
+
+    def add_spans(
+        self, spans: Sequence[SpanFacts], ref: MessageRef, size: int, now: float, out: list[Finished]
+    ) -> None:
+        """Take the spans of one message, `size` bytes each, in order; what `add` returns goes to
+        `out`.
+
+        A span that cannot shape the record (role OTHER and none of the record's fields: the HTTP,
+        database and cache spans around a RAG request) is counted, not kept, unless it is its
+        trace's first (the record's anchor when the trace has no root). Its message is held all
+        the same, and `build_record` gives what it would have given with every span.
+        """
+        open_ = self._open
+        cfg = self._cfg
+        max_traces = cfg.max_open_traces
+        max_bytes = cfg.max_open_bytes
+        for span in spans:
+            tid = span.trace_id
+            trace = open_.get(tid)
+            if trace is None:
+                if tid in self._recent:
+                    out.append(Finished(tid, None, Reject.LATE_SPAN, []))
+                    continue
+                ref.acquire()
+                trace = open_[tid] = _OpenTrace(now, span, ref)
+            else:
+                if (
+                    span.role is not _OTHER
+                    or span.query
+                    or span.answer
+                    or span.chunks
+                    or span.query_type
+                    or span.replay
+                ):
+                    trace.spans.append(span)
+                if trace.refs[-1] is not ref:
+                    ref.acquire()
+                    trace.refs.append(ref)
+            trace.nbytes += size
+            self._bytes += size
+            # Any parentless span is the root, whatever its role: a trace that is a lone LLM call
+            # must not wait for the timeout.
+            if not span.parent_span_id and not trace.root_seen:
+                trace.root_seen = True
+                self._root_ready.append((now + cfg.grace_seconds, tid))
+            while len(open_) > max_traces or (self._bytes > max_bytes and len(open_) > 1):
+                out.append(self._finish(next(iter(open_)), evicted=True))
 
     def poll(self, now: float) -> list[Finished]:
         """Traces whose grace period or timeout has passed."""
         out: list[Finished] = []
         ready = self._root_ready
+        open_ = self._open
         while ready and ready[0][0] <= now:
             _, tid = ready.popleft()
-            if tid in self._open:
+            if tid in open_:
                 out.append(self._finish(tid))
         deadline = now - self._cfg.timeout_seconds
-        while self._open:
-            tid, trace = next(iter(self._open.items()))
+        while open_:
+            tid, trace = next(iter(open_.items()))
             if trace.first_seen > deadline:
                 break
             out.append(self._finish(tid))
@@ -119,9 +156,10 @@ class Assembler:
         trace = self._open.pop(tid)
         self._bytes -= trace.nbytes
         if self._cfg.recent_trace_ids:
-            self._recent[tid] = None
-            if len(self._recent) > self._cfg.recent_trace_ids:
-                self._recent.popitem(last=False)
+            recent = self._recent
+            recent[tid] = None
+            if len(recent) > self._cfg.recent_trace_ids:
+                recent.popitem(last=False)
         record, reason = build_record(tid, trace.spans)
         if record is None and evicted:
             reason = Reject.EVICTED
@@ -134,51 +172,78 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
     retrievers: list[SpanFacts] = []
     rerankers: list[SpanFacts] = []
     llms: list[SpanFacts] = []
+    query_type = None  # the first span's that has one
+    replay = False
     for s in spans:
         role = s.role
-        if role is SpanRole.ROOT:
+        if role is _ROOT:
             # The trace's own root wins over a parented span that calls itself a chain.
             if root is None or (root.parent_span_id and not s.parent_span_id):
                 root = s
-        elif role is SpanRole.RETRIEVER:
+        elif role is _RETRIEVER:
             retrievers.append(s)
-        elif role is SpanRole.RERANKER:
-            rerankers.append(s)
-        elif role is SpanRole.LLM:
+        elif role is _LLM:
             llms.append(s)
-    llms.sort(key=lambda s: s.end_ns)
+        elif role is _RERANKER:
+            rerankers.append(s)
+        if not query_type:
+            query_type = s.query_type
+        if s.replay:
+            replay = True
+    if len(llms) > 1:
+        llms.sort(key=_end_ns)
     if not (retrievers or rerankers or llms) and not any(s.query or s.answer or s.chunks for s in spans):
         # HTTP or framework instrumentation of non-RAG endpoints shares the topic: not a defect.
         return None, Reject.NOT_RAG
 
-    query = _first(
-        root.query if root else None, *(s.query for s in retrievers), *(s.query for s in rerankers)
-    )
-    query = query or _first(*(s.query for s in llms))
+    query = root.query if root is not None else None
     if not query:
-        return None, Reject.MISSING_QUERY
-    answer = _first(root.answer if root else None, *(s.answer for s in reversed(llms)))
+        query = _first_query(retrievers) or _first_query(rerankers) or _first_query(llms)
+        if not query:
+            return None, Reject.MISSING_QUERY
+    answer = root.answer if root is not None else None
     if not answer:
-        return None, Reject.MISSING_ANSWER
+        for s in reversed(llms):
+            if s.answer:
+                answer = s.answer
+                break
+        else:
+            return None, Reject.MISSING_ANSWER
+    model = None
+    for s in reversed(llms):
+        if s.model:
+            model = s.model
+            break
 
     chunks = _final_ranking(rerankers, retrievers)
-    anchor = root or spans[0]
+    anchor = root if root is not None else spans[0]
     return (
         RagRecord(
             trace_id=trace_id,
             span_id=anchor.span_id,
             service=anchor.service,
             query=query,
-            query_type=_first(anchor.query_type, *(s.query_type for s in spans)) or "",
+            query_type=anchor.query_type or query_type or "",
             chunks=chunks,
             answer=answer,
-            model=_first(*(s.model for s in reversed(llms))),
+            model=model,
             start_ns=anchor.start_ns,
             end_ns=anchor.end_ns,
-            replay=any(s.replay for s in spans),
+            replay=replay,
         ),
         None,
     )
+
+
+def _end_ns(s: SpanFacts) -> int:
+    return s.end_ns
+
+
+def _first_query(spans: list[SpanFacts]) -> str | None:
+    for s in spans:
+        if s.query:
+            return s.query
+    return None
 
 
 def _final_ranking(rerankers: list[SpanFacts], retrievers: list[SpanFacts]) -> list[Chunk]:
@@ -198,10 +263,3 @@ def _final_ranking(rerankers: list[SpanFacts], retrievers: list[SpanFacts]) -> l
                 seen.add(c.id)
                 out.append(c)
     return out
-
-
-def _first(*values: str | None) -> str | None:
-    for v in values:
-        if v:
-            return v
-    return None

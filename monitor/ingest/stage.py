@@ -25,15 +25,18 @@ from monitor.ingest.decode import Encoding, decode
 from monitor.ingest.sample import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
-from monitor.kafka.offsets import MessageRef, OffsetTracker
+from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics, RecordSeries
+from monitor.metrics import HistogramTally, Metrics, RecordSeries
 from monitor.model import Reject
 from monitor.rejects import Rejections
 from monitor.samples import TypeSource, encode_sample
 from monitor.slices import BoundedLabel
 
 log = logging.getLogger(__name__)
+
+_RUN = 256  # messages between pauses that let the fetcher and heartbeats run
+_MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their bounded labels
 
 
 class IngestStage:
@@ -81,9 +84,12 @@ class IngestStage:
             else None
         )
         self._encoding = Encoding(kafka.encoding)
-        # Labelled children cached per (service, query_type): `.labels()` costs more than the
-        # observation itself, and both label sets are bounded, so the cache is too.
+        # Labelled series per bounded (service, query_type), counted locally and flushed once
+        # per batch: `.labels()` and a Prometheus observation cost more than the rest of a
+        # record's accounting. Both label sets are bounded, so this dict is too.
         self._series: dict[tuple[str, str], RecordSeries] = {}
+        self._labels: dict[tuple[str, str], tuple[str, str, bool, RecordSeries]] = {}  # by raw values
+        self._lag = HistogramTally(metrics.record_lag)
         self.records_seen = 0
 
     async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
@@ -96,6 +102,7 @@ class IngestStage:
             await self.source.consume(stop, self._process)
             for fin in self.assembler.flush(complete_only=True):
                 self._finish(fin)
+            self._flush_counts()
             await self._flush(force=True)
             for delivery in (self.samples, self.dead_letters):
                 # Room is left for the final commit and leaving the group.
@@ -123,47 +130,58 @@ class IngestStage:
         wall_ns = time.time_ns()
         max_bytes = self.settings.kafka.max_message_bytes
         encoding = self._encoding
-        assembler = self.assembler
+        add_spans = self.assembler.add_spans
         tracker = self.tracker
         finished: list[Finished] = []
         for tp, messages in batch.items():
-            # Ownership is checked per message against the generation the batch was fetched in:
-            # a rebalance during one of the pauses below makes the rest of it someone else's.
+            # Ownership is checked per run of messages against the generation the batch was
+            # fetched in: a rebalance during one of the pauses between runs makes the rest of it
+            # someone else's.
             generation = tracker.generation(tp)
-            for i, msg in enumerate(messages):
-                if i and not i % 256:
+            for first in range(0, len(messages), _RUN):
+                if first:
                     await asyncio.sleep(0)  # let the fetcher and heartbeats run
-                ref = tracker.track(tp, msg.offset, generation)
-                if ref is None:
-                    break
-                value = msg.value
-                if not value:
-                    self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
-                    continue
-                size = len(value)
-                if size > max_bytes:
-                    detail = f"{size} bytes > max_message_bytes {max_bytes}"
-                    self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
-                    continue
-                decoded = decode(value, encoding, wall_ns)
-                if decoded.error is not None:
-                    self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
-                    continue
-                for problem in decoded.problems:
-                    self.rejections.count(problem, decoded.detail, f"{tp.topic}/{tp.partition}@{msg.offset}")
-                spans = decoded.spans
-                if spans:
-                    per_span = size // len(spans) + 1
-                    for span in spans:
-                        finished.extend(assembler.add(span, ref, per_span, now))
-                for record in decoded.records:
-                    ref.acquire()
-                    finished.append(Finished(record.trace_id, record, None, [ref]))
-                ref.release()
-        finished.extend(assembler.poll(now))
+                run = messages[first : first + _RUN]
+                refs = tracker.track_run(tp, [msg.offset for msg in run], generation)
+                for msg, ref in zip(run, refs, strict=False):
+                    value = msg.value
+                    if not value:
+                        self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
+                        continue
+                    size = len(value)
+                    if size > max_bytes:
+                        detail = f"{size} bytes > max_message_bytes {max_bytes}"
+                        self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
+                        continue
+                    decoded = decode(value, encoding, wall_ns)
+                    if decoded.error is not None:
+                        self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
+                        continue
+                    if decoded.problems:
+                        where = f"{tp.topic}/{tp.partition}@{msg.offset}"
+                        for problem in decoded.problems:
+                            self.rejections.count(problem, decoded.detail, where)
+                    spans = decoded.spans
+                    if spans:
+                        add_spans(spans, ref, size // len(spans) + 1, now, finished)
+                    for record in decoded.records:
+                        ref.acquire()
+                        finished.append(Finished(record.trace_id, record, None, [ref]))
+                    ref.release()
+                if len(refs) < len(run):
+                    break  # the rest is no longer this generation's, or was seen already
+        finished.extend(self.assembler.poll(now))
         for fin in finished:
             self._finish(fin)
+        self._flush_counts()
         await self._flush()
+
+    def _flush_counts(self) -> None:
+        """The batch's record counts into their Prometheus series: a scrape is at most a batch
+        behind."""
+        for series in self._series.values():
+            series.flush()
+        self._lag.flush()
 
     async def _flush(self, force: bool = False) -> None:
         await self.samples.flush(force)
@@ -185,12 +203,12 @@ class IngestStage:
         if record is None:
             if fin.reason is not None:
                 self.rejections.count(fin.reason, f"trace {fin.trace_id}")
-            _release(fin.refs)
+            release_all(fin.refs)
             return
         if record.replay:
             # Golden-replay traffic is measured by the replay run, never as production quality.
             self.metrics.replay_records.inc()
-            _release(fin.refs)
+            release_all(fin.refs)
             return
         source: TypeSource = "span"
         if not record.query_type:
@@ -198,33 +216,47 @@ class IngestStage:
             if self.classifier is not None:
                 record.query_type = self.classifier(record.query)
                 source = "rules"
-        qt, outside = self.query_types.bound(record.query_type)
+        key = (record.service, record.query_type)
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = self._bound(key)
+        service, qt, outside, series = labels
         if outside:
             self.rejections.count(
                 Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'"
             )
         record.query_type = qt
-        service, _ = self.services.bound(record.service)
-        series = self._series.get((service, qt))
-        if series is None:
-            series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
-        series.records.inc()
-        n_chunks = len(record.chunks)
+        series.records += 1
+        chunks = record.chunks
+        n_chunks = len(chunks)
         series.chunks.observe(n_chunks)
-        top = record.chunks[0].score if n_chunks else None
+        top = chunks[0].score if n_chunks else None
         if top is not None:
             series.top_score.observe(top)
         self.retrieval_drift.observe(qt, n_chunks, top)
         now = time.time()
         if record.end_ns:
-            self.metrics.record_lag.observe(max(0.0, now - record.end_ns / 1e9))
+            self._lag.observe(max(0.0, now - record.end_ns / 1e9))
         self.records_seen += 1
         probability = self.sampler.decide(record, now)
         if probability is None:
-            _release(fin.refs)
+            release_all(fin.refs)
             return
         value = encode_sample(record, probability, service, source, now)
         self.samples.add(record.trace_id.encode(), value, fin.refs)
+
+    def _bound(self, key: tuple[str, str]) -> tuple[str, str, bool, RecordSeries]:
+        """Bounded labels and series of a raw (service, query_type), remembered: `bound` gives
+        the same answer for a value once it has seen it (allow-lists only grow, to capacity)."""
+        service, _ = self.services.bound(key[0])
+        qt, outside = self.query_types.bound(key[1])
+        series = self._series.get((service, qt))
+        if series is None:
+            series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
+        if len(self._labels) >= _MAX_RAW_LABELS:
+            self._labels.clear()  # raw values are unbounded; the bounded series are not
+        labels = self._labels[key] = (service, qt, outside, series)
+        return labels
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -244,11 +276,6 @@ class IngestStage:
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         dropped = self.assembler.drop_partitions(set(revoked))
         # Holds on partitions still owned must go too, or their offsets could never advance.
-        _release(dropped)
+        release_all(dropped)
         if dropped:
             log.info("rebalance: %d open trace holds dropped; the new owner re-reads them", len(dropped))
-
-
-def _release(refs: list[MessageRef]) -> None:
-    for ref in refs:
-        ref.release()

@@ -13,7 +13,8 @@ and ``retry-after-ms``); a per-judgement deadline bounds the total, including th
 is an API request the provider counts against its rate limits, so a request hook on the SDK's HTTP
 client counts every one in `Judgement.requests` (`base.count_request`). A tool input that fails
 validation gets one repair request (the model's own tool call answered with an ``is_error`` tool
-result naming the problem) before the judgement is ``invalid_output``.
+result naming the problem) before the judgement is ``invalid_output``; so does a valid one whose
+claims leave part of the answer out (`base.LLMJudgeBase._coverage_problem`; one repair in all).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from monitor.judge.base import (
     repair_message,
     system_prompt,
 )
-from monitor.judge.model import Judgement, JudgeOutcome, TokenUsage
+from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
 from monitor.model import RagRecord
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "AnthropicJudge", "AnthropicJudgeConfig"]
@@ -95,6 +96,7 @@ class AnthropicJudge(LLMJudgeBase):
         prompt = self._prompt(record)
         messages: list[MessageParam] = [{"role": "user", "content": prompt.user}]
         problem = ""
+        pending: tuple[JudgeOutput, Any] | None = None  # valid, but its claims skip part of the answer
         for attempt in range(2):  # the judgement, then at most one repair
             try:
                 msg = await self._client.messages.create(
@@ -145,9 +147,15 @@ class AnthropicJudge(LLMJudgeBase):
                 else:
                     output, problem = parse_output(tool.input, prompt.chunk_ids, cfg.query_types)
                     if output is not None:
-                        return self._ok(output, meta, state)
+                        problem = "" if attempt else self._coverage_problem(output, prompt)
+                        if not problem:
+                            return self._ok(output, meta, state, prompt, coverage_asked=pending is not None)
+                        pending = (output, state.raw)
             if attempt == 0:
                 messages = self._repair(prompt.user, tool, problem)
+        if pending is not None:  # the coverage repair failed: the first verdict, its gaps noted
+            state.raw = pending[1]
+            return self._ok(pending[0], meta, state, prompt, coverage_asked=True)
         return self._fail(JudgeOutcome.INVALID_OUTPUT, problem, meta, state)
 
     @staticmethod

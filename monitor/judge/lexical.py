@@ -1,31 +1,47 @@
-"""An offline, deterministic judge: word overlap instead of a language model.
+"""An offline, deterministic judge: sentence alignment and word overlap instead of a language model.
 
 It is an APPROXIMATION, and it is the default only because it needs no network, costs nothing and
 runs in well under a millisecond: the demo and the tests can judge every record. What it does:
 
 - claims: the answer is split into sentences (a lead-in such as "According to the documents," is
-  dropped; sentences that are refusals or have fewer than two content words are not claims).
-- support: a claim is supported by a chunk when at least `support_threshold` of its content words
-  (lower-cased, stop words removed, crudely stemmed) occur in that chunk AND every number and every
-  capitalised word (a name) of the claim does. The chunk with the most shared words among those
-  holding all the names is reported.
+  dropped; refusal sentences are not claims). A terse answer ("1990.", "Derek Cha") is no claim
+  on its own, so it is read together with the question: its claim is the question's content
+  words plus the answer's, and every word of the answer must be found.
+- alignment: each claim is compared with every SENTENCE of the chunks (not the whole chunk): a
+  number from one sentence and a subject from another support nothing. Words are lower-cased,
+  crudely stemmed and mapped through a small synonym table ("established" = "founded"), so a
+  plain paraphrase still aligns. The claim's numbers must be in the aligned sentence; its names
+  (capitalised words, accents and possessives normalised) too, or, when that sentence refers back
+  ("he", "it", "its", ...), in the sentences of the same chunk before it.
+- polarity: a claim that negates what the aligned sentence asserts, or asserts what it negates
+  (not, no, never, n't, without, ... scoped to the next few words), is contradicted; so is one
+  whose before/after, earlier/later, more/less, higher/lower, larger/smaller, older/younger is the
+  opposite of the sentence's, and one that states such a relation the sentence does not state is
+  not supported.
+- verdict per claim: `supported` when the best sentence meeting those requirements holds at least
+  `support_threshold` of the claim's content words; `contradicted` when the sentence that states the
+  rest of the claim gives another number, or the polarity flips; `not_in_context` when a number or
+  name is nowhere to be found, or little of the claim aligns; `uncertain` in between (low
+  alignment but nothing missing or contradicted: multi-hop claims, heavy paraphrase). Uncertain
+  claims are counted apart and left out of faithfulness; an answer whose claims are all uncertain
+  has no faithfulness and no hallucination verdict rather than a confident wrong one.
+  A supported claim quotes its aligned sentence as evidence (the text is the chunk's own).
 - refusal (`answer_admits_uncertainty`): phrase patterns ("I don't know", "not in the provided
   documents", "couldn't find", ...).
 - answerable_from_context: word overlap cannot tell a chunk that *answers* the query from one
-  that merely shares its topic (unanswerable benchmark questions are written to overlap their
-  passages), so this judge reads the answer as evidence, which an LLM judge need not do. For an
-  answer that is not a refusal: the context held the answer when most of the claims are supported,
-  or when the supported claims repeat at least `supported_query_coverage` of the query's content
-  words, or when one chunk holds `answerable_coverage` of them and a supported claim touches the
-  query. For a refusal (nothing taken from the context): when one chunk holds `answerable_coverage`
-  of the query's content words — which is what `false_refusal` rests on.
+  that merely shares its topic, so this judge reads the answer as evidence. For an answer that is
+  not a refusal: the context held the answer when most decided claims are supported, or when the
+  supported claims repeat at least `supported_query_coverage` of the query's content words, or
+  when one chunk holds `answerable_coverage` of them and a supported claim touches the query. For
+  a refusal: when one chunk holds `answerable_coverage` of the query's content words — which is
+  what `false_refusal` rests on.
 - answer_relevance: the share of the query's content words that the answer repeats (1 for a
   refusal).
 
-What it cannot do: recognise paraphrase or synonyms (a faithful paraphrase looks unsupported),
-notice a negation or a swapped relation built from the chunk's own words (looks supported), or
-know whether a chunk *answers* the query rather than merely sharing its words. Its numbers are
-a cheap proxy for trends; calibrate (`monitor.judge.calibrate`) before trusting them as scores.
+What it cannot do: synonyms beyond its table, inference, coreference beyond "the names of the
+chunk's earlier sentences", yes/no answers, or knowing whether a chunk *answers* the query. On
+public QA data (`bench/lexical_judge.py`, README "Judges") it separates grounded from edited
+answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your traffic.
 """
 
 from __future__ import annotations
@@ -33,16 +49,18 @@ from __future__ import annotations
 import functools
 import re
 import time
+import unicodedata
 from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Literal
 
-from monitor.judge.model import Claim, Judgement
+from monitor.judge.model import Claim, Judgement, Quote, Verdict
 from monitor.model import RagRecord
 
 __all__ = ["LexicalJudge", "is_refusal", "split_claims"]
 
-# Short function words plus question words: they carry no claim.
+# Short function words plus question words: they carry no claim. Negations and comparatives are
+# here too (they would align anything with anything) and are read apart, as polarity markers.
 _STOP_WORDS = """
     a about above after again against all also am an and any are as at be because been before being
     below between both but by can could did do does doing done down during each either even every
@@ -52,15 +70,26 @@ _STOP_WORDS = """
     quite rather same she should since so some such than that the their theirs them themselves then
     there these they this those though through thus to too under until up upon us very was we were
     what whatever when where whether which while who whom whose why will with within without would
-    yet you your yours yourself s t d ll m re ve
+    yet you your yours yourself s t d ll m re ve st nd rd th
+    earlier later higher lower larger smaller bigger greater fewer older younger longer shorter
+    never none nobody nothing cannot
 """
-_STOP = frozenset(_STOP_WORDS.split())
+
+
+def _w(words: str) -> list[str]:
+    """A word list written as one string (the tables below read better that way)."""
+    return words.split()
+
+
+_STOP = frozenset(_w(_STOP_WORDS))
+# A question's words that name the kind of answer, not a fact ("In what year ...", "What is the name").
+_QUESTION_ONLY = frozenset(_w("year name call type kind number percent percentage date term"))
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
 _ABBREV = r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bJr\.)(?<!\bSr\.)(?<!\bNo\.)"
 _ABBREV += (
     r"(?<!\bvs\.)(?<!\bProf\.)(?<!\bInc\.)(?<!\bLtd\.)(?<!\bCo\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\b[A-Z]\.)"
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?])" + _ABBREV + r"[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])" + _ABBREV + r"[\"'”’)\]]*\s+(?=[\"'“‘(\[`]?[A-Z0-9])")
 _LEAD_IN = re.compile(
     r"^(?:(?:according to|based on|as (?:stated|mentioned|described|shown) in|per|from)\s+(?:the\s+)?"
     r"(?:provided\s+|retrieved\s+|given\s+|available\s+|above\s+)?"
@@ -86,72 +115,270 @@ _REFUSAL = re.compile(
     ),
 )
 
+# -- polarity --------------------------------------------------------------------------------------
+
+_NEGATIONS = frozenset(_w("not no never without nor neither none nobody nothing cannot"))
+_NEGATION_SCOPE = 3  # content words after a negation that it governs
+# Words that end a negation's scope: a clause boundary.
+_SCOPE_BREAK = frozenset(_w("but and or while whereas although though which who that because"))
+# Comparative and temporal markers: (axis, side). Strong ones state the relation (and are evidence
+# against the opposite side); weak ones only count as stating it ("over 500" for "more than 500").
+_STRONG: dict[str, str] = {}
+_WEAK: dict[str, str] = {}
+for _axis, _up, _down in (
+    (
+        "time",
+        "before prior earlier previously preceding preceded",
+        "after later following subsequently afterwards",
+    ),
+    ("amount", "more greater higher larger bigger", "less fewer lower smaller"),
+    ("age", "older elder", "younger"),
+    ("length", "longer", "shorter"),
+):
+    _STRONG.update({w: f"{_axis}+" for w in _up.split()})
+    _STRONG.update({w: f"{_axis}-" for w in _down.split()})
+for _side, _words in (
+    (
+        "amount+",
+        "increase increased increases rise rose risen highest largest biggest most above over exceed",
+    ),
+    ("amount-", "decrease decreased decreases fall fell declined decline lowest smallest least below under"),
+    ("time+", "first formerly former once until by"),
+    ("time-", "since then subsequent"),
+):
+    _WEAK.update(dict.fromkeys(_w(_words), _side))
+# Flips of these two need no missing-marker rule ("the first store" vs "the store"): evidence only.
+_FLIP_ONLY = {"first": "order+", "last": "order-", "former": "status+", "current": "status-"}
+_STRONG.update({"increased": "amount+", "decreased": "amount-", "increase": "amount+", "decrease": "amount-"})
+
+# -- paraphrase ------------------------------------------------------------------------------------
+
+# Stems that mean the same thing in the claims an answer makes about a text. Small on purpose: every
+# entry is a word pair that a faithful answer commonly swaps, never one that changes a fact.
+_SYNONYM_GROUPS = (
+    "found establish creat launch form set",
+    "start begin began begun commenc",
+    "end finish conclud",
+    "buy bought purchas acquir",
+    "sell sold",
+    "die death dead",
+    "born birth",
+    "build built construct",
+    "make made produc manufactur",
+    "writ wrote written author",
+    "show demonstrat indicat reveal",
+    "use utiliz employ",
+    "locat situat base",
+    "help assist aid",
+    "get obtain receiv",
+    "say said stat",
+    "call nam known dub titl",
+    "win won",
+    "lead led head",
+    "hold held",
+    "give gave given",
+    "take took taken",
+    "become became",
+    "grow grew grown",
+    "large big huge",
+    "small little tiny",
+    "compan firm corporation business",
+    "film movie",
+    "people person individual",
+    "country nation",
+    "city town",
+    "car automobile vehicle",
+    "job occupation profession",
+    "kill murder",
+    "fast quick rapid",
+    "approximately about roughly around",
+)
+_CANON: dict[str, str] = {}
+for _group in _SYNONYM_GROUPS:
+    _head, *_rest = _group.split()
+    _CANON.update(dict.fromkeys((_head, *_rest), _head))
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(_w("zero one two three four five six seven eight nine ten eleven twelve"))
+    if i >= 2  # "one" is a pronoun as often as a number
+}
+_PAIR_CANDIDATES = 6  # sentences (the best aligned) tried in pairs
+_PAIR_MIN_WORDS = 2
+_ANAPHORS = frozenset(_w("he she it they his her its their him them this these those its"))
+
+
+def _fold(tok: str) -> str:
+    """Accents off ("Alû" = "Alu"): cheap, because it runs once per distinct raw token."""
+    if tok.isascii():
+        return tok
+    return "".join(c for c in unicodedata.normalize("NFKD", tok) if not unicodedata.combining(c))
+
 
 def _stem_slow(tok: str) -> str:
-    """Crude suffix stripping. Applied alike to both sides of every comparison, so it only has to
-    be consistent, not linguistically right."""
+    """Crude suffix stripping, then the synonym table. Applied alike to both sides of every
+    comparison, so it only has to be consistent, not linguistically right."""
     if tok in _STOP or (len(tok) < 2 and not tok.isdigit()):
         return ""
     if tok[0].isdigit():
         return tok.replace(",", "")
+    if tok in _NUMBER_WORDS:
+        return _NUMBER_WORDS[tok]
+    if tok in _CANON:
+        return _CANON[tok]
     n = len(tok)
     if n > 4 and tok.endswith("ies"):
-        return tok[:-3] + "y"
-    if n > 5 and tok.endswith("ing"):
-        return tok[:-3]
-    if n > 4 and tok.endswith("ed"):
-        return tok[:-2]
-    if n > 4 and tok.endswith(("ches", "shes", "sses", "xes", "zes")):
-        return tok[:-2]
-    if n > 3 and tok.endswith("s") and not tok.endswith(("ss", "us", "is")):
-        return tok[:-1]
-    return tok
+        tok = tok[:-3] + "y"
+    elif n > 5 and tok.endswith("ing"):
+        tok = tok[:-3]
+    elif n > 4 and tok.endswith(("ed", "ches", "shes", "sses", "xes", "zes")):
+        tok = tok[:-2]
+    elif n > 3 and tok.endswith("s") and not tok.endswith(("ss", "us", "is")):
+        tok = tok[:-1]
+    if n > 4 and tok.endswith("e"):  # "create"/"created" -> "creat"
+        tok = tok[:-1]
+    return _CANON.get(tok, tok)
 
 
-# Raw whitespace-separated token -> its stems. Caching on the raw token (punctuation and all) lets
-# the hot path be `str.split` plus dict look-ups; the regex only runs on tokens never seen before.
-_LOWER_TOKENS: dict[str, tuple[str, ...]] = {}
-# Case-preserving token of a claim -> (stems, stems that are names or numbers).
-_CASED_TOKENS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+@dataclass(frozen=True, slots=True)
+class _Tok:
+    """What one raw (whitespace-separated) token contributes."""
+
+    stems: tuple[str, ...]
+    names: tuple[str, ...]  # stems of capitalised words and numbers
+    neg: bool
+    markers: tuple[str, ...]  # strong "axis±" markers
+    weak: tuple[str, ...]  # weak "axis±" markers
+    brk: bool  # ends a negation's scope
+    anaphor: bool
+    special: bool  # any of the four above
+
+
+_EMPTY: frozenset[str] = frozenset()
+_NT = re.compile(r"n[’']t\b", re.IGNORECASE)
+_TOKENS: dict[str, _Tok] = {}
 _CACHE_MAX = 200_000
 
 
-def _lower_token(raw: str) -> tuple[str, ...]:
-    return tuple(s for s in map(_stem_slow, _TOKEN.findall(raw)) if s)
-
-
-def _cased_token(raw: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _tok_slow(raw: str) -> _Tok:
+    neg = False
+    text = raw
+    if _NT.search(text):  # "isn't" -> "is" + negation; "can't" -> "can"; "won't" -> "will"
+        neg = True
+        low = text.lower()
+        text = "will" if low.startswith("won") else "can" if low.startswith("can") else _NT.sub("", text)
     stems: list[str] = []
     names: list[str] = []
-    for tok in _TOKEN.findall(raw):
-        s = _stem_slow(tok.lower())
+    markers: list[str] = []
+    weak: list[str] = []
+    anaphor = False
+    for tok in _TOKEN.findall(text):
+        low = _fold(tok.lower())
+        if low in _NEGATIONS:
+            neg = True
+        if low in _STRONG:
+            markers.append(_STRONG[low])
+        if low in _FLIP_ONLY:
+            markers.append(_FLIP_ONLY[low])
+        if low in _WEAK:
+            weak.append(_WEAK[low])
+        anaphor = anaphor or low in _ANAPHORS
+        s = _stem_slow(low)
         if s:
             stems.append(s)
             if tok[0].isdigit() or tok[0].isupper():
                 names.append(s)
-    return tuple(stems), tuple(names)
+    brk = raw.endswith((",", ";", ":")) or raw.lower() in _SCOPE_BREAK
+    special = neg or brk or anaphor or bool(markers or weak)
+    return _Tok(tuple(stems), tuple(names), neg, tuple(markers), tuple(weak), brk, anaphor, special)
 
 
-def _content(text_lower: str) -> set[str]:
-    """Stemmed content words (and normalised numbers) of lower-cased text."""
-    tokens = set(text_lower.split())
-    cache = _LOWER_TOKENS
-    try:  # the steady state: every token seen before
-        return {s for t in tokens for s in cache[t]}
-    except KeyError:
-        return _content_slow(tokens)
+def _toks(text: str) -> list[_Tok]:
+    global _TOKENS
+    cache = _TOKENS
+    if len(cache) > _CACHE_MAX:
+        cache = _TOKENS = {}  # a new dict, not clear(): a caller in another thread keeps a valid one
+    out = []
+    for raw in text.split():
+        t = cache.get(raw)
+        if t is None:
+            t = cache[raw] = _tok_slow(raw)
+        out.append(t)
+    return out
 
 
-def _content_slow(tokens: set[str]) -> set[str]:
-    global _LOWER_TOKENS
-    cache = _LOWER_TOKENS
-    if len(cache) + len(tokens) > _CACHE_MAX:
-        # A new dict, not clear(): a caller in another thread keeps a valid reference.
-        cache = _LOWER_TOKENS = {}
-    for t in tokens:
-        if t not in cache:
-            cache[t] = _lower_token(t)
-    return {s for t in tokens for s in cache[t]}
+@dataclass(frozen=True, slots=True)
+class _Text:
+    """One sentence (of a chunk or of an answer), analysed once."""
+
+    text: str
+    words: frozenset[str]
+    names: frozenset[str]  # capitalised stems and numbers (in a claim, the first token's only if a number)
+    negated: frozenset[str]  # content words in a negation's scope
+    markers: frozenset[str]  # strong polarity markers
+    weak: frozenset[str]
+    anaphor: bool
+
+
+def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
+    toks = _toks(text)
+    if not toks:
+        return _Text(text, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, False)
+    words = frozenset([s for t in toks for s in t.stems])
+    # The first word is capitalised because it starts the sentence: a name only if a number, or
+    # past its first part ("Okafor-Lind").
+    first = toks[0].names
+    names = {n for t in toks[1:] for n in t.names}
+    names.update(first if first_is_name else (n for j, n in enumerate(first) if j or n[0].isdigit()))
+    special = [t for t in toks if t.special]
+    if not special:  # most sentences: no negation, relation, clause break or anaphor
+        return _Text(text, words, frozenset(names), _EMPTY, _EMPTY, _EMPTY, False)
+    negated: set[str] = set()
+    if any(t.neg for t in special):
+        scope = 0
+        for i, t in enumerate(toks):
+            if scope and t.stems:
+                negated.update(t.stems)
+                scope = max(0, scope - len(t.stems))
+            if t.neg and not (i + 1 < len(toks) and toks[i + 1].stems[:1] == ("only",)):
+                scope = _NEGATION_SCOPE  # ("not only ... but also" negates nothing)
+            if t.brk:
+                scope = 0
+    return _Text(
+        text,
+        words,
+        frozenset(names),
+        frozenset(negated),
+        frozenset(m for t in special for m in t.markers),
+        frozenset(m for t in special for m in t.weak),
+        any(t.anaphor for t in special),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    id: str
+    sentences: tuple[_Text, ...]
+    # Per sentence: names it may refer back to (those of the chunk's earlier sentences, when the
+    # sentence has an anaphor; else none).
+    antecedents: tuple[frozenset[str], ...]
+    words: frozenset[str]
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunk(content: str) -> tuple[tuple[_Text, ...], tuple[frozenset[str], ...], frozenset[str]]:
+    """Per chunk text, cached: production retrievers return the same popular chunks again and again."""
+    sentences = tuple(_analyse(s, first_is_name=True) for s in split_claims(content))
+    antecedents = []
+    seen: set[str] = set()
+    for s in sentences:
+        antecedents.append(frozenset(seen) if s.anaphor else frozenset())
+        seen |= s.names
+    words = frozenset().union(*(s.words for s in sentences)) if sentences else frozenset()
+    return sentences, tuple(antecedents), words
+
+
+def _content(text: str) -> frozenset[str]:
+    return _analyse(text.lower()).words
 
 
 def split_claims(answer: str) -> list[str]:
@@ -163,58 +390,78 @@ def is_refusal(text: str) -> bool:
     return _REFUSAL.search(text.lower().replace("’", "'")) is not None
 
 
-@functools.lru_cache(maxsize=4096)
-def _chunk_words(content: str) -> AbstractSet[str]:
-    """Per chunk text, cached: production retrievers return the same popular chunks again and again.
-    (A set shared by every caller: read-only by convention, not copied into a frozenset.)"""
-    return _content(content.lower())
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    text: str
+    words: frozenset[str]
+    required: frozenset[str]  # names (and, for a terse answer, every answer word)
+    numbers: frozenset[str]
+    polar: _Text  # negations and relations (a terse answer's: the question's and its own)
+    query: frozenset[str]  # a terse answer's question words (else empty)
 
 
-def _claim_words(sentence: str) -> tuple[set[str], set[str]]:
-    """(content words, names and numbers) of one claim sentence. The first word is capitalised
-    because it starts the sentence, so unless it is a number it only counts as a content word."""
-    global _CASED_TOKENS
-    if len(_CASED_TOKENS) > _CACHE_MAX:
-        _CASED_TOKENS = {}
-    cache = _CASED_TOKENS
-    infos = []
-    for raw in sentence.split():
-        info = cache.get(raw)
-        if info is None:
-            info = cache[raw] = _cased_token(raw)
-        infos.append(info)
-    if not infos:
-        return set(), set()
-    words = {s for stems, _ in infos for s in stems}
-    names = {s for _, ns in infos[1:] for s in ns}
-    # The first token: its numbers, and the parts after the first of "Okafor-Lind", still count.
-    names.update(n for i, n in enumerate(infos[0][1]) if i or n[0].isdigit())
-    return words, names
+def _opposite(marker: str) -> str:
+    return marker[:-1] + ("-" if marker.endswith("+") else "+")
+
+
+def _polarity(claim: _Claim, aligned: list[_Text]) -> str | None:
+    """Why the claim's polarity differs from its aligned sentence(s), or None."""
+    c = claim.polar
+    words = frozenset().union(*(s.words for s in aligned))
+    negated = frozenset().union(*(s.negated for s in aligned))
+    markers = frozenset().union(*(s.markers for s in aligned))
+    weak = frozenset().union(*(s.weak for s in aligned))
+    # The claim negates words the sentence asserts, or asserts words the sentence negates.
+    if c.negated & words and not c.negated & negated:
+        return "negation"
+    if negated & claim.words and not negated & c.negated:
+        return "negation"
+    for m in c.markers:
+        if m in markers or m in weak:
+            continue
+        if _opposite(m) in markers:
+            return "opposite_relation"
+        # A relation the sentence does not state; a question's ("born earlier, A or B?") is
+        # asked, not stated.
+        if not claim.query and not m.startswith(("order", "status")):
+            return "missing_relation"
+    return None
 
 
 class LexicalJudge:
     """See the module docstring: an honest approximation, not a language model.
 
-    Thresholds were chosen on the bundled synthetic workload (`monitor.demo.workload`), whose grounded
-    answers quote their evidence: expect lower agreement on real, paraphrasing models.
+    Thresholds were chosen on the dev half of `bench/lexical_judge.py` (public QA data) and checked
+    on the synthetic workload (`monitor.demo.workload`).
     """
 
     name = "lexical"
-    model = "lexical-v1"
+    model = "lexical-v2"
 
     def __init__(
         self,
         *,
         support_threshold: float = 0.6,
+        uncertain_threshold: float = 0.35,
+        terse_words: int = 3,
+        terse_alignment: float = 0.6,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
         query_types: Sequence[str] | None = None,
     ) -> None:
-        """`query_types` is accepted so one `judge.options` section serves every backend, and
+        """`support_threshold`: share of a claim's content words its sentence must hold to support
+        it; between `uncertain_threshold` and that, the claim is `uncertain`. `terse_words`: a
+        one-sentence answer with at most this many content words is read with the question, and is
+        supported when its sentence holds `terse_alignment` of the question words that the best
+        matching sentence holds.
+        `query_types` is accepted so one `judge.options` section serves every backend, and
         ignored: word overlap has no label of its own to give, so `judged_query_type` stays None
         rather than echoing the record's (rule-based) label as if the judge had read the query."""
         del query_types
         self.support_threshold = support_threshold
+        self.uncertain_threshold = uncertain_threshold
+        self.terse_words = terse_words
+        self.terse_alignment = terse_alignment
         self.answerable_coverage = answerable_coverage
         self.supported_query_coverage = supported_query_coverage
 
@@ -224,34 +471,36 @@ class LexicalJudge:
     def judge_sync(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
         """The same judgement without an event loop (it never waits on anything)."""
         t0 = time.perf_counter()
-        chunks = [(c.id, _chunk_words(c.content)) for c in record.chunks if c.content]
+        chunks = [_Chunk(c.id, *_chunk(c.content)) for c in record.chunks if c.content]
         refusal = is_refusal(record.answer)
+        query = _content(record.query) - _QUESTION_ONLY
+        sentences = [_LEAD_IN.sub("", s) for s in split_claims(record.answer)]
+        sentences = [s for s in sentences if s and not (refusal and is_refusal(s))]
         verdicts: list[Claim] = []
         answer_words: set[str] = set()
         supported_words: set[str] = set()
-        for sentence in split_claims(record.answer):
-            sentence = _LEAD_IN.sub("", sentence)
-            words, names = _claim_words(sentence)
-            answer_words |= words
-            if len(words) < 2 or (refusal and is_refusal(sentence)):
+        for sentence in sentences:
+            claim = self._claim(sentence, record.query, query, terse=len(sentences) == 1)
+            if claim is None:
                 continue
-            verdict = self._verdict(sentence, words, names, chunks)
+            answer_words |= claim.words
+            verdict = self._verdict(claim, chunks)
             if verdict.supported:
-                supported_words |= words
+                supported_words |= claim.words
             verdicts.append(verdict)
 
-        query = _content(record.query.lower())
         coverage = supported_coverage = 0.0
         if query:
             if chunks:
-                coverage = max(len(query & words) for _, words in chunks) / len(query)
+                coverage = max(len(query & c.words) for c in chunks) / len(query)
             supported_coverage = len(query & supported_words) / len(query)
-        supported = sum(v.supported for v in verdicts)
+        decided = [v for v in verdicts if v.verdict is not Verdict.UNCERTAIN]
+        supported = sum(v.supported for v in decided)
         if refusal:  # nothing taken from the context to go by: the query's coverage decides
             answerable = coverage >= self.answerable_coverage
         else:  # what the answer could take from the context, and whether that is on the query's topic
             answerable = supported > 0 and (
-                supported * 2 > len(verdicts)
+                supported * 2 > len(decided)
                 or supported_coverage >= self.supported_query_coverage
                 or (coverage >= self.answerable_coverage and supported_coverage > 0)
             )
@@ -273,29 +522,144 @@ class LexicalJudge:
             raw={
                 "query_coverage": round(coverage, 3),
                 "supported_query_coverage": round(supported_coverage, 3),
+                "uncertain_claims": len(verdicts) - len(decided),
             },
         )
+        if verdicts and not decided and not refusal:
+            # Every claim undecided: no hallucination verdict either, rather than a confident one.
+            judgement.answerable_from_context = judgement.hallucinated = judgement.false_refusal = None
         judgement.cost_usd = 0.0
         judgement.latency_s = time.perf_counter() - t0
         return judgement
 
-    def _verdict(
+    def _claim(self, sentence: str, question: str, query: frozenset[str], *, terse: bool) -> _Claim | None:
+        """A sentence's claim (None: too short to be one); a terse answer's is read with the
+        question ("1990." -> "When was Acme founded? 1990.")."""
+        sent = _analyse(sentence)
+        words = sent.words
+        numbers = frozenset(w for w in words if w[0].isdigit())
+        if terse and len(words) <= self.terse_words and query and not query <= words:
+            # The answer's names and numbers are required (or, without any, all its words: it is
+            # the whole answer); the question's words align it with the sentence that answers it,
+            # and the question's negations and relations count too.
+            both = _analyse(f"{question} {sentence}")
+            required = (sent.names | numbers) or words
+            return _Claim(f"{question.strip()} {sentence}", words | query, required, numbers, both, query)
+        if len(words) < 2:
+            return None
+        return _Claim(sentence, words, sent.names | numbers, numbers, sent, frozenset())
+
+    def _verdict(self, claim: _Claim, chunks: list[_Chunk]) -> Claim:
+        """Aligns the claim with its best sentence; see the module docstring for the rules."""
+        total = len(claim.words)
+        required, numbers, query = claim.required, claim.numbers, claim.query
+        # (claim words held, question words held, the requirements are met, chunk, sentence, antecedents)
+        rows: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]] = []
+        for chunk in chunks:
+            for sent, ante in zip(chunk.sentences, chunk.antecedents, strict=True):
+                shared = claim.words & sent.words
+                missing = required - shared
+                hits = len(shared)
+                if missing and ante:
+                    hits += len(missing & ante)
+                    missing = missing - ante
+                q_hits = len(query & (sent.words | ante)) if query else 0
+                rows.append((hits, q_hits, not missing and numbers <= sent.words, chunk, sent, ante))
+        if not rows:
+            return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="no_context")
+        ok = [r for r in rows if r[2]]
+        if query:
+            return self._terse_verdict(claim, ok, rows)
+        if ok:
+            hits, _, _, chunk, sent, _ = max(ok, key=lambda r: r[0])
+            if hits >= self.support_threshold * total:
+                return self._checked(claim, [(chunk, sent)])
+        pair = self._pair(claim, rows)
+        if pair is not None:
+            return self._checked(claim, pair)
+        if ok and hits >= self.uncertain_threshold * total:
+            return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_alignment")
+        everywhere = frozenset().union(*(c.words for c in chunks))
+        if not required <= everywhere:
+            return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="missing_name_or_number")
+        hits, _, _, chunk, sent, _ = max(rows, key=lambda r: r[0])
+        if hits >= self.support_threshold * total:
+            # The sentence that states the rest of the claim gives another number, or lacks a name.
+            quote = [Quote(chunk.id, sent.text, True)]
+            if numbers - sent.words and any(w[0].isdigit() for w in sent.words - claim.words):
+                return Claim(claim.text, Verdict.CONTRADICTED, evidence=quote, note="other_number")
+            return Claim(claim.text, Verdict.NOT_IN_CONTEXT, evidence=quote, note="name_or_number_elsewhere")
+        if ok or hits >= self.uncertain_threshold * total:
+            return Claim(claim.text, Verdict.UNCERTAIN, note="spread_over_sentences")
+        return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="low_alignment")
+
+    def _pair(
+        self, claim: _Claim, rows: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]]
+    ) -> list[tuple[_Chunk, _Text]] | None:
+        """Two sentences that together state the claim (an answer often joins two; a multi-hop
+        claim needs two chunks), each adding at least `_PAIR_MIN_WORDS` of the claim's words the
+        other lacks: a lone number or name from a second sentence does not make a pair."""
+        total = len(claim.words)
+        top = sorted(rows, key=lambda r: -r[0])[:_PAIR_CANDIDATES]
+        best: tuple[int, list[tuple[_Chunk, _Text]]] | None = None
+        for i, (_, _, _, c1, s1, a1) in enumerate(top):
+            w1 = claim.words & s1.words
+            for _, _, _, c2, s2, a2 in top[i + 1 :]:
+                w2 = claim.words & s2.words
+                if len(w1 - w2) < _PAIR_MIN_WORDS or len(w2 - w1) < _PAIR_MIN_WORDS:
+                    continue
+                held = w1 | w2
+                if not claim.numbers <= held or not claim.required <= held | a1 | a2:
+                    continue
+                hits = len(held) + len((claim.required - held) & (a1 | a2))
+                if hits >= self.support_threshold * total and (best is None or hits > best[0]):
+                    best = (hits, [(c1, s1), (c2, s2)])
+        return best[1] if best else None
+
+    def _checked(
         self,
-        sentence: str,
-        words: set[str],
-        names: set[str],
-        chunks: list[tuple[str, AbstractSet[str]]],
+        claim: _Claim,
+        aligned: list[tuple[_Chunk, _Text]],
+        verdict: Verdict = Verdict.SUPPORTED,
+        note: str | None = None,
     ) -> Claim:
-        """Supported by the chunk sharing most words among those holding every name and number."""
-        best_id: str | None = None
-        best_hits = 0
-        for cid, chunk in chunks:
-            if names <= chunk:
-                hits = len(words & chunk)
-                if hits > best_hits:
-                    best_id, best_hits = cid, hits
-        supported = best_id is not None and best_hits >= self.support_threshold * len(words)
-        return Claim(sentence, supported, best_id if supported else None)
+        """The verdict once negation and relations are compared with the aligned sentence(s)."""
+        quote = [Quote(chunk.id, sent.text, True) for chunk, sent in aligned]
+        flip = _polarity(claim, [sent for _, sent in aligned])
+        if flip is not None:
+            bad = Verdict.NOT_IN_CONTEXT if flip == "missing_relation" else Verdict.CONTRADICTED
+            return Claim(claim.text, bad, evidence=quote, note=flip)
+        if verdict is Verdict.SUPPORTED:
+            ids = list(dict.fromkeys(chunk.id for chunk, _ in aligned))
+            return Claim(claim.text, verdict, chunk_ids=ids, evidence=quote)
+        return Claim(claim.text, verdict, evidence=quote, note=note)
+
+    def _terse_verdict(
+        self,
+        claim: _Claim,
+        ok: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]],
+        rows: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]],
+    ) -> Claim:
+        """A terse answer: its words must be in a sentence, and that sentence must be (about) the
+        one the question points at. A multi-hop question spreads over several sentences, so the
+        answer's sentence is compared with the sentence that best matches the question, not with
+        the whole question."""
+        if not ok:
+            everywhere = frozenset().union(*(r[4].words for r in rows))
+            if not claim.required <= everywhere:
+                return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="answer_not_in_context")
+            return Claim(claim.text, Verdict.UNCERTAIN, note="answer_spread_over_sentences")
+        _, q_hits, _, chunk, sent, _ = max(ok, key=lambda r: (r[1], r[0]))
+        q_top = max(r[1] for r in rows)
+        if q_hits >= 1 and q_hits >= self.terse_alignment * q_top:
+            return self._checked(claim, [(chunk, sent)])
+        if q_top >= self.support_threshold * len(claim.query):
+            # Another sentence states what the question asks, without this answer.
+            quote = [Quote(chunk.id, sent.text, True)]
+            return Claim(
+                claim.text, Verdict.NOT_IN_CONTEXT, evidence=quote, note="question_answered_elsewhere"
+            )
+        return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_alignment")
 
     async def aclose(self) -> None:
         return None

@@ -3,49 +3,65 @@
 Two layers, on purpose:
 
 - `JudgeOutput` / `ClaimVerdict` (pydantic): the boundary. An LLM judge's structured output is
-  untrusted input; it is validated here (and against the record: a cited chunk must exist) before
-  anything is scored. Its JSON schema is what the LLM is asked to produce (`base.output_schema`),
-  minus the field descriptions: they document the fields here, and the numbered steps of the
-  system prompt are what tell the model what each field means.
+  untrusted input; it is validated here (and against the record: a cited chunk must exist, every
+  shown chunk is rated once) before anything is scored. Its JSON schema is what the LLM is asked
+  to produce (`base.output_schema`), minus the field descriptions: they document the fields here,
+  and the numbered steps of the system prompt are what tell the model what each field means.
 - `LabelledJudgeOutput`: the same plus the judge's own query-type label, asked for only when an
   allow-list is configured; `labelled_output_model` narrows the label to that list, so a label
   outside it fails validation like any other bad field.
 - `Judgement` (dataclass): the internal result, derived scores included. Built once per judged
   record, so no validation cost on hand-over (same reasoning as `monitor.model`).
 
-Scores are derived here, in one place, for every backend: faithfulness = supported / total
-claims, hallucinated = not answerable and not admitting uncertainty, false refusal = admitted
-uncertainty although the context held the answer.
+Scores are derived here, in one place, for every backend (README, Judges, has the table of cases):
+
+- per claim a `Verdict`; a model's `supported` or `contradicted` stands only with evidence that
+  code finds in the cited chunks (`monitor.judge.evidence`), else it becomes `not_in_context`;
+- faithfulness = supported / decided claims (`uncertain` ones, which only an offline judge gives,
+  are left out); `unsupported_claims` counts contradicted + not_in_context;
+- `refuses` (no answer given) and `hedges` (an answer that admits uncertainty about part of it)
+  apart; `answer_admits_uncertainty` = either, which is what `hallucinated` = not answerable and
+  not admitting it keeps resting on; `false_refusal` = a refusal although the context held the
+  answer (a hedge is never one);
+- context relevance: the mean over the chunks shown to the judge of each chunk's 1-3 rating.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from monitor.judge.evidence import EvidenceFailure, check_evidence
 
 __all__ = [
     "CHECKS",
+    "ChunkRating",
     "Claim",
     "ClaimVerdict",
+    "Evidence",
     "JudgeOutcome",
     "JudgeOutput",
     "Judgement",
     "LabelledJudgeOutput",
+    "Quote",
     "TokenUsage",
+    "Verdict",
     "labelled_output_model",
     "validate_against_record",
 ]
 
 # Values of the `check` label of ragmon_judged_total: a closed set.
-CHECKS = ("faithfulness", "unanswerable", "relevance")
+CHECKS = ("faithfulness", "unanswerable", "relevance", "context_relevance")
 
 MAX_CLAIMS = 40
 MAX_CLAIM_CHARS = 1000
+MAX_QUOTES = 4  # per claim: a comparison or multi-hop claim cites two or three chunks
+MAX_QUOTE_CHARS = 1000
 
 
 class JudgeOutcome(StrEnum):
@@ -63,11 +79,34 @@ class JudgeOutcome(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"  # the judge budget had no room: nothing sent or counted
 
 
+class Verdict(StrEnum):
+    """A claim's verdict. The first three are what an LLM judge may say; `uncertain` is an offline
+    judge's "cannot decide", counted apart and left out of faithfulness."""
+
+    SUPPORTED = "supported"  # the cited chunks state or directly entail it (quotes checked)
+    CONTRADICTED = "contradicted"  # the context states otherwise
+    NOT_IN_CONTEXT = "not_in_context"  # the context does not say it (invented, or from elsewhere)
+    UNCERTAIN = "uncertain"
+
+
 # -- boundary: the structured output asked of a judge ---------------------------------------------
 
 
+class Evidence(BaseModel):
+    """A span quoted from one chunk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_id: str = Field(description="Id of the quoted chunk, exactly as given.")
+    quote: str = Field(
+        min_length=1,
+        max_length=MAX_QUOTE_CHARS,
+        description="The words of the chunk that support (or contradict) the claim, copied verbatim.",
+    )
+
+
 class ClaimVerdict(BaseModel):
-    """One factual claim of the answer and whether the retrieved context supports it."""
+    """One factual claim of the answer and what the retrieved context says about it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -76,12 +115,40 @@ class ClaimVerdict(BaseModel):
         max_length=MAX_CLAIM_CHARS,
         description="One atomic factual claim made by the answer, quoted or minimally paraphrased.",
     )
-    supported: bool = Field(
-        description="True only if the context chunks state or directly entail the claim.",
+    verdict: Literal["supported", "contradicted", "not_in_context"] = Field(
+        description="supported: the chunks state or entail it; contradicted: they state otherwise; "
+        "not_in_context: they do not say.",
     )
-    chunk_id: str | None = Field(
-        default=None,
-        description="Id of the chunk that supports the claim (required when supported), else null.",
+    evidence: list[Evidence] = Field(
+        max_length=MAX_QUOTES,
+        description="For supported (and contradicted) claims, one quote per chunk needed; else empty.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _previous_shape(cls, data: Any) -> Any:
+        """A claim in the previous output shape (`supported` + one `chunk_id`, no quote), from a
+        judge still prompted with it: its own text stands as the quote, so it is supported only
+        if the cited chunk says it word for word."""
+        if isinstance(data, dict) and "supported" in data and "verdict" not in data:
+            data = dict(data)
+            supported = data.pop("supported")
+            chunk_id = data.pop("chunk_id", None)
+            data["verdict"] = "supported" if supported is True else "not_in_context"
+            data["evidence"] = (
+                [{"chunk_id": chunk_id, "quote": data.get("text") or "-"}] if chunk_id is not None else []
+            )
+        return data
+
+
+class ChunkRating(BaseModel):
+    """How useful one retrieved chunk is for answering the query."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_id: str = Field(description="Id of the chunk, exactly as given.")
+    relevance: Literal[1, 2, 3] = Field(
+        description="3: answers the query or a needed part of it; 2: on topic; 1: unrelated.",
     )
 
 
@@ -97,12 +164,33 @@ class JudgeOutput(BaseModel):
     answerable_from_context: bool = Field(
         description="True if the context chunks contain the information needed to answer the query.",
     )
-    answer_admits_uncertainty: bool = Field(
-        description="True if the answer refuses, or says it does not know or cannot find the answer.",
+    refuses: bool = Field(
+        description="True if the answer gives no answer: it declines, or says it does not know.",
+    )
+    hedges: bool = Field(
+        description="True if the answer answers but says it is unsure or that part is not in the documents.",
     )
     answer_relevance: Literal[1, 2, 3] = Field(
         description="3: directly answers the query; 2: partially or indirectly; 1: off-topic or no answer.",
     )
+    context_relevance: list[ChunkRating] = Field(
+        description="One rating per given chunk.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _previous_shape(cls, data: Any) -> Any:
+        """The previous output shape: one `answer_admits_uncertainty` flag (a refusal when the
+        answer made no claim, else a hedge) and no chunk ratings (context relevance unknown)."""
+        if isinstance(data, dict) and "answer_admits_uncertainty" in data and "refuses" not in data:
+            data = dict(data)
+            admits = data.pop("answer_admits_uncertainty")
+            claims = data.get("claims")
+            has_claims = isinstance(claims, list) and bool(claims)
+            data["refuses"] = admits is True and not has_claims
+            data["hedges"] = admits is True and has_claims
+            data.setdefault("context_relevance", [])
+        return data
 
 
 QUERY_TYPE_DESCRIPTION = "The kind of question, one of the listed types."
@@ -135,28 +223,127 @@ def labelled_output_model(query_types: Sequence[str]) -> type[LabelledJudgeOutpu
 
 
 def validate_against_record(output: JudgeOutput, chunk_ids: set[str]) -> list[str]:
-    """Checks the schema cannot express: cited chunks exist, supported claims cite one.
+    """Checks the schema cannot express: cited and rated chunks exist, a supported claim quotes
+    one, and the ratings cover every shown chunk once (or, from a judge that gives none, none).
 
     Returns human-readable problems (empty = valid); an LLM judge sends them back in its repair
-    request, so they name the offending claim.
+    request, so they name the offending claim. Whether a quote is really in its chunk is not a
+    problem to repair but a verdict to correct (`Judgement.from_output`): a repair would teach the
+    model the quote we wanted.
     """
     problems = []
     for i, c in enumerate(output.claims):
-        if c.chunk_id is not None and c.chunk_id not in chunk_ids:
-            problems.append(f"claims[{i}].chunk_id {c.chunk_id!r} is not the id of any given chunk")
-        elif c.supported and c.chunk_id is None:
-            problems.append(f"claims[{i}] is supported but names no chunk_id")
+        for e in c.evidence:
+            if e.chunk_id not in chunk_ids:
+                problems.append(
+                    f"claims[{i}].evidence chunk_id {e.chunk_id!r} is not the id of any given chunk"
+                )
+        if c.verdict == "supported" and not c.evidence:
+            problems.append(f"claims[{i}] is supported but quotes no chunk (evidence is empty)")
+    rated = [r.chunk_id for r in output.context_relevance]
+    unknown = sorted({r for r in rated if r not in chunk_ids})
+    if unknown:
+        problems.append(f"context_relevance rates {unknown!r}, not ids of given chunks")
+    elif rated and (len(rated) != len(set(rated)) or set(rated) != chunk_ids):
+        missing = sorted(chunk_ids - set(rated))
+        problems.append(f"context_relevance must rate every given chunk once (missing: {missing!r})")
     return problems
 
 
 # -- internal ---------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Quote:
+    chunk_id: str
+    quote: str
+    found: bool  # the quote occurs in that chunk (normalised)
+
+
+# Why a claim's verdict is not the judge's own (`Claim.note`).
+NOTE_NOT_JUDGED = "not_judged"  # an answer sentence the judge left without a claim, twice
+
+
 class Claim:
-    text: str
-    supported: bool
-    chunk_id: str | None = None  # the supporting chunk; None when unsupported
+    """One claim as scored. Built by an LLM judge from a checked `ClaimVerdict`, or by an offline
+    judge as ``Claim(text, supported, chunk_id)`` (its support is computed from the chunk by code,
+    so there is no quote to check).
+
+    `note` says why the verdict is not the judge's own: an `EvidenceFailure` value (the judge said
+    supported or contradicted and the evidence failed) or `NOTE_NOT_JUDGED`.
+    """
+
+    __slots__ = ("chunk_ids", "evidence", "note", "text", "verdict")
+
+    def __init__(
+        self,
+        text: str,
+        verdict: Verdict | bool,
+        chunk_id: str | None = None,
+        *,
+        chunk_ids: Sequence[str] = (),
+        evidence: Sequence[Quote] = (),
+        note: str | None = None,
+    ) -> None:
+        if isinstance(verdict, bool):
+            verdict = Verdict.SUPPORTED if verdict else Verdict.NOT_IN_CONTEXT
+        self.text = text
+        self.verdict = verdict
+        ids = list(chunk_ids) or ([chunk_id] if chunk_id is not None else [])
+        # Only a supported claim names supporting chunks; a contradicted one keeps its quotes.
+        self.chunk_ids: list[str] = ids if verdict is Verdict.SUPPORTED else []
+        self.evidence: list[Quote] = list(evidence)
+        self.note = note
+
+    @property
+    def supported(self) -> bool:
+        return self.verdict is Verdict.SUPPORTED
+
+    @property
+    def chunk_id(self) -> str | None:
+        """The first supporting chunk (None when unsupported)."""
+        return self.chunk_ids[0] if self.chunk_ids else None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Claim):
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Claim({self.text!r}, {self.verdict.value}, chunk_ids={self.chunk_ids!r}, note={self.note!r})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The claim in a results line."""
+        return {
+            "text": self.text,
+            "verdict": self.verdict.value,
+            "supported": self.supported,
+            "chunk_ids": list(self.chunk_ids),
+            "evidence": [{"chunk_id": q.chunk_id, "quote": q.quote, "found": q.found} for q in self.evidence],
+            "note": self.note,
+        }
+
+    @classmethod
+    def checked(cls, verdict: ClaimVerdict, chunks: Mapping[str, str]) -> Claim:
+        """A model's claim after its evidence is checked against the chunk texts: supported or
+        contradicted only if every quote occurs in its chunk (and, for support, carries the
+        claim's numbers); else not_in_context, with the reason as `note`."""
+        said = Verdict(verdict.verdict)
+        if said is Verdict.NOT_IN_CONTEXT:
+            return cls(verdict.text, said)
+        pairs = [(e.chunk_id, e.quote) for e in verdict.evidence]
+        found, failure = check_evidence(verdict.text, pairs, dict(chunks))
+        if said is Verdict.CONTRADICTED and failure in (EvidenceFailure.NUMBERS, EvidenceFailure.UNRELATED):
+            failure = None  # a contradiction states other numbers or words, by definition
+        if said is Verdict.CONTRADICTED and failure is EvidenceFailure.NO_QUOTE:
+            failure = None  # asked for, not required: "the context says otherwise" needs no repair
+        quotes = [Quote(c, q, f) for (c, q), f in zip(pairs, found, strict=False)]
+        if failure is not None:
+            return cls(verdict.text, Verdict.NOT_IN_CONTEXT, evidence=quotes, note=failure.value)
+        ids = list(dict.fromkeys(c for c, _ in pairs))
+        return cls(verdict.text, said, chunk_ids=ids, evidence=quotes)
 
 
 @dataclass(slots=True)
@@ -189,7 +376,8 @@ class TokenUsage:
 
 @dataclass(slots=True)
 class Judgement:
-    """One judged record. Build with `from_output` (success) or `failed` (no scores at all).
+    """One judged record. Build with `from_output` (an LLM judge), `from_verdicts` (any judge) or
+    `failed` (no scores at all).
 
     Score fields are None on failure — and `faithfulness` is also None when the answer makes no
     claim (a refusal): "nothing to check" is neither 0 nor 1, and must not inflate the average.
@@ -205,10 +393,21 @@ class Judgement:
     claims: list[Claim] = field(default_factory=list)
     faithfulness: float | None = None
     answerable_from_context: bool | None = None
-    answer_admits_uncertainty: bool | None = None
+    refuses: bool | None = None
+    hedges: bool | None = None
+    answer_admits_uncertainty: bool | None = None  # refuses or hedges
     hallucinated: bool | None = None
     false_refusal: bool | None = None
     answer_relevance: int | None = None
+    # Per shown chunk (id, 1-3), in rank order, and their mean; None: not rated (no chunks, or a
+    # judge that gives no ratings).
+    chunk_relevance: list[tuple[str, int]] | None = None
+    context_relevance: float | None = None
+    # Share of the answer's content words the claims cover (None: nothing to cover or not
+    # checked), and the coverage repair: None (none needed), "repaired", or "unrepaired" (the
+    # sentences still uncovered are claims noted `not_judged`).
+    claim_coverage: float | None = None
+    coverage_repair: str | None = None
     # The judge's own label of the query (an LLM judge asked with `query_types`), else None.
     # `query_type` above stays the record's label: the caller decides which one to slice by.
     judged_query_type: str | None = None
@@ -223,11 +422,31 @@ class Judgement:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def unsupported_claims(self) -> int | None:
+        """Contradicted or not-in-context claims (None on failure)."""
+        if not self.ok:
+            return None
+        return sum(c.verdict in (Verdict.CONTRADICTED, Verdict.NOT_IN_CONTEXT) for c in self.claims)
+
+    @property
+    def asserts_unsupported(self) -> bool | None:
+        """The answer states something its context does not: tells a partial answer that stays
+        within the context (False) from one that invents the rest (True)."""
+        n = self.unsupported_claims
+        return None if n is None else n > 0
+
+    def evidence_failures(self) -> list[str]:
+        """The `EvidenceFailure` reason of every claim whose verdict the evidence check changed."""
+        reasons = {f.value for f in EvidenceFailure}
+        return [c.note for c in self.claims if c.note in reasons]
+
     @classmethod
     def from_output(
         cls,
         output: JudgeOutput,
         *,
+        chunks: Mapping[str, str] | None = None,
         trace_id: str,
         query_type: str,
         service: str,
@@ -235,13 +454,28 @@ class Judgement:
         model: str,
         sampling_weight: float = 1.0,
         raw: Any = None,
+        extra_claims: Sequence[Claim] = (),
+        claim_coverage: float | None = None,
+        coverage_repair: str | None = None,
     ) -> Judgement:
-        """Scores from a validated judge output."""
+        """Scores from a validated judge output, its evidence checked against `chunks` (id →
+        text of the chunks the judge was shown; None fails closed: with nothing to check a quote
+        against, no claim is supported). `extra_claims`: claims the caller adds (answer sentences
+        the judge left uncovered)."""
+        chunks = chunks or {}
+        claims = [Claim.checked(c, chunks) for c in output.claims]
+        ratings = [(r.chunk_id, int(r.relevance)) for r in output.context_relevance]
+        order = {cid: i for i, cid in enumerate(chunks)}
+        ratings.sort(key=lambda r: order.get(r[0], len(order)))
         return cls.from_verdicts(
-            [Claim(c.text, c.supported, c.chunk_id if c.supported else None) for c in output.claims],
+            [*claims, *extra_claims],
             answerable_from_context=output.answerable_from_context,
-            answer_admits_uncertainty=output.answer_admits_uncertainty,
+            refuses=output.refuses,
+            hedges=output.hedges,
             answer_relevance=output.answer_relevance,
+            chunk_relevance=ratings or None,
+            claim_coverage=claim_coverage,
+            coverage_repair=coverage_repair,
             judged_query_type=output.query_type if isinstance(output, LabelledJudgeOutput) else None,
             trace_id=trace_id,
             query_type=query_type,
@@ -258,8 +492,13 @@ class Judgement:
         claims: list[Claim],
         *,
         answerable_from_context: bool,
-        answer_admits_uncertainty: bool,
         answer_relevance: Literal[1, 2, 3],
+        answer_admits_uncertainty: bool | None = None,
+        refuses: bool | None = None,
+        hedges: bool | None = None,
+        chunk_relevance: Sequence[tuple[str, int]] | None = None,
+        claim_coverage: float | None = None,
+        coverage_repair: str | None = None,
         judged_query_type: str | None = None,
         trace_id: str,
         query_type: str,
@@ -269,10 +508,20 @@ class Judgement:
         sampling_weight: float = 1.0,
         raw: Any = None,
     ) -> Judgement:
-        """The one place where scores are derived from verdicts, for every backend."""
-        supported = sum(c.supported for c in claims)
+        """The one place where scores are derived from verdicts, for every backend.
+
+        A judge that has only one "admits uncertainty" flag (`answer_admits_uncertainty`, the
+        offline judge) gets it split by its claims: with none it refused, with some it hedged.
+        """
+        if refuses is None or hedges is None:
+            admits = bool(answer_admits_uncertainty)
+            refuses = admits and not claims if refuses is None else refuses
+            hedges = admits and bool(claims) if hedges is None else hedges
+        decided = [c for c in claims if c.verdict is not Verdict.UNCERTAIN]
+        supported = sum(c.supported for c in decided)
         answerable = answerable_from_context
-        admits = answer_admits_uncertainty
+        admits = refuses or hedges
+        ratings = list(chunk_relevance) if chunk_relevance else None
         return cls(
             trace_id=trace_id,
             query_type=query_type,
@@ -281,12 +530,18 @@ class Judgement:
             model=model,
             sampling_weight=sampling_weight,
             claims=claims,
-            faithfulness=supported / len(claims) if claims else None,
+            faithfulness=supported / len(decided) if decided else None,
             answerable_from_context=answerable,
+            refuses=refuses,
+            hedges=hedges,
             answer_admits_uncertainty=admits,
             hallucinated=not answerable and not admits,
-            false_refusal=answerable and admits,
+            false_refusal=answerable and refuses,
             answer_relevance=answer_relevance,
+            chunk_relevance=ratings,
+            context_relevance=sum(r for _, r in ratings) / len(ratings) if ratings else None,
+            claim_coverage=claim_coverage,
+            coverage_repair=coverage_repair,
             judged_query_type=judged_query_type,
             raw=raw,
         )
@@ -323,9 +578,13 @@ class Judgement:
         """The checks this judgement produced a verdict for (`check` label of ragmon_judged_total)."""
         if not self.ok:
             return ()
-        if self.faithfulness is None:
-            return ("unanswerable", "relevance")
-        return CHECKS
+        given = {
+            "faithfulness": self.faithfulness is not None,
+            "unanswerable": True,
+            "relevance": True,
+            "context_relevance": self.context_relevance is not None,
+        }
+        return tuple(c for c in CHECKS if given[c])
 
     def to_json_dict(self) -> dict[str, Any]:
         """The results line of design.md "Judgement output" (JSON-safe: no NaN, no enums).
@@ -339,18 +598,28 @@ class Judgement:
         }
         if self.judged_query_type is not None:
             head["judge_query_type"] = self.judged_query_type
+        ratings = self.chunk_relevance
         return {
             **head,
             "sampling_weight": self.sampling_weight,
-            "claims": [
-                {"text": c.text, "supported": c.supported, "chunk_id": c.chunk_id} for c in self.claims
-            ],
+            "claims": [c.as_dict() for c in self.claims],
             "faithfulness": self.faithfulness,
+            "unsupported_claims": self.unsupported_claims,
+            "asserts_unsupported": self.asserts_unsupported,
+            "evidence_mismatches": len(self.evidence_failures()) if self.ok else None,
+            "claim_coverage": self.claim_coverage,
+            "coverage_repair": self.coverage_repair,
             "answerable_from_context": self.answerable_from_context,
+            "refuses": self.refuses,
+            "hedges": self.hedges,
             "answer_admits_uncertainty": self.answer_admits_uncertainty,
             "hallucinated": self.hallucinated,
             "false_refusal": self.false_refusal,
             "answer_relevance": self.answer_relevance,
+            "context_relevance": self.context_relevance,
+            "chunk_relevance": None
+            if ratings is None
+            else [{"chunk_id": cid, "relevance": r} for cid, r in ratings],
             "judge": {
                 "backend": self.backend,
                 "model": self.model,

@@ -11,7 +11,8 @@ exponential backoff and jitter, honouring ``Retry-After`` (seconds or HTTP date)
 ``retry-after-ms``. A server that asks for a longer wait than `max_retry_after_seconds` is not
 waited for: the judgement fails with the status's outcome and the slot is freed. Every try counts
 in `Judgement.requests`, as in the provider's rate limits: the client's request hook counts them
-(`base.count_request`).
+(`base.count_request`). Invalid output, or valid output whose claims leave part of the answer out,
+gets one repair request (a user turn naming the problem).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from monitor.judge.base import (
     parse_output,
     repair_message,
 )
-from monitor.judge.model import Judgement, JudgeOutcome, TokenUsage
+from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
 from monitor.model import RagRecord
 
 __all__ = ["DEFAULT_OPENAI_MODEL", "OpenAIJudge", "OpenAIJudgeConfig"]
@@ -111,6 +112,7 @@ class OpenAIJudge(LLMJudgeBase):
             {"role": "user", "content": prompt.user},
         ]
         problem = ""
+        pending: tuple[JudgeOutput, Any] | None = None  # valid, but its claims skip part of the answer
         for attempt in range(2):  # the judgement, then at most one repair
             try:
                 body = await self._post(messages, state)
@@ -145,13 +147,19 @@ class OpenAIJudge(LLMJudgeBase):
                 output, problem = parse_output(content, prompt.chunk_ids, cfg.query_types)
                 if output is not None:
                     state.raw = output.model_dump(mode="json")
-                    return self._ok(output, meta, state)
+                    problem = "" if attempt else self._coverage_problem(output, prompt)
+                    if not problem:
+                        return self._ok(output, meta, state, prompt, coverage_asked=pending is not None)
+                    pending = (output, state.raw)
             if attempt == 0:
                 messages = [
                     *messages,
                     {"role": "assistant", "content": content if isinstance(content, str) else ""},
                     {"role": "user", "content": repair_message(problem)},
                 ]
+        if pending is not None:  # the coverage repair failed: the first verdict, its gaps noted
+            state.raw = pending[1]
+            return self._ok(pending[0], meta, state, prompt, coverage_asked=True)
         return self._fail(JudgeOutcome.INVALID_OUTPUT, problem, meta, state)
 
     async def _post(self, messages: list[dict[str, Any]], state: CallState) -> dict[str, Any]:

@@ -41,7 +41,9 @@ from monitor.slices import BoundedLabel
 from monitor.tasks import cancel_all
 
 if TYPE_CHECKING:
-    from monitor.golden import GoldenGauges
+    from monitor.golden import GoldenGauges, ReplayReport
+    from monitor.golden.change import Change
+    from monitor.golden.trigger import GoldenRunner, TriggerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +105,24 @@ class JudgeStage:
         self.judged_seen = 0
         self.written = 0  # samples whose results are written (judged, skipped or failed)
         self.golden_gauges: GoldenGauges | None = None
-        if settings.golden.file is not None and settings.golden.target:
+        self.golden_runner: GoldenRunner | None = None
+        self.golden_trigger: TriggerEndpoint | None = None  # POST /golden/replay, with a token
+        golden = settings.golden
+        if golden.file is not None and golden.target:
             from monitor.golden import GoldenGauges
+            from monitor.golden.trigger import GoldenRunner, TriggerEndpoint, load_token
 
             self.golden_gauges = GoldenGauges(metrics.registry)
+            leader = TopicPartition(pc.samples_topic, 0)
+            self.golden_runner = GoldenRunner(
+                self._golden_once, lambda: self.source.owns(leader), report_dir=golden.report_dir
+            )
+            secret = golden.trigger_token.get_secret_value() if golden.trigger_token else None
+            token = load_token(golden.trigger_token_file, secret)
+            if token is not None:
+                self.golden_trigger = TriggerEndpoint(
+                    self.golden_runner, token, samples_topic=pc.samples_topic
+                )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -123,8 +139,8 @@ class JudgeStage:
         ]
         tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
         tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
-        golden = self.settings.golden
-        if golden.file is not None and golden.target:
+        if self.golden_runner is not None:
+            self.golden_runner.attach(asyncio.get_running_loop())
             tasks.append(asyncio.create_task(self._golden_loop(), name="ragmon-golden"))
         try:
             await self.source.consume(stop, self._admit)
@@ -135,6 +151,8 @@ class JudgeStage:
                 log.warning("shutdown: %d judgements unfinished; their samples are re-read", self._held)
         finally:
             await cancel_all(tasks)
+            if self.golden_runner is not None:
+                await self.golden_runner.aclose()
             if self.judge is not None:
                 await self.judge.aclose()
             await self.source.stop(grace_seconds=3.0)
@@ -369,40 +387,42 @@ class JudgeStage:
     async def _golden_loop(self) -> None:
         """Replay the golden set every interval, on exactly one replica: the owner of partition 0
         of the samples topic (ownership follows the judge group, so failover is free). Its judge
-        calls go through the budget and count in the judge cost metrics like any other."""
+        calls go through the budget and count in the judge cost metrics like any other. A replay
+        triggered by a change (`POST /golden/replay`) runs on the same member through the same
+        runner, so the two never overlap."""
+        assert self.golden_runner is not None
+        while True:
+            await asyncio.sleep(self.settings.golden.interval_seconds)
+            await self.golden_runner.run_scheduled()
+
+    async def _golden_once(self, change: Change | None) -> ReplayReport | None:
+        """One replay of the configured golden set (None: it failed, and the log says why)."""
         from monitor.golden import BaselineError, ReplayFailed, load_baseline, load_golden, run_replay
 
         cfg = self.settings.golden
         assert cfg.file is not None and cfg.target is not None
-        leader = TopicPartition(self.settings.pipeline.samples_topic, 0)
-        while True:
-            await asyncio.sleep(cfg.interval_seconds)
-            if not self.source.owns(leader):
-                continue
-            try:
-                check = await asyncio.to_thread(load_golden, cfg.file)
-                if not check.ok:
-                    log.error(
-                        "golden file %s has errors: %s", cfg.file, "; ".join(map(str, check.errors[:3]))
-                    )
-                    continue
-                baseline = await asyncio.to_thread(load_baseline, cfg.baseline) if cfg.baseline else None
-                report = await run_replay(
-                    check.rows,
-                    cfg.target,
-                    k=cfg.k,
-                    judge=self.judge,
-                    concurrency=cfg.concurrency,
-                    baseline=baseline,
-                    golden_sha256=check.sha256,
-                    golden_path=str(cfg.file),
-                    gauges=self.golden_gauges,
-                )
-                log.info(
-                    "golden replay: exit code %d, %d regression(s)", report.exit_code, len(report.regressions)
-                )
-            except (ReplayFailed, BaselineError, OSError) as exc:
-                log.error("golden replay failed: %s", exc)
+        try:
+            check = await asyncio.to_thread(load_golden, cfg.file)
+            if not check.ok:
+                log.error("golden file %s has errors: %s", cfg.file, "; ".join(map(str, check.errors[:3])))
+                return None
+            baseline = await asyncio.to_thread(load_baseline, cfg.baseline) if cfg.baseline else None
+            return await run_replay(
+                check.rows,
+                cfg.target,
+                k=cfg.k,
+                judge=self.judge,
+                concurrency=cfg.concurrency,
+                baseline=baseline,
+                golden_sha256=check.sha256,
+                golden_path=str(cfg.file),
+                gauges=self.golden_gauges,
+                baselines=cfg.baselines,
+                change=change,
+            )
+        except (ReplayFailed, BaselineError, OSError) as exc:
+            log.error("golden replay failed: %s", exc)
+            return None
 
     def _on_assigned(self, owned: int, total: int) -> None:
         """Budgets are group-wide: this member takes the share its partitions carry."""

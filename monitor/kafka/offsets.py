@@ -14,7 +14,7 @@ ever move forwards.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 
 
 class MessageRef:
@@ -69,15 +69,28 @@ class OffsetTracker:
     def track(self, partition: Hashable, offset: int, generation: int | None = None) -> MessageRef | None:
         """A hold on a consumed message, or None when the partition is no longer owned in the
         given generation (the batch predates a rebalance: skip it, the owner re-reads it)."""
+        refs = self.track_run(partition, (offset,), generation)
+        return refs[0] if refs else None
+
+    def track_run(
+        self, partition: Hashable, offsets: Sequence[int], generation: int | None = None
+    ) -> list[MessageRef]:
+        """`track` for consecutive messages of one fetched batch: holds on the leading ones it
+        would track, up to the first it would not (the caller stops there, as after `track`'s
+        None). One ownership check for the run: nothing can be revoked in between."""
         state = self._owned.get(partition)
         if state is None or (generation is not None and generation != state.generation):
-            return None
-        last = state.pending[-1].offset if state.pending else state.next
-        if last is not None and offset < last + (1 if state.pending else 0):
-            return None  # a re-delivery of what this generation already holds or finished
-        ref = MessageRef(partition, offset)
-        state.pending.append(ref)
-        return ref
+            return []
+        pending = state.pending
+        last = pending[-1].offset + 1 if pending else state.next
+        refs: list[MessageRef] = []
+        for offset in offsets:
+            if last is not None and offset < last:
+                break  # a re-delivery of what this generation already holds or finished
+            refs.append(MessageRef(partition, offset))
+            last = offset + 1
+        pending.extend(refs)
+        return refs
 
     def committable(self) -> dict[Hashable, int]:
         """Per owned partition, the offset up to which every message is done (Kafka's next-to-read)."""
@@ -92,3 +105,9 @@ class OffsetTracker:
 
     def in_flight(self) -> int:
         return sum(len(s.pending) for s in self._owned.values())
+
+
+def release_all(refs: Iterable[MessageRef]) -> None:
+    """Release one hold on each (a finished trace's messages, a sample's sources)."""
+    for ref in refs:
+        ref.holds -= 1

@@ -1,10 +1,13 @@
-"""The sidecar's HTTP endpoint: `/metrics` for Prometheus, `/healthz` and `/readyz` for probes.
+"""The sidecar's HTTP endpoint: `/metrics` for Prometheus, `/healthz` and `/readyz` for probes,
+and the routes a stage adds (`routes`: the golden replay trigger, `POST /golden/replay`).
 
 A small threaded WSGI server in its own daemon thread, so that neither a scrape nor a probe waits on
 the event loop. `/metrics` is prometheus_client's own WSGI app (gzip and OpenMetrics negotiation
 included). `/healthz` answers while the process runs (liveness: a restart would not help a slow
 broker). `/readyz` asks a `readiness` callback, which runs on the server's thread: it must be cheap
-and only read plain attributes that the stages update.
+and only read plain attributes that the stages update. A route gets a `Request` (headers with
+lower-case names, a body of at most 64 KiB) on the server's thread and returns a JSON `Response`;
+there is no access log, so nothing a client sends (an Authorization header) is ever written.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -40,6 +44,26 @@ def always_ready() -> Readiness:
     return Readiness(True)
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+    client: str  # the peer's address, for logs
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: dict[str, object]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Route = Callable[[Request], Response]
+MAX_BODY = 64 * 1024
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a stuck client never holds up shutdown
 
@@ -55,7 +79,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsServer:
-    """`/metrics` (`registry`), `/healthz` and `/readyz` on `host:port` (0: any free port)."""
+    """`/metrics` (`registry`), `/healthz`, `/readyz` and `routes` on `host:port` (0: any free port)."""
 
     def __init__(
         self,
@@ -63,9 +87,11 @@ class MetricsServer:
         host: str,
         port: int,
         readiness: Callable[[], Readiness] = always_ready,
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
         self._metrics = make_wsgi_app(registry)
         self._readiness = readiness
+        self._routes = dict(routes or {})
         self._host = host
         self._port = port
         self._server: _Server | None = None
@@ -79,7 +105,8 @@ class MetricsServer:
         self._thread = threading.Thread(target=server.serve_forever, name="ragmon-http", daemon=True)
         self._thread.start()
         port: int = server.server_port
-        log.info("serving /metrics, /healthz and /readyz on http://%s:%d", self._host, port)
+        extra = "".join(f", {path}" for path in self._routes)
+        log.info("serving /metrics, /healthz, /readyz%s on http://%s:%d", extra, self._host, port)
         return port
 
     def stop(self) -> None:
@@ -102,7 +129,53 @@ class MetricsServer:
             state = self._readiness()
             status = "200 OK" if state.ready else "503 Service Unavailable"
             return _reply(start_response, status, "application/json", json.dumps(state.checks).encode())
+        route = self._routes.get(path)
+        if route is not None:
+            return self._route(route, environ, start_response)
         return _reply(start_response, "404 Not Found", "text/plain; charset=utf-8", b"not found\n")
+
+    def _route(self, route: Route, environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            return _json(start_response, Response(413, {"error": f"the body must be 0 to {MAX_BODY} bytes"}))
+        headers = {
+            key[5:].replace("_", "-").lower(): str(value)
+            for key, value in environ.items()
+            if key.startswith("HTTP_")
+        }
+        if "CONTENT_TYPE" in environ:
+            headers["content-type"] = str(environ["CONTENT_TYPE"])
+        body = environ["wsgi.input"].read(length) if length else b""
+        request = Request(
+            environ.get("REQUEST_METHOD", "GET"),
+            environ.get("PATH_INFO", ""),
+            headers,
+            body,
+            str(environ.get("REMOTE_ADDR", "?")),
+        )
+        try:
+            response = route(request)
+        except Exception:  # a bug in a route must not take the metrics server down
+            log.exception("%s %s failed", request.method, request.path)
+            response = Response(500, {"error": "internal error"})
+        return _json(start_response, response)
+
+
+def _json(start_response: StartResponse, response: Response) -> list[bytes]:
+    body = json.dumps(response.body).encode() + b"\n"
+    status = f"{response.status} {HTTPStatus(response.status).phrase}"
+    start_response(
+        status,
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            *response.headers,
+        ],
+    )
+    return [body]
 
 
 def _reply(start_response: StartResponse, status: str, content_type: str, body: bytes) -> list[bytes]:

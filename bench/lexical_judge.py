@@ -1,0 +1,507 @@
+"""The offline lexical judge on public labelled QA data (not the synthetic workload): does it tell a
+grounded answer from a hallucinated one on the same context?
+
+Data: /work/shared/data (see its README for sources and licences). For every answerable question
+with a gold passage, one GROUNDED case (the gold answer on the gold context) and up to three
+HALLUCINATED cases on the same context, each made by one edit of the gold answer:
+
+- ``swap_other``: an entity, number or date of the answer replaced by one of the same kind taken
+  from another example's answer (checked absent from this context): an invented fact;
+- ``swap_passage``: the same, but the replacement comes from ANOTHER SENTENCE of the same context
+  (every word of it is in the context: only sentence-level alignment can catch it);
+- ``negation``: the first auxiliary of a sentence answer negated ("was" -> "was not"), or a "not"
+  removed; and ``flip``: before/after, more/less, higher/lower, ... swapped (only where present).
+
+Sources: SQuAD 2.0 (answerable rows; context = the passage, answer = the first gold span, as a terse
+"1990."-style reply), ClapNQ (answerable rows; context = the gold Wikipedia passage, answer = the
+annotator's long-form, paraphrasing answer), HotpotQA (the two gold paragraphs plus two
+distractors as four chunks; yes/no answers left out: word overlap cannot check them),
+MultiHop-RAG (the evidence facts as chunks; entity answers only, yes/no and "insufficient
+information" rows left out). Deterministic (seeded); rows are split by a hash of their id into
+``dev`` (used to choose the judge's thresholds) and ``held-out`` (never looked at while tuning).
+
+A case is FLAGGED when the judge marks any claim unsupported or the answer hallucinated, GROUNDED
+when every claim is supported, and UNCERTAIN when no claim is unsupported but some the judge could
+not decide (verdict ``uncertain``). Balanced accuracy = (grounded accepted + hallucinated
+flagged) / 2, reported over decided cases with the share left uncertain, and "strict", where an
+uncertain case counts as a mistake.
+
+    python bench/lexical_judge.py                 # the current judge, every source
+    python bench/lexical_judge.py --rev HEAD      # plus the judge as committed at REV (before/after)
+    python bench/lexical_judge.py --errors 20     # print some mistakes
+    python bench/lexical_judge.py --write-sample tests/data/lexical_judge_sample.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor.judge.model import Judgement
+from monitor.model import Chunk, RagRecord
+
+DATA = Path("/work/shared/data")
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "tests" / "data" / "lexical_judge_sample.jsonl"
+
+_YEAR = re.compile(r"\b1[0-9]{3}\b|\b20[0-9]{2}\b")
+_NUMBER = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+# A run of capitalised words (a name), not at the start of a sentence.
+_NAME = re.compile(
+    r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z\u00c0-\u024f]+(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][a-z\u00c0-\u024f]+)*"
+)
+_AUX = re.compile(r"\b(is|are|was|were|has|have|had|can|will|does|did|could|would|should)\b(?! not\b)")
+_FLIPS = {
+    "before": "after",
+    "after": "before",
+    "earlier": "later",
+    "later": "earlier",
+    "more": "less",
+    "less": "more",
+    "higher": "lower",
+    "lower": "higher",
+    "larger": "smaller",
+    "smaller": "larger",
+    "increase": "decrease",
+    "decrease": "increase",
+    "increased": "decreased",
+    "decreased": "increased",
+    "first": "last",
+    "last": "first",
+}
+_FLIP = re.compile(r"\b(" + "|".join(_FLIPS) + r")\b")
+_SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])")
+
+
+@dataclass(slots=True)
+class Item:
+    """One answerable question on its context, with its gold answer and the edits made from it."""
+
+    source: str
+    id: str
+    question: str
+    chunks: list[str]
+    grounded: str
+    negatives: list[tuple[str, str]] = field(default_factory=list)  # (kind, answer)
+
+    @property
+    def split(self) -> str:
+        h = hashlib.sha256(f"{self.source}:{self.id}".encode()).digest()[0]
+        return "dev" if h % 2 == 0 else "held-out"
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def _in(needle: str, hay: str) -> bool:
+    n = _norm(needle)
+    return bool(n) and f" {n} " in f" {_norm(hay)} "
+
+
+def _kind(span: str) -> str:
+    s = span.strip().rstrip(".")
+    if _YEAR.fullmatch(s):
+        return "year"
+    if any(ch.isdigit() for ch in s):
+        return "number"
+    words = s.split()
+    if words and all(w[0].isupper() for w in words if len(w) > 3):
+        return "name"
+    return "other"
+
+
+def _spans(text: str) -> list[tuple[str, str]]:
+    """(kind, span) of the years, numbers and names in a text."""
+    out = [("year", m.group()) for m in _YEAR.finditer(text)]
+    out += [("number", m.group()) for m in _NUMBER.finditer(text) if not _YEAR.fullmatch(m.group())]
+    out += [("name", m.group()) for m in _NAME.finditer(text) if len(m.group()) > 3]
+    return out
+
+
+def _terse(answer: str) -> str:
+    a = answer.strip()
+    return a if a.endswith((".", "!", "?")) else a + "."
+
+
+# -- loading ------------------------------------------------------------------------------------------
+
+
+def load_squad() -> list[Item]:
+    queries = json.loads((DATA / "squad2_sample500/queries.json").read_text())["queries"]
+    truth = json.loads((DATA / "squad2_sample500/ground_truth.json").read_text())
+    items = []
+    for q in queries:
+        t = truth[q["id"]]
+        if t["is_impossible"] or not t["answers"]:
+            continue
+        items.append(Item("squad2", q["id"], q["question"], [q["context"]], t["answers"][0]))
+    return items
+
+
+def load_clapnq() -> list[Item]:
+    items = []
+    with (DATA / "clapnq_dev/clapnq_dev_answerable.jsonl").open() as f:
+        for line in f:
+            row = json.loads(line)
+            answer = row["output"][0]["answer"].strip()
+            if not answer or not row["passages"]:
+                continue
+            chunks = [p["text"].strip() for p in row["passages"]]
+            items.append(Item("clapnq", row["id"], row["input"], chunks, answer))
+    return items
+
+
+def load_hotpot() -> list[Item]:
+    rows = json.loads((DATA / "hotpotqa_hipporag100/hotpotqa_train.json").read_text())
+    items = []
+    for row in rows:
+        if row["answer"].lower() in ("yes", "no"):
+            continue
+        paras = {title: "".join(sents).strip() for title, sents in row["context"]}
+        gold = list(dict.fromkeys(t for t, _ in row["supporting_facts"]))
+        others = [t for t in paras if t not in gold][:2]
+        chunks = [paras[t] for t in gold + others if t in paras]
+        items.append(Item("hotpotqa", row["_id"], row["question"], chunks, row["answer"]))
+    return items
+
+
+def load_multihop() -> list[Item]:
+    queries = json.loads((DATA / "multihop_rag_sample500/queries.json").read_text())["queries"]
+    truth = json.loads((DATA / "multihop_rag_sample500/ground_truth.json").read_text())
+    items = []
+    for q in queries:
+        t = truth[q["id"]]
+        answer = t["answer"].strip()
+        if q["question_type"] == "null_query" or _kind(answer) not in ("name", "number", "year"):
+            continue
+        if answer.lower() in ("yes", "no", "before", "after", "similar", "agree", "same", "different"):
+            continue
+        chunks = [e["fact"] for e in t["evidence_list"]]
+        items.append(Item("multihop_rag", q["id"], q["question"], chunks, answer))
+    return items
+
+
+# -- negatives ------------------------------------------------------------------------------------------
+
+
+def make_negatives(items: list[Item], seed: int = 0) -> None:
+    """Fills each item's `negatives` (see the module docstring), deterministically."""
+    rng = random.Random(seed)
+    pool: dict[str, list[str]] = defaultdict(list)  # kind -> spans of other examples' answers
+    for it in items:
+        if len(it.grounded.split()) <= 6:
+            pool[_kind(it.grounded)].append(it.grounded.strip().rstrip("."))
+        else:
+            for kind, span in _spans(it.grounded):
+                pool[kind].append(span)
+    for kind in pool:
+        pool[kind] = sorted(set(pool[kind]))
+    for it in items:
+        context = "\n".join(it.chunks)
+        terse = len(it.grounded.split()) <= 6
+        if terse:
+            if not _in(it.grounded, context):
+                continue  # an abstractive short answer ("Consistent."): nothing for word overlap to find
+            it.grounded = _terse(it.grounded)
+            gold = it.grounded.rstrip(".")
+            kind = _kind(gold)
+            other = _pick(rng, pool.get(kind, []), context + "\n" + it.question)
+            if other:
+                it.negatives.append(("swap_other", _terse(other)))
+            same = _same_passage(rng, it, kind, gold)
+            if same:
+                it.negatives.append(("swap_passage", _terse(same)))
+            continue
+        spans = [(k, s) for k, s in _spans(it.grounded) if _in(s, context) and not _in(s, it.question)]
+        if spans:
+            kind, span = rng.choice(spans)
+            other = _pick(rng, pool.get(kind, []), context)
+            if other:
+                it.negatives.append(("swap_other", _replace(it.grounded, span, other)))
+            same = _same_passage(rng, it, kind, span)
+            if same:
+                it.negatives.append(("swap_passage", _replace(it.grounded, span, same)))
+        flipped = _flip(it.grounded)
+        if flipped:
+            it.negatives.append(("flip", flipped))
+        negated = _negate(it.grounded)
+        if negated:
+            it.negatives.append(("negation", negated))
+
+
+def _pick(rng: random.Random, candidates: list[str], avoid: str) -> str | None:
+    """A random candidate that does not occur in `avoid` (the context: the swap must be invented)."""
+    for _ in range(50):
+        if not candidates:
+            return None
+        c = rng.choice(candidates)
+        if not _in(c, avoid):
+            return c
+    return None
+
+
+def _same_passage(rng: random.Random, it: Item, kind: str, gold: str) -> str | None:
+    """A span of the gold span's kind from a context sentence that does not hold the gold span."""
+    cands = []
+    for chunk in it.chunks:
+        for sent in _SENT.split(chunk):
+            if _in(gold, sent):
+                continue
+            for k, s in _spans(sent):
+                clash = _in(s, gold) or _in(gold, s) or _in(s, it.question) or _in(s, it.grounded)
+                if k == kind and not clash:
+                    cands.append(s)
+    cands = sorted(set(cands))
+    return rng.choice(cands) if cands else None
+
+
+def _replace(text: str, span: str, new: str) -> str:
+    return re.sub(r"(?<!\w)" + re.escape(span) + r"(?!\w)", new, text, count=1)
+
+
+def _flip(text: str) -> str | None:
+    m = _FLIP.search(text)
+    if not m:
+        return None
+    return text[: m.start()] + _FLIPS[m.group()] + text[m.end() :]
+
+
+def _negate(text: str) -> str | None:
+    m = re.search(r"\b(not|never)\s+(?!only\b)", text)
+    if m:  # remove the negation
+        return text[: m.start()] + text[m.end() :]
+    m = _AUX.search(text)
+    if not m:
+        return None
+    return text[: m.end()] + " not" + text[m.end() :]
+
+
+def build(sources: Iterable[str] = ("squad2", "clapnq", "hotpotqa", "multihop_rag")) -> list[Item]:
+    loaders = {
+        "squad2": load_squad,
+        "clapnq": load_clapnq,
+        "hotpotqa": load_hotpot,
+        "multihop_rag": load_multihop,
+    }
+    items: list[Item] = []
+    for s in sources:
+        got = loaders[s]()
+        make_negatives(got, seed=hash_seed(s))
+        items += got
+    return items
+
+
+def hash_seed(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+# -- judging -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    source: str
+    id: str
+    split: str
+    kind: str  # "grounded" or the negative's kind
+    question: str
+    chunks: tuple[str, ...]
+    answer: str
+
+    @property
+    def hallucinated(self) -> bool:
+        return self.kind != "grounded"
+
+    def record(self) -> RagRecord:
+        chunks = [Chunk(f"c{i}", text) for i, text in enumerate(self.chunks)]
+        return RagRecord("ab" * 16, "cd" * 8, "bench", self.question, "lookup", chunks, self.answer)
+
+
+def cases(items: Iterable[Item]) -> Iterator[Case]:
+    for it in items:
+        if not it.negatives:
+            continue
+        yield Case(it.source, it.id, it.split, "grounded", it.question, tuple(it.chunks), it.grounded)
+        for kind, answer in it.negatives:
+            yield Case(it.source, it.id, it.split, kind, it.question, tuple(it.chunks), answer)
+
+
+def decision(j: Judgement) -> str:
+    """ "flagged", "grounded" or "uncertain" (see the module docstring)."""
+    verdicts = {
+        str(getattr(c, "verdict", "supported" if c.supported else "not_in_context")) for c in j.claims
+    }
+    if j.hallucinated or verdicts & {"contradicted", "not_in_context"}:
+        return "flagged"
+    return "uncertain" if "uncertain" in verdicts else "grounded"
+
+
+@dataclass(slots=True)
+class Tally:
+    n: Counter[str] = field(default_factory=Counter)  # per class: grounded / hallucinated
+    right: Counter[str] = field(default_factory=Counter)
+    uncertain: Counter[str] = field(default_factory=Counter)
+
+    def add(self, hallucinated: bool, got: str) -> None:
+        cls = "hallucinated" if hallucinated else "grounded"
+        self.n[cls] += 1
+        if got == "uncertain":
+            self.uncertain[cls] += 1
+        elif (got == "flagged") == hallucinated:
+            self.right[cls] += 1
+
+    def rate(self, cls: str, strict: bool) -> float | None:
+        n = self.n[cls] - (0 if strict else self.uncertain[cls])
+        return self.right[cls] / n if n else None
+
+    def balanced(self, strict: bool = False) -> float | None:
+        a, b = self.rate("grounded", strict), self.rate("hallucinated", strict)
+        return None if a is None or b is None else (a + b) / 2
+
+    def uncertain_share(self) -> float:
+        total = sum(self.n.values())
+        return sum(self.uncertain.values()) / total if total else 0.0
+
+
+def evaluate(judge: Any, all_cases: list[Case], errors: int = 0) -> dict[str, Any]:
+    tallies: dict[str, Tally] = defaultdict(Tally)
+    kinds: dict[str, Counter[str]] = defaultdict(Counter)
+    shown = 0
+    t0 = time.perf_counter()
+    for c in all_cases:
+        j = judge.judge_sync(c.record())
+        got = decision(j)
+        for key in ("all", c.split, f"{c.split}/{c.source}"):
+            tallies[key].add(c.hallucinated, got)
+        kinds[c.kind][got] += 1
+        wrong = got != "uncertain" and (got == "flagged") != c.hallucinated
+        if wrong and shown < errors:
+            shown += 1
+            print(f"--- {c.source} {c.id} {c.kind}: judged {got}\n  Q: {c.question}\n  A: {c.answer}")
+            for x in j.claims:
+                print(f"  claim: {x!r}\n    evidence: {[q.quote for q in getattr(x, 'evidence', [])]}")
+    elapsed = time.perf_counter() - t0
+    t0 = time.perf_counter()  # a second pass: chunk texts now cached, as for popular chunks
+    for c in all_cases:
+        judge.judge_sync(c.record())
+    warm = time.perf_counter() - t0
+    return {
+        "tallies": tallies,
+        "kinds": kinds,
+        "us_cold": elapsed / len(all_cases) * 1e6,
+        "us_warm": warm / len(all_cases) * 1e6,
+    }
+
+
+def judge_at(rev: str) -> Any:
+    """The lexical judge as committed at `rev` (read with `git show`, imported from a temp file)."""
+    text = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:monitor/judge/lexical.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / f"lexical_{rev.replace('/', '_')}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LexicalJudge()
+
+
+def _fmt(x: float | None) -> str:
+    return "  -  " if x is None else f"{x:.3f}"
+
+
+def report(name: str, result: dict[str, Any]) -> None:
+    print(f"\n{name}: {result['us_cold']:.0f} µs/judgement first pass, {result['us_warm']:.0f} µs warm")
+    print(
+        f"{'slice':<26}{'cases':>7}{'grounded ok':>13}{'halluc. flagged':>17}{'balanced':>10}"
+        f"{'uncertain':>11}{'strict':>8}"
+    )
+    tallies = result["tallies"]
+    for key in sorted(tallies, key=lambda k: (k != "all", "/" in k, k)):
+        t = tallies[key]
+        print(
+            f"{key:<26}{sum(t.n.values()):>7}{_fmt(t.rate('grounded', False)):>13}"
+            f"{_fmt(t.rate('hallucinated', False)):>17}{_fmt(t.balanced()):>10}"
+            f"{t.uncertain_share():>10.1%}{_fmt(t.balanced(strict=True)):>9}"
+        )
+    print("by case kind (judged flagged / grounded / uncertain):")
+    for kind, c in sorted(result["kinds"].items()):
+        total = sum(c.values())
+        print(
+            f"  {kind:<14}{total:>6}  "
+            + "  ".join(f"{k} {c[k] / total:.1%}" for k in ("flagged", "grounded", "uncertain"))
+        )
+
+
+def write_sample(items: list[Item], path: Path, per_source: dict[str, int]) -> None:
+    """A fixed held-out sample for the test (tests/data has no access to /work/shared/data in CI)."""
+    rng = random.Random(14)
+    out = []
+    for source, n in per_source.items():
+        pool = [it for it in items if it.source == source and it.split == "held-out" and it.negatives]
+        out += sorted(rng.sample(pool, min(n, len(pool))), key=lambda it: it.id)
+    with path.open("w") as f:
+        for it in out:
+            row = asdict(it)
+            row["negatives"] = [{"kind": k, "answer": a} for k, a in it.negatives]
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"wrote {len(out)} items ({sum(1 + len(it.negatives) for it in out)} cases) to {path}")
+
+
+def load_sample(path: Path = SAMPLE) -> list[Item]:
+    items = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        negatives = [(n["kind"], n["answer"]) for n in row.pop("negatives")]
+        items.append(Item(**row, negatives=negatives))
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rev", help="also evaluate monitor/judge/lexical.py as committed at this git revision")
+    p.add_argument("--sample", action="store_true", help="evaluate the committed test sample instead")
+    p.add_argument("--split", choices=("dev", "held-out"), help="only this split")
+    p.add_argument("--errors", type=int, default=0, help="print this many mistakes")
+    p.add_argument("--write-sample", type=Path, metavar="FILE", help="write the test sample to FILE")
+    args = p.parse_args(argv)
+
+    items = load_sample() if args.sample else build()
+    if args.write_sample:
+        write_sample(
+            items, args.write_sample, {"squad2": 70, "clapnq": 70, "hotpotqa": 25, "multihop_rag": 25}
+        )
+        return 0
+    all_cases = [c for c in cases(items) if args.split is None or c.split == args.split]
+    by_kind = Counter(c.kind for c in all_cases)
+    print(
+        f"{len(all_cases)} cases from {len({(c.source, c.id) for c in all_cases})} questions: {dict(by_kind)}"
+    )
+    from monitor.judge.lexical import LexicalJudge
+
+    if args.rev:
+        report(f"lexical judge at {args.rev}", evaluate(judge_at(args.rev), all_cases))
+    report("lexical judge (working tree)", evaluate(LexicalJudge(), all_cases, errors=args.errors))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
