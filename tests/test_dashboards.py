@@ -271,7 +271,7 @@ def record_of(prompt: str) -> RagRecord:
 
     chunks = [
         Chunk(html.unescape(cid), html.unescape(body))
-        for cid, body in re.findall(r'<chunk id="([^"]*)" rank="\d+">(.*?)</chunk>', prompt, re.S)
+        for cid, body in re.findall(r'<chunk id="([^"]*)">(.*?)</chunk>', prompt, re.S)
     ]
     return RagRecord(
         trace_id="0" * 32,

@@ -52,7 +52,7 @@ def billing_judge(path: str, body: dict[str, Any]) -> Reply:
     ids = chunk_ids_of(body)
     chunks = {
         html.unescape(i): html.unescape(t)
-        for i, t in re.findall(r'<chunk id="([^"]*)" rank="\d+">(.*?)</chunk>', user, re.S)
+        for i, t in re.findall(r'<chunk id="([^"]*)">(.*?)</chunk>', user, re.S)
     }
 
     def claim(sentence: str) -> dict[str, Any]:
