@@ -52,7 +52,10 @@ class Assembler:
         self._cfg = config
         self._open: OrderedDict[str, _OpenTrace] = OrderedDict()  # oldest first
         self._root_ready: deque[tuple[float, str]] = deque()  # (emit at, trace id), in time order
-        self._recent: OrderedDict[str, None] = OrderedDict()  # emitted ids, to spot late spans
+        # Emitted ids, to spot late spans: a set and its insertion order (lighter than an
+        # OrderedDict of the same 100,000 ids; both are probed once per trace).
+        self._recent: set[str] = set()
+        self._recent_order: deque[str] = deque()
         self._bytes = 0
 
     @property
@@ -155,11 +158,13 @@ class Assembler:
     def _finish(self, tid: str, *, evicted: bool = False) -> Finished:
         trace = self._open.pop(tid)
         self._bytes -= trace.nbytes
-        if self._cfg.recent_trace_ids:
-            recent = self._recent
-            recent[tid] = None
-            if len(recent) > self._cfg.recent_trace_ids:
-                recent.popitem(last=False)
+        keep = self._cfg.recent_trace_ids
+        if keep and tid not in self._recent:
+            self._recent.add(tid)
+            order = self._recent_order
+            order.append(tid)
+            if len(order) > keep:
+                self._recent.discard(order.popleft())
         record, reason = build_record(tid, trace.spans)
         if record is None and evicted:
             reason = Reject.EVICTED
