@@ -248,9 +248,12 @@ async def test_custom_shapes_auth_from_env_and_gauges(
         report = await run_replay(_rows(), target, k=3, gauges=GoldenGauges(registry))
     finally:
         await target.aclose()
-    _, headers, body = server.seen[0]
-    assert body["input"]["top"] == 3 and body["input"]["text"].startswith("Q: q") and body["kind"] == "lookup"
-    assert headers["X-RAG-Replay"] == "1" and headers["Authorization"] == "Bearer s3cret"
+    # Rows are replayed concurrently: requests arrive in any order.
+    seen = {body["input"]["text"]: (headers, body) for _, headers, body in server.seen}
+    _, body = seen["Q: q0"]
+    assert body["input"]["top"] == 3 and body["kind"] == "lookup"
+    assert seen["Q: unknowable"][1]["kind"] == "out_of_corpus"
+    assert all(h["X-RAG-Replay"] == "1" and h["Authorization"] == "Bearer s3cret" for h, _ in seen.values())
     m = report.metrics["all"]
     assert m["recall_at_k"] == 1.0 and m["mrr"] == 0.5 and m["refusal_accuracy"] == 1.0
     assert m["false_refusal_rate"] == 1.0  # "I don't know." on answerable rows
