@@ -315,3 +315,24 @@ class Webhook:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+def workload_labels(path: Path, traces: int, seed: int) -> Path:
+    """Human labels for `rag-monitor calibrate`, written as a labels file: the synthetic workload's
+    ground truth (a third ungrounded, half of those hallucinated)."""
+    from monitor.demo.workload import WorkloadConfig, generate, load_corpus
+
+    corpus = load_corpus()
+    config = WorkloadConfig(ungrounded_rate=0.3, hallucination_rate=0.5)
+    with path.open("w") as f:
+        for t in generate(traces, seed=seed, config=config).traces:
+            record = {
+                "trace_id": t.trace_id,
+                "query": t.query,
+                "query_type": t.query_type,
+                "chunks": [{"id": c, "content": corpus.chunks[c].text} for c in t.chunk_ids],
+                "answer": t.answer,
+            }
+            labels = {"faithful": t.grounded, "hallucinated": t.hallucinated, "answerable": t.answerable}
+            f.write(json.dumps({"record": record, "labels": labels}) + "\n")
+    return path

@@ -40,13 +40,14 @@ from support import (
     sample,
     sdk_trace,
     settings_for,
+    workload_labels,
 )
 from test_judge_llm import FakeAPI, Reply, anthropic_message
 from test_judge_llm import _server as _server
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
-from monitor.demo.workload import WorkloadConfig, generate, load_corpus, produce
+from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.golden import GoldenGauges
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
@@ -313,24 +314,6 @@ def golden_file(path: Path) -> Path:
     return path
 
 
-def labels_file(path: Path) -> Path:
-    """Human labels for `rag-monitor calibrate`: the synthetic workload's ground truth."""
-    corpus = load_corpus()
-    config = WorkloadConfig(ungrounded_rate=0.3, hallucination_rate=0.5)
-    with path.open("w") as f:
-        for t in generate(60, seed=5, config=config).traces:
-            record = {
-                "trace_id": t.trace_id,
-                "query": t.query,
-                "query_type": t.query_type,
-                "chunks": [{"id": c, "content": corpus.chunks[c].text} for c in t.chunk_ids],
-                "answer": t.answer,
-            }
-            labels = {"faithful": t.grounded, "hallucinated": t.hallucinated, "answerable": t.answerable}
-            f.write(json.dumps({"record": record, "labels": labels}) + "\n")
-    return path
-
-
 class TextfileCollector:
     """Serves the `ragmon_judge_agreement_kappa` lines of a file written by `rag-monitor calibrate
     --metrics-file`, as node_exporter's textfile collector would (only those lines, so nothing
@@ -432,7 +415,7 @@ async def test_every_panel_has_data_from_a_live_sidecar(
     # Judge agreement with humans: `rag-monitor calibrate` writes it for the textfile collector.
     kappa_file = tmp_path / "kappa.prom"
     kappa_file.write_text("")
-    labels = labels_file(tmp_path / "labels.jsonl")
+    labels = workload_labels(tmp_path / "labels.jsonl", 60, seed=5)
     calibrate = await asyncio.create_subprocess_exec(
         *(
             sys.executable,

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import workload_labels
 
-from monitor.demo.workload import WorkloadConfig, generate, load_corpus
 from monitor.judge import Judgement, JudgeOutcome, LexicalJudge
 from monitor.judge.calibrate import (
     Confusion,
@@ -116,20 +116,7 @@ def test_labels_file_parsing(tmp_path: Path) -> None:
 
 async def test_run_calibration_lexical_on_workload_truth(tmp_path: Path) -> None:
     """Labels = the workload's ground truth, written as a labels file, judged by the lexical judge."""
-    corpus = load_corpus()
-    config = WorkloadConfig(ungrounded_rate=0.3, hallucination_rate=0.5)
-    path = tmp_path / "labels.jsonl"
-    with path.open("w") as f:
-        for t in generate(120, seed=99, config=config).traces:
-            rec = {
-                "trace_id": t.trace_id,
-                "query": t.query,
-                "query_type": t.query_type,
-                "chunks": [{"id": c, "content": corpus.chunks[c].text} for c in t.chunk_ids],
-                "answer": t.answer,
-            }
-            labels = {"faithful": t.grounded, "hallucinated": t.hallucinated, "answerable": t.answerable}
-            f.write(json.dumps({"record": rec, "labels": labels}) + "\n")
+    path = workload_labels(tmp_path / "labels.jsonl", 120, seed=99)
     items = load_labels(path)
     report, judgements = await run_calibration(LexicalJudge(), items, concurrency=4)
     print("\n" + format_report(report))
