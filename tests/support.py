@@ -89,9 +89,12 @@ async def eventually(check: Callable[[], bool], within: float = 30.0, what: str 
 
 
 def result_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a results file: the sidecar may be appending, and a line without its
+    newline yet is not written."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    *complete, _partial = path.read_text().split("\n")
+    return [json.loads(line) for line in complete if line.strip()]
 
 
 def result_ids(path: Path) -> set[str]:
