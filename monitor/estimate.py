@@ -102,8 +102,7 @@ def verdict_values(
     context_relevance: object = None,
 ) -> list[tuple[str, float]]:
     """`estimate_values` from the verdict fields, as a results line carries them: anything but a
-    finite number (or a bool for the flags) is left out, so a malformed line adds nothing.
-    `context_relevance` is keyword-only and optional: the drift detectors do not watch it (yet)."""
+    finite number (or a bool for the flags) is left out, so a malformed line adds nothing."""
     out: list[tuple[str, float]] = []
     if _number(faithfulness):
         out.append(("faithfulness", min(1.0, max(0.0, float(faithfulness)))))

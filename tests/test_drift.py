@@ -101,6 +101,13 @@ def test_bad_min_effect_is_a_config_error() -> None:
         DriftPolicy(min_effect={"faithfullness": 0.03})
 
 
+def test_one_min_effect_keeps_the_others_defaults() -> None:
+    policy = DriftPolicy(min_effect={"hallucination": 0.1})
+    assert policy.min_effect["hallucination"] == 0.1
+    assert policy.min_effect["faithfulness"] == DriftPolicy().min_effect["faithfulness"]
+    feed(Detector("faithfulness", policy), [(1.0, 0.9)] * 60)  # no KeyError for the unset metric
+
+
 def test_the_monitor_exports_statistic_threshold_and_alarms() -> None:
     metrics = Metrics(CollectorRegistry())
     monitor = DriftMonitor(DriftPolicy(reference_records=50, min_records=10), metrics.drift)
@@ -132,3 +139,31 @@ def test_the_monitor_exports_statistic_threshold_and_alarms() -> None:
     assert r.get_sample_value("ragmon_drift_statistic", labels) >= r.get_sample_value(
         "ragmon_drift_threshold", labels
     )
+
+
+def test_falling_context_relevance_raises_its_own_alarm() -> None:
+    """Retrieval quality judged on sampled records: chunks rated less relevant page on their own
+    series, apart from the answer's metrics."""
+    metrics = Metrics(CollectorRegistry())
+    monitor = DriftMonitor(DriftPolicy(reference_records=50, min_records=10), metrics.drift)
+    rng = random.Random(3)
+    raised = []
+    for i in range(600):
+        good = i < 100 or rng.random() < 0.5
+        ratings = [("c1", 3), ("c2", 3 if good else 1), ("c3", 2 if good else 1)]
+        j = Judgement.from_verdicts(
+            [],
+            answerable_from_context=True,
+            answer_admits_uncertainty=True,
+            answer_relevance=2,
+            chunk_relevance=ratings,
+            trace_id="0" * 32,
+            query_type="lookup",
+            service="svc",
+            backend="test",
+            model="test",
+            sampling_weight=2.0,
+        )
+        changed = monitor.observe(j.query_type, j.sampling_weight, estimate_values(j))
+        raised += [(qt, d.metric) for d, qt, up in changed if up]
+    assert raised == [("lookup", "context_relevance")]

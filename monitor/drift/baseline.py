@@ -114,6 +114,7 @@ def judged_values(line: Mapping[str, Any]) -> tuple[str, float, list[tuple[str, 
         line["refuses"] if "refuses" in line else line.get("answer_admits_uncertainty"),
         line.get("false_refusal"),
         line.get("answer_relevance"),
+        context_relevance=line.get("context_relevance"),
     )
     return qt, float(w), values
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Literal
 
 from prometheus_client import Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from monitor.drift.retrieval import RetrievalDriftPolicy
 from monitor.estimate import ESTIMATE_METRICS
@@ -57,8 +57,17 @@ BAD_DIRECTION: dict[str, Direction] = {
     "refusal": 1,
     "false_refusal": 1,
     "relevance": -1,
+    "context_relevance": -1,
 }
 RATES = frozenset({"hallucination", "refusal", "false_refusal"})
+MIN_EFFECT = {
+    "faithfulness": 0.03,
+    "hallucination": 0.05,
+    "refusal": 0.05,
+    "false_refusal": 0.03,
+    "relevance": 0.15,
+    "context_relevance": 0.15,
+}
 _RECENT = 200  # records an alert's "current" value is computed over
 
 
@@ -77,19 +86,20 @@ class DriftPolicy(BaseModel):
     min_records: int = Field(50, ge=1, description="judged records after the reference before any alarm")
     release: float = Field(0.25, ge=0, lt=1, description="an alarm clears when S falls to this share of h")
     min_effect: dict[str, float] = Field(
-        default_factory=lambda: {
-            "faithfulness": 0.03,
-            "hallucination": 0.05,
-            "refusal": 0.05,
-            "false_refusal": 0.03,
-            "relevance": 0.15,
-        },
-        description="the smallest shift worth a page, per metric, in the metric's units",
+        default_factory=lambda: dict(MIN_EFFECT),
+        description="the smallest shift worth a page, per metric, in the metric's units "
+        "(keys given override the defaults; the others keep theirs)",
     )
     retrieval: RetrievalDriftPolicy = Field(
         default_factory=RetrievalDriftPolicy,
         description="label-free retrieval drift on every record (chunk count, top score; PSI)",
     )
+
+    @field_validator("min_effect", mode="after")
+    @classmethod
+    def _over_defaults(cls, given: dict[str, float]) -> dict[str, float]:
+        """Setting one metric's effect must not leave the others without one."""
+        return {**MIN_EFFECT, **given}
 
     def model_post_init(self, _context: object) -> None:
         unknown = set(self.min_effect) - set(ESTIMATE_METRICS)
