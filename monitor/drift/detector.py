@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -68,7 +67,6 @@ MIN_EFFECT = {
     "relevance": 0.15,
     "context_relevance": 0.15,
 }
-_RECENT = 200  # records an alert's "current" value is computed over
 
 
 class DriftPolicy(BaseModel):
@@ -157,6 +155,36 @@ class Reference:
 
 
 @dataclass(slots=True)
+class Segment:
+    """Weighted sums of the records since the statistic last stood at 0: Page's estimate of where
+    the change began, so an alert's "current" value is measured over the changed records only."""
+
+    records: int = 0
+    sum_w: float = 0.0
+    sum_wy: float = 0.0
+    sum_w2: float = 0.0
+    sum_w2y: float = 0.0
+    sum_w2y2: float = 0.0
+
+    def add(self, w: float, y: float) -> None:
+        w2 = w * w
+        self.records += 1
+        self.sum_w += w
+        self.sum_wy += w * y
+        self.sum_w2 += w2
+        self.sum_w2y += w2 * y
+        self.sum_w2y2 += w2 * y * y
+
+    def mean(self) -> tuple[float, float, int]:
+        """Weighted mean, its linearised standard error Σw²(y−m)²/(Σw)², and the record count."""
+        if not self.sum_w:
+            return math.nan, math.nan, 0
+        m = self.sum_wy / self.sum_w
+        var = (self.sum_w2y2 - 2 * m * self.sum_w2y + m * m * self.sum_w2) / self.sum_w**2
+        return m, math.sqrt(max(0.0, var)), self.records
+
+
+@dataclass(slots=True)
 class Detector:
     """One-sided weighted CUSUM of one (query type, metric)."""
 
@@ -165,7 +193,7 @@ class Detector:
     reference: Reference = field(default_factory=Reference)
     statistic: float = 0.0
     threshold: float = math.inf  # set when the reference freezes
-    recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    segment: Segment = field(default_factory=Segment)
     since_reference: int = 0
     active: bool = False
     alarms: int = 0
@@ -183,11 +211,14 @@ class Detector:
             if ref.records >= self.policy.reference_records:
                 self.freeze()
             return False
-        self.recent.append((w, y))
         z = w / ref.mean_weight
         # Capped at 2h: past the alarm the evidence only decides how long recovery takes to show,
         # and an uncapped statistic after a long incident would hold the alarm for hours.
         self.statistic = min(max(0.0, self.statistic + z * self._llr(y)), 2 * self.threshold)
+        if self.statistic > 0.0:
+            self.segment.add(w, y)
+        elif self.segment.records:
+            self.segment = Segment()
         self.since_reference += 1
         h = self.threshold
         if not self.active and self.statistic >= h and self.since_reference >= self.policy.min_records:
@@ -227,14 +258,9 @@ class Detector:
         return a * (x - b)
 
     def current(self) -> tuple[float, float, int]:
-        """The weighted mean of the last records watched, its standard error (linearised), and
-        their count: what an alert reports next to the reference."""
-        sw = sum(w for w, _ in self.recent)
-        if not sw:
-            return math.nan, math.nan, 0
-        mean = sum(w * y for w, y in self.recent) / sw
-        var = sum(w * w * (y - mean) ** 2 for w, y in self.recent) / sw**2
-        return mean, math.sqrt(var), len(self.recent)
+        """What an alert reports next to the reference: the weighted mean of the records since the
+        estimated change, its standard error and their count."""
+        return self.segment.mean()
 
 
 class DriftMonitor:
