@@ -338,13 +338,23 @@ def golden_ratio(metric: str) -> str:
 
 
 def golden_panel(metric: str, title: str, what: str) -> Json:
+    bounds = (
+        f'max by (bound) (ragmon_golden_metric_interval_ratio{{metric="{metric}",query_type="all"}} '
+        f"and ignoring (query_type, metric, bound) {LATEST_GOLDEN_RUN})"
+    )
     return timeseries(
         f"Golden {title}",
         f"{what} on the labelled golden set, per query type, from the last complete replay "
-        '(query_type "all": every row).',
+        '(query_type "all": every row; dashed: its 95 % bootstrap interval over rows — with 20–100 '
+        "rows a golden metric is noisy).",
         "percentunit",
-        [target(golden_ratio(metric), "{{query_type}}")],
+        [target(golden_ratio(metric), "{{query_type}}"), target(bounds, "all, {{bound}} 95 %")],
         defaults={"min": 0, "max": 1},
+        overrides=[
+            by_regexp(
+                "all, .* 95 %", custom__lineStyle={"fill": "dash", "dash": [10, 10]}, custom__fillOpacity=0
+            )
+        ],
         width=6,
     )
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 import typer
+from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
 from monitor.golden import Baseline, GateConfig, GoldenRow, load_baseline, run_replay
 from monitor.golden.cli import register
+from monitor.golden.gauges import GoldenGauges
 from monitor.golden.intervals import IntervalConfig, difference_interval, mean_intervals
 
 # -- a target whose retrieval the test breaks row by row ------------------------------------------
@@ -125,6 +127,35 @@ async def test_a_real_regression_fails_whatever_the_gate_mode() -> None:
         change = report.comparison.change("all", "recall_at_k")
         assert change.drop == pytest.approx(0.2) and change.verdict == "regression"
         assert change.interval.contains(0.2)
+
+
+async def test_gauges_carry_the_interval_bounds_and_the_rows_behind_each_metric() -> None:
+    rows = _rows(40)
+    BROKEN.update(r.query for r in rows[:10])  # recall 0.75 over 40 rows
+    registry = CollectorRegistry()
+    report = await run_replay(rows, TARGET, k=1, gauges=GoldenGauges(registry))
+    g = registry.get_sample_value
+    interval = report.intervals["all"]["recall_at_k"]
+    labels = {"query_type": "all", "metric": "recall_at_k"}
+    assert g("ragmon_golden_metric_ratio", labels) == 0.75
+    lower = g("ragmon_golden_metric_interval_ratio", {**labels, "bound": "lower"})
+    upper = g("ragmon_golden_metric_interval_ratio", {**labels, "bound": "upper"})
+    assert (lower, upper) == (interval.low, interval.high)
+    assert 0.5 < lower < 0.75 < upper < 1.0
+    assert g("ragmon_golden_rows", {"query_type": "all"}) == 40
+    assert g("ragmon_golden_rows", {"query_type": "lookup"}) == 40
+    # Intervals off: the bounds disappear, the metric stays.
+    await run_replay(
+        rows,
+        TARGET,
+        k=1,
+        gauges=GoldenGauges(registry := CollectorRegistry()),
+        intervals=IntervalConfig(resamples=0),
+    )
+    assert registry.get_sample_value("ragmon_golden_metric_ratio", labels) == 0.75
+    assert (
+        registry.get_sample_value("ragmon_golden_metric_interval_ratio", {**labels, "bound": "lower"}) is None
+    )
 
 
 async def test_a_drop_within_row_noise_fails_by_default_and_is_waived_by_the_interval_gate() -> None:

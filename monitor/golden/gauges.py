@@ -32,6 +32,20 @@ class GoldenGauges:
             ["query_type", "metric"],
             registry=registry,
         )
+        self.metric_interval = Gauge(
+            f"{PREFIX}golden_metric_interval_ratio",
+            "Bounds of the golden metric's bootstrap confidence interval over rows (bound=lower|upper); "
+            "absent when intervals are off or the group has too few rows",
+            ["query_type", "metric", "bound"],
+            registry=registry,
+        )
+        self.rows = Gauge(
+            f"{PREFIX}golden_rows",
+            "Golden rows of the last replay per query type (query_type=all: overall): the sample "
+            "size behind ragmon_golden_metric_ratio",
+            ["query_type"],
+            registry=registry,
+        )
         self.regression_active = Gauge(
             f"{PREFIX}golden_regression_active",
             "1 when the last golden replay found a regression on this metric (baseline drop or floor)",
@@ -55,12 +69,24 @@ class GoldenGauges:
 
     def publish(self, report: ReplayReport) -> None:
         """Replace the series with this report's (a query type gone from the file disappears)."""
-        self.metric_ratio.clear()
+        for gauge in (self.metric_ratio, self.metric_interval, self.rows):
+            gauge.clear()
         for group, stats in report.metrics.items():
+            self.rows.labels(query_type=group).set(stats.get("rows", 0))
+            intervals = report.intervals.get(group, {})
             for metric in GAUGE_METRICS:
                 value = stats.get(metric)
-                if value is not None:
-                    self.metric_ratio.labels(query_type=group, metric=metric).set(value)
+                if value is None:
+                    continue
+                self.metric_ratio.labels(query_type=group, metric=metric).set(value)
+                interval = intervals.get(metric)
+                if interval is not None:
+                    self.metric_interval.labels(query_type=group, metric=metric, bound="lower").set(
+                        interval.low
+                    )
+                    self.metric_interval.labels(query_type=group, metric=metric, bound="upper").set(
+                        interval.high
+                    )
         regressed = {r.metric for r in report.regressions}
         for metric in sorted(set(GAUGE_METRICS) | regressed):
             self.regression_active.labels(metric=metric).set(1.0 if metric in regressed else 0.0)
