@@ -420,6 +420,7 @@ def judge_at(rev: str) -> Any:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there while it loads
     spec.loader.exec_module(module)
     return module.LexicalJudge()
 

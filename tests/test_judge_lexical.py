@@ -236,8 +236,8 @@ ACME = [
 ]
 
 
-def acme(answer: str, query: str = "When was Acme founded?") -> Judgement:
-    return judge.judge_sync(rec(answer, query=query, chunks=ACME))
+def acme(answer: str, query: str = "When was Acme founded?", chunks: list[Chunk] | None = None) -> Judgement:
+    return judge.judge_sync(rec(answer, query=query, chunks=ACME if chunks is None else chunks))
 
 
 def test_terse_answer_is_read_with_the_question() -> None:
@@ -288,6 +288,52 @@ def test_undecided_claim_is_uncertain_not_a_score() -> None:
     assert j.to_json_dict()["claims"][0]["verdict"] == "uncertain"
 
 
+def test_terse_answer_must_stand_where_the_question_points() -> None:
+    """A same-kind name from another sentence of the passage is not the answer. (One from a few
+    words further along the same list is not told apart: the window is ~5 tokens.)"""
+    faculty = [
+        Chunk(
+            "uc",
+            "Past faculty have included economist Friedrich Hayek, meteorologist Ted Fujita, cancer "
+            "researchers Charles Huggins and Janet Rowley, and astronomer Gerard Kuiper. The "
+            "university was founded in 1890 by John D. Rockefeller.",
+        )
+    ]
+    q = "What cancer researchers were part of the faculty?"
+    assert acme("Charles Huggins and Janet Rowley.", query=q, chunks=faculty).faithfulness == 1.0
+    wrong = acme("John D. Rockefeller.", query=q, chunks=faculty)
+    assert wrong.faithfulness == 0.0 and wrong.claims[0].note == "question_answered_elsewhere"
+
+
+def test_name_swapped_in_from_another_sentence_is_not_supported() -> None:
+    chunks = [
+        Chunk(
+            "glee",
+            "Quinn is paralysed after a car crash. Rachel visits her in hospital. By Prom-asaurus "
+            "she is able to stand. Her recovery lets her dance in the Nationals competition episode.",
+        )
+    ]
+    q = "When does Quinn get out of the wheelchair?"
+    ok = acme("Her recovery lets her dance in the Nationals competition episode.", query=q, chunks=chunks)
+    bad = acme("Her recovery lets her dance in the Rachel competition episode.", query=q, chunks=chunks)
+    assert ok.faithfulness == 1.0 and bad.faithfulness == 0.0
+
+
+def test_question_topic_and_negation_elsewhere_in_the_sentence() -> None:
+    chunks = [
+        Chunk(
+            "pigs",
+            "While they do not burrow themselves, wild guinea pigs seek shelter in the burrows of "
+            "other animals.",
+        )
+    ]
+    q = "Where do guinea pigs sleep in the wild?"
+    j = acme("Wild guinea pigs seek shelter in the burrows of other animals.", query=q, chunks=chunks)
+    assert j.faithfulness == 1.0  # "burrows" is asserted as well as negated there
+    topic = acme("In Safe Haven, guinea pigs seek shelter in burrows.", query="Where is Safe Haven set?")
+    assert topic.claims[0].note != "missing_name_or_number"
+
+
 # -- public labelled data ---------------------------------------------------------------------------------
 
 SAMPLE = Path(__file__).parent / "data" / "lexical_judge_sample.jsonl"
@@ -297,8 +343,9 @@ def test_balanced_accuracy_on_public_sample() -> None:
     """190 held-out questions of SQuAD 2.0, ClapNQ, HotpotQA and MultiHop-RAG (provenance:
     tests/data/lexical_judge_sample.README.md): the gold answer on its context must be accepted,
     the same answer with one entity/number swapped, a negation or a flipped comparative flagged.
-    Measured: balanced accuracy 0.865 over decided answers, 0.833 counting the 3.8 % undecided as
-    mistakes (asserted); the previous judge: 0.657."""
+    Measured (2026-11-30): 0.894 counting the 1.1 % undecided as mistakes (asserted just under);
+    0.833 before the question-located terse answers and name-placed sentence pairs, 0.657 for
+    whole-chunk word overlap."""
     right: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
     uncertain = 0
@@ -321,4 +368,4 @@ def test_balanced_accuracy_on_public_sample() -> None:
     assert total["grounded"] == 190 and total["hallucinated"] == 360
     strict = (right["grounded"] / total["grounded"] + right["hallucinated"] / total["hallucinated"]) / 2
     print(f"\npublic sample: strict balanced accuracy {strict:.3f}, {uncertain} of 550 undecided")
-    assert strict >= 0.82 and uncertain <= 0.08 * sum(total.values())
+    assert strict >= 0.88 and uncertain <= 0.03 * sum(total.values())

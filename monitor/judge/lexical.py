@@ -5,16 +5,26 @@ runs in well under a millisecond: the demo and the tests can judge every record.
 
 - claims: the answer is split into sentences (a lead-in such as "According to the documents," is
   dropped; refusal sentences are not claims). A terse answer ("1990.", "Derek Cha") is no claim
-  on its own, so it is read together with the question: its claim is the question's content
-  words plus the answer's, and every word of the answer must be found.
+  on its own, so it is read together with the question: the answer's names and numbers must be
+  in one sentence, and that sentence must be the one the question points at: it is scored by the
+  question words it holds (rarer words weigh more) and those within a few tokens of the answer,
+  plus, for a multi-hop question, those of a sentence in another chunk that names what it is
+  about; well below the best-scoring sentence, the answer is `not_in_context` ("the question is
+  answered elsewhere": a same-kind name or number from another sentence of the passage).
 - alignment: each claim is compared with every SENTENCE of the chunks (not the whole chunk): a
   number from one sentence and a subject from another support nothing. Words are lower-cased,
   crudely stemmed and mapped through a small synonym table ("established" = "founded"), so a
   plain paraphrase still aligns. The claim's numbers must be in the aligned sentence; its names
   (capitalised words, accents and possessives normalised) too, or, when that sentence refers back
-  ("he", "it", "its", ...), in the sentences of the same chunk before it.
+  ("he", "it", "its", ...), be the subject of the sentence before it or of the chunk's first
+  sentence. A name the question gives is its topic and need not be found; a capitalised first
+  word the context lacks is read as a name. A claim that joins two sentences is supported by the
+  pair when each adds words of its own, and a name that one of them supplies stands there next to
+  a word it stands next to in the claim; a pair that states the rest of the claim without its
+  name or number is evidence that the name or number was swapped in (`name_or_number_elsewhere`).
 - polarity: a claim that negates what the aligned sentence asserts, or asserts what it negates
-  (not, no, never, n't, without, ... scoped to the next few words), is contradicted; so is one
+  (not, no, never, n't, without, ... scoped to the next few words; a word the sentence also
+  asserts outside that scope does not count as negated), is contradicted; so is one
   whose before/after, earlier/later, more/less, higher/lower, larger/smaller, older/younger is the
   opposite of the sentence's, and one that states such a relation the sentence does not state is
   not supported.
@@ -38,15 +48,18 @@ runs in well under a millisecond: the demo and the tests can judge every record.
 - answer_relevance: the share of the query's content words that the answer repeats (1 for a
   refusal).
 
-What it cannot do: synonyms beyond its table, inference, coreference beyond "the names of the
-chunk's earlier sentences", yes/no answers, or knowing whether a chunk *answers* the query. On
+What it cannot do: synonyms beyond its table, inference, coreference beyond "the subject of the
+previous or the chunk's first sentence", the type of a question's slot (a place for "who?"), yes/no
+answers, or knowing whether a chunk *answers* the query. On
 public QA data (`bench/lexical_judge.py`, README "Judges") it separates grounded from edited
 answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your traffic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import re
 import time
 import unicodedata
@@ -204,6 +217,7 @@ _NUMBER_WORDS = {
 }
 _PAIR_CANDIDATES = 6  # sentences (the best aligned) tried in pairs
 _PAIR_MIN_WORDS = 2
+_ANTECEDENT_SENTENCES = 1  # an anaphor refers to the previous sentence's names (or the chunk's first)
 _ANAPHORS = frozenset(_w("he she it they his her its their him them this these those its"))
 
 
@@ -317,6 +331,21 @@ class _Text:
     markers: frozenset[str]  # strong polarity markers
     weak: frozenset[str]
     anaphor: bool
+    subject: frozenset[str] = _EMPTY  # the names of its first run of capitalised words
+    toks: tuple[_Tok, ...] = ()  # in order: where its words stand (a terse answer's window)
+
+
+def _subject(toks: list[_Tok], first_is_name: bool) -> frozenset[str]:
+    """The first name of a sentence (its first run of name tokens): what a later "he" or "it"
+    most often refers to."""
+    run: list[str] = []
+    for i, t in enumerate(toks):
+        names = t.names if (i or first_is_name) else tuple(n for n in t.names if n[0].isdigit())
+        if names:
+            run.extend(names)
+        elif run:
+            break
+    return frozenset(run)
 
 
 def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
@@ -329,20 +358,25 @@ def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
     first = toks[0].names
     names = {n for t in toks[1:] for n in t.names}
     names.update(first if first_is_name else (n for j, n in enumerate(first) if j or n[0].isdigit()))
+    subject = _subject(toks, first_is_name)
     special = [t for t in toks if t.special]
     if not special:  # most sentences: no negation, relation, clause break or anaphor
-        return _Text(text, words, frozenset(names), _EMPTY, _EMPTY, _EMPTY, False)
+        return _Text(text, words, frozenset(names), _EMPTY, _EMPTY, _EMPTY, False, subject, tuple(toks))
     negated: set[str] = set()
     if any(t.neg for t in special):
         scope = 0
+        asserted: set[str] = set()
         for i, t in enumerate(toks):
             if scope and t.stems:
                 negated.update(t.stems)
                 scope = max(0, scope - len(t.stems))
+            else:
+                asserted.update(t.stems)
             if t.neg and not (i + 1 < len(toks) and toks[i + 1].stems[:1] == ("only",)):
                 scope = _NEGATION_SCOPE  # ("not only ... but also" negates nothing)
             if t.brk:
                 scope = 0
+        negated -= asserted  # "they do not burrow, they shelter in burrows": asserted too
     return _Text(
         text,
         words,
@@ -351,6 +385,8 @@ def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
         frozenset(m for t in special for m in t.markers),
         frozenset(m for t in special for m in t.weak),
         any(t.anaphor for t in special),
+        subject,
+        tuple(toks),
     )
 
 
@@ -358,21 +394,26 @@ def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
 class _Chunk:
     id: str
     sentences: tuple[_Text, ...]
-    # Per sentence: names it may refer back to (those of the chunk's earlier sentences, when the
-    # sentence has an anaphor; else none).
+    # Per sentence: names it may refer back to, when it has an anaphor ("he", "its", ...): the
+    # subject (first name) of the sentence before it and of the chunk's first sentence; else none.
     antecedents: tuple[frozenset[str], ...]
     words: frozenset[str]
 
 
 @functools.lru_cache(maxsize=4096)
-def _chunk(content: str) -> tuple[tuple[_Text, ...], tuple[frozenset[str], ...], frozenset[str]]:
+def _chunk(
+    content: str,
+) -> tuple[tuple[_Text, ...], tuple[frozenset[str], ...], frozenset[str]]:
     """Per chunk text, cached: production retrievers return the same popular chunks again and again."""
     sentences = tuple(_analyse(s, first_is_name=True) for s in split_claims(content))
     antecedents = []
-    seen: set[str] = set()
-    for s in sentences:
-        antecedents.append(frozenset(seen) if s.anaphor else frozenset())
-        seen |= s.names
+    topic = sentences[0].subject if sentences else _EMPTY
+    for i, s in enumerate(sentences):
+        if s.anaphor and i:
+            recent = sentences[max(0, i - _ANTECEDENT_SENTENCES) : i]
+            antecedents.append(topic.union(*(p.subject for p in recent)))
+        else:
+            antecedents.append(_EMPTY)
     words = frozenset().union(*(s.words for s in sentences)) if sentences else frozenset()
     return sentences, tuple(antecedents), words
 
@@ -398,6 +439,76 @@ class _Claim:
     numbers: frozenset[str]
     polar: _Text  # negations and relations (a terse answer's: the question's and its own)
     query: frozenset[str]  # a terse answer's question words (else empty)
+    first: frozenset[str] = _EMPTY  # its capitalised first word: a name if the context lacks it
+
+
+# A terse answer's place (chosen on the dev half of bench/lexical_judge.py): question words weigh
+# log((sentences + 1) / (sentences holding it + 1)) + _IDF_FLOOR; a sentence scores the weight of
+# those it holds plus _WINDOW_WEIGHT x that of those within _WINDOW tokens of the answer; below
+# _TERSE_ELSEWHERE of the best sentence's score, the question is answered elsewhere.
+_IDF_FLOOR = 1.0
+_WINDOW_WEIGHT = 1.0
+_WINDOW = 5
+_TERSE_ELSEWHERE = 0.4
+
+
+def _window(
+    toks: tuple[_Tok, ...], q: frozenset[str], idf: dict[str, float], centers: list[int] | None
+) -> float:
+    """The most question weight within `_WINDOW` tokens of a center (None: of any position)."""
+    hits = [(i, q.intersection(t.stems)) for i, t in enumerate(toks) if not q.isdisjoint(t.stems)]
+    if not hits:
+        return 0.0
+    best = 0.0
+    if centers is None:
+        for j, (start, _) in enumerate(hits):
+            ws: set[str] = set()
+            for pos, w in hits[j:]:
+                if pos - start > 2 * _WINDOW:
+                    break
+                ws |= w
+            best = max(best, sum(idf[w] for w in ws))
+        return best
+    for c in centers:
+        ws = set()
+        for pos, w in hits:
+            if abs(pos - c) <= _WINDOW:
+                ws |= w
+        best = max(best, sum(idf[w] for w in ws))
+    return best
+
+
+_NEIGHBOURS = 2  # content words on each side of a name that place it
+
+
+def _neighbours(text: str) -> dict[str, frozenset[str]]:
+    """Per name or number of a claim, the nearest `_NEIGHBOURS` other content words on each side."""
+    toks = [t for t in _toks(text) if t.stems]
+    out: dict[str, frozenset[str]] = {}
+    for i, t in enumerate(toks):
+        if not t.names:
+            continue
+        near: list[str] = []
+        for rng in (range(i - 1, -1, -1), range(i + 1, len(toks))):
+            k = 0
+            for j in rng:
+                if toks[j].names:
+                    continue
+                near.extend(toks[j].stems)
+                k += 1
+                if k == _NEIGHBOURS:
+                    break
+        for n in t.names:
+            out[n] = out.get(n, _EMPTY) | frozenset(near)
+    return out
+
+
+def _local(claim: _Claim, sent: _Text, names: frozenset[str]) -> bool:
+    """Whether the sentence that supplies these names of the claim also holds a word next to each."""
+    if not names:
+        return True
+    near = _neighbours(claim.text)
+    return all(not near.get(n) or near[n] & sent.words for n in names)
 
 
 def _opposite(marker: str) -> str:
@@ -444,7 +555,7 @@ class LexicalJudge:
         support_threshold: float = 0.6,
         uncertain_threshold: float = 0.35,
         terse_words: int = 3,
-        terse_alignment: float = 0.6,
+        terse_alignment: float = 0.5,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
         query_types: Sequence[str] | None = None,
@@ -452,8 +563,8 @@ class LexicalJudge:
         """`support_threshold`: share of a claim's content words its sentence must hold to support
         it; between `uncertain_threshold` and that, the claim is `uncertain`. `terse_words`: a
         one-sentence answer with at most this many content words is read with the question, and is
-        supported when its sentence holds `terse_alignment` of the question words that the best
-        matching sentence holds.
+        supported when the sentence holding it scores at least `terse_alignment` of the best
+        sentence's question score (weighted question words in the sentence and near the answer).
         `query_types` is accepted so one `judge.options` section serves every backend, and
         ignored: word overlap has no label of its own to give, so `judged_query_type` stays None
         rather than echoing the record's (rule-based) label as if the judge had read the query."""
@@ -547,11 +658,26 @@ class LexicalJudge:
             return _Claim(f"{question.strip()} {sentence}", words | query, required, numbers, both, query)
         if len(words) < 2:
             return None
-        return _Claim(sentence, words, sent.names | numbers, numbers, sent, frozenset())
+        # A name the question gives ("Safe Haven took place in ...") is its topic, not a claim.
+        required = (sent.names | numbers) - query
+        toks = _toks(sentence)
+        lead = toks[0] if toks else None
+        first = (
+            frozenset(lead.stems[:1]) - query
+            if lead and lead.names and not lead.names[0][0].isdigit()
+            else _EMPTY
+        )
+        return _Claim(sentence, words, required, numbers - query, sent, frozenset(), first - required)
 
     def _verdict(self, claim: _Claim, chunks: list[_Chunk]) -> Claim:
         """Aligns the claim with its best sentence; see the module docstring for the rules."""
         total = len(claim.words)
+        if claim.first:
+            # "Florida quantities are ...": a capitalised first word the context has nowhere is a
+            # name (an invented one); one it has is read as an ordinary word.
+            extra = claim.first - frozenset().union(*(c.words for c in chunks))
+            if extra:
+                claim = dataclasses.replace(claim, required=claim.required | extra)
         required, numbers, query = claim.required, claim.numbers, claim.query
         # (claim words held, question words held, the requirements are met, chunk, sentence, antecedents)
         rows: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]] = []
@@ -560,7 +686,7 @@ class LexicalJudge:
                 shared = claim.words & sent.words
                 missing = required - shared
                 hits = len(shared)
-                if missing and ante:
+                if missing and ante and not query:  # a terse answer's own words must be there
                     hits += len(missing & ante)
                     missing = missing - ante
                 q_hits = len(query & (sent.words | ante)) if query else 0
@@ -574,7 +700,7 @@ class LexicalJudge:
             hits, _, _, chunk, sent, _ = max(ok, key=lambda r: r[0])
             if hits >= self.support_threshold * total:
                 return self._checked(claim, [(chunk, sent)])
-        pair = self._pair(claim, rows)
+        pair, loose = self._pair(claim, rows)
         if pair is not None:
             return self._checked(claim, pair)
         if ok and hits >= self.uncertain_threshold * total:
@@ -589,19 +715,28 @@ class LexicalJudge:
             if numbers - sent.words and any(w[0].isdigit() for w in sent.words - claim.words):
                 return Claim(claim.text, Verdict.CONTRADICTED, evidence=quote, note="other_number")
             return Claim(claim.text, Verdict.NOT_IN_CONTEXT, evidence=quote, note="name_or_number_elsewhere")
-        if ok or hits >= self.uncertain_threshold * total:
+        if loose is not None:
+            # Two sentences state the rest of the claim, without its name or number.
+            quote = [Quote(c.id, t.text, True) for c, t in loose]
+            return Claim(claim.text, Verdict.NOT_IN_CONTEXT, evidence=quote, note="name_or_number_elsewhere")
+        if hits >= self.uncertain_threshold * total:
             return Claim(claim.text, Verdict.UNCERTAIN, note="spread_over_sentences")
         return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="low_alignment")
 
     def _pair(
         self, claim: _Claim, rows: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]]
-    ) -> list[tuple[_Chunk, _Text]] | None:
+    ) -> tuple[list[tuple[_Chunk, _Text]] | None, list[tuple[_Chunk, _Text]] | None]:
         """Two sentences that together state the claim (an answer often joins two; a multi-hop
         claim needs two chunks), each adding at least `_PAIR_MIN_WORDS` of the claim's words the
-        other lacks: a lone number or name from a second sentence does not make a pair."""
+        other lacks: a lone number or name from a second sentence does not make a pair, and a name
+        one sentence supplies must stand there next to a word it stands next to in the claim.
+        Returns that pair (or None), and the best pair that would state it but for its names and
+        numbers (or None): evidence that a name or number was taken from elsewhere."""
         total = len(claim.words)
         top = sorted(rows, key=lambda r: -r[0])[:_PAIR_CANDIDATES]
         best: tuple[int, list[tuple[_Chunk, _Text]]] | None = None
+        loose: tuple[int, list[tuple[_Chunk, _Text]]] | None = None
+        need = self.support_threshold * total
         for i, (_, _, _, c1, s1, a1) in enumerate(top):
             w1 = claim.words & s1.words
             for _, _, _, c2, s2, a2 in top[i + 1 :]:
@@ -609,12 +744,21 @@ class LexicalJudge:
                 if len(w1 - w2) < _PAIR_MIN_WORDS or len(w2 - w1) < _PAIR_MIN_WORDS:
                     continue
                 held = w1 | w2
-                if not claim.numbers <= held or not claim.required <= held | a1 | a2:
-                    continue
                 hits = len(held) + len((claim.required - held) & (a1 | a2))
-                if hits >= self.support_threshold * total and (best is None or hits > best[0]):
-                    best = (hits, [(c1, s1), (c2, s2)])
-        return best[1] if best else None
+                if hits < need:
+                    continue
+                pair = [(c1, s1), (c2, s2)]
+                named = claim.numbers <= held and claim.required <= held | a1 | a2
+                if named and not (
+                    _local(claim, s2, claim.required - s1.words - a1)
+                    and _local(claim, s1, claim.required - s2.words - a2)
+                ):
+                    named = False  # a name taken from the other sentence, away from its words
+                if named and (best is None or hits > best[0]):
+                    best = (hits, pair)
+                elif not named and (loose is None or hits > loose[0]):
+                    loose = (hits, pair)
+        return (best[1] if best else None), (loose[1] if loose else None)
 
     def _checked(
         self,
@@ -640,20 +784,54 @@ class LexicalJudge:
         ok: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]],
         rows: list[tuple[int, int, bool, _Chunk, _Text, frozenset[str]]],
     ) -> Claim:
-        """A terse answer: its words must be in a sentence, and that sentence must be (about) the
-        one the question points at. A multi-hop question spreads over several sentences, so the
-        answer's sentence is compared with the sentence that best matches the question, not with
-        the whole question."""
+        """A terse answer: its words must be in a sentence (its own words: not through "he" or
+        "it"), and that sentence must be the one the question points at. Each sentence scores the
+        question words it holds, weighted by how rare they are in the context, plus those within
+        `_WINDOW` tokens of the answer ("cancer researchers Huggins and Rowley" in a list of
+        faculty); the answer's sentence is compared with the best-scoring sentence. A multi-hop
+        question spreads over chunks, so a sentence of another chunk that names what the
+        answer's sentence is about adds the question words it holds (the bridge)."""
         if not ok:
             everywhere = frozenset().union(*(r[4].words for r in rows))
             if not claim.required <= everywhere:
                 return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="answer_not_in_context")
             return Claim(claim.text, Verdict.UNCERTAIN, note="answer_spread_over_sentences")
-        _, q_hits, _, chunk, sent, _ = max(ok, key=lambda r: (r[1], r[0]))
-        q_top = max(r[1] for r in rows)
-        if q_hits >= 1 and q_hits >= self.terse_alignment * q_top:
+        q = claim.query
+        n = len(rows)
+        df: dict[str, int] = dict.fromkeys(q, 0)
+        for r in rows:
+            for w in q & (r[4].words | r[5]):
+                df[w] += 1
+        idf = {w: math.log((n + 1) / (d + 1)) + _IDF_FLOOR for w, d in df.items()}
+
+        def score(sent: _Text, ante: frozenset[str], centers: list[int] | None) -> float:
+            held = sum(idf[w] for w in q & (sent.words | ante))
+            return held + _WINDOW_WEIGHT * _window(sent.toks, q, idf, centers)
+
+        best = max(score(r[4], r[5], None) for r in rows)
+        scored = []
+        for r in ok:
+            chunk, sent = r[3], r[4]
+            centers = [i for i, t in enumerate(sent.toks) if claim.required.intersection(t.stems)]
+            # Multi-hop: a sentence of another chunk that names what this sentence is about (its
+            # subject, or its chunk's) adds the question words it holds: "... by singer-songwriter
+            # M. Ward." + "Ward is a singer-songwriter from Portland, Oregon."
+            about = sent.subject | (chunk.sentences[0].subject if chunk.sentences else _EMPTY)
+            own = q & (sent.words | r[5])
+            bridge = _EMPTY
+            if about:
+                for b in rows:
+                    if b[3] is not chunk and not about.isdisjoint(b[4].words):
+                        extra = (q & b[4].words) - own
+                        if sum(idf[w] for w in extra) > sum(idf[w] for w in bridge):
+                            bridge = extra
+            got = score(sent, r[5], centers) + sum(idf[w] for w in bridge)
+            scored.append((got, r))
+        got, (_, q_hits, _, chunk, sent, _) = max(scored, key=lambda x: x[0])
+        ratio = got / best if best else 0.0
+        if q_hits >= 1 and ratio >= self.terse_alignment:
             return self._checked(claim, [(chunk, sent)])
-        if q_top >= self.support_threshold * len(claim.query):
+        if ratio < _TERSE_ELSEWHERE:
             # Another sentence states what the question asks, without this answer.
             quote = [Quote(chunk.id, sent.text, True)]
             return Claim(
