@@ -6,9 +6,10 @@ a versioned baseline — the CI gate for chunking, embedding, reranking and prom
 scores rankings, `intervals` bootstraps confidence intervals over rows (paired against a baseline),
 `run` scores a replay and gates it, `baselines` replays the rows with the labelled chunks (oracle)
 and with no context beside it, `change` names the event a replay checks, `trigger` runs the
-sidecar's replays one at a time and serves `POST /golden/replay`, `cost` prices an LLM judge's
-share before it is spent, `gauges` exports `ragmon_golden_*`, `render` draws the terminal tables,
-`cli` holds the `replay` / `golden validate` / `golden trigger` commands (`register(app)`).
+sidecar's replays one at a time and serves `POST /golden/replay`, `synthesize` writes candidate
+rows from corpus chunks for review, `cost` prices an LLM judge's (or generator's) share before it
+is spent, `gauges` exports `ragmon_golden_*`, `render` draws the terminal tables, `cli` holds the
+`replay` / `golden validate` / `golden trigger` / `golden synthesize` commands (`register(app)`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`rag-monitor replay`, `rag-monitor golden validate` and `rag-monitor golden trigger`: flag
-parsing and file I/O only.
+"""`rag-monitor replay`, `rag-monitor golden validate`, `golden trigger` and `golden synthesize`:
+flag parsing and file I/O only.
 
 Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
 file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
@@ -25,7 +25,15 @@ from rich.console import Console
 
 from monitor.golden.baselines import BaselineMode, parse_modes
 from monitor.golden.change import Change, parse_change
-from monitor.golden.cost import CostEstimate, CostRefused, estimate_cost, is_billed, metered, read_actual
+from monitor.golden.cost import (
+    CostEstimate,
+    CostRefused,
+    estimate_cost,
+    is_billed,
+    metered,
+    read_actual,
+)
+from monitor.golden.cost import approve as approve_cost
 from monitor.golden.intervals import IntervalConfig
 from monitor.golden.run import (
     BaselineError,
@@ -199,17 +207,7 @@ def replay(
             return
         estimates.append(est)
         typer.echo(est.describe())
-        if yes:
-            return
-        if max_usd is None:
-            raise CostRefused("an LLM judge costs money: pass --max-usd USD (a limit) or --yes to go ahead")
-        if est.usd is None:
-            raise CostRefused(
-                f"no price for judge model {est.model!r}: cannot check --max-usd "
-                "(set judge_options.prices) — or pass --yes"
-            )
-        if est.usd > max_usd:
-            raise CostRefused(f"estimated cost ${est.usd:.4f} is over --max-usd {max_usd:g}")
+        approve_cost(est, max_usd=max_usd, yes=yes)
 
     judging: Judge = jdg
     registry = None
@@ -254,13 +252,7 @@ def replay(
     if estimates and registry is not None:
         est, actual = estimates[0], read_actual(registry)
         result.judge_cost = {"estimate": est.to_json_dict(), "actual": actual.to_json_dict()}
-        ratio = f"{est.usd / actual.usd:.1f}×" if est.usd is not None and actual.usd > 0 else "–"
-        bound = f"${est.usd:.4f}" if est.usd is not None else "$? (no price)"
-        console.print(
-            f"judge cost: estimate ≤ {bound} ({est.input_tokens:,} in / {est.output_tokens:,} out, "
-            f"{est.calls} calls), actual ${actual.usd:.4f} ({actual.input_tokens:,} in / "
-            f"{actual.output_tokens:,} out, {actual.judgements} judgements): estimate/actual {ratio}"
-        )
+        console.print(est.versus(actual))
         if est.usd is not None and actual.usd > est.usd:
             console.print(
                 "[yellow]warning[/] the judge cost more than estimated: retries or repairs "
@@ -333,11 +325,146 @@ def trigger_cmd(
     raise typer.Exit(result.exit_code)
 
 
+def synthesize_cmd(
+    corpus: Annotated[
+        Path, typer.Option("--corpus", help="corpus JSONL (rows of kind chunk: id, text, title)")
+    ],
+    target: Annotated[
+        str, typer.Option("--target", help="http(s) URL of the RAG endpoint, or module:function")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="where the kept rows go (JSONL)")],
+    generator: Annotated[
+        str, typer.Option("--generator", help="template (offline), anthropic or openai")
+    ] = "template",
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="YAML as for replay: target, judge_options (the LLM's settings)"),
+    ] = None,
+    per_type: Annotated[
+        int | None, typer.Option(min=1, help="rows wanted per query type (default 5)")
+    ] = None,
+    rows: Annotated[
+        int | None, typer.Option(min=1, help="rows wanted in all, shared round-robin by the types")
+    ] = None,
+    types: Annotated[
+        str | None,
+        typer.Option(help="query types to write, comma-separated (default: all the generator can)"),
+    ] = None,
+    attempts: Annotated[
+        int, typer.Option(min=1, help="generations per wanted row at most (bounds an LLM run's cost)")
+    ] = 3,
+    k: Annotated[int, typer.Option("--k", min=1, help="a source chunk must be in the target's top k")] = 5,
+    existing: Annotated[
+        Path | None, typer.Option(help="golden file whose questions count as duplicates")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="the chunks' order and the templates' choices")] = 0,
+    report: Annotated[Path | None, typer.Option(help="write the counts and every drop as JSON")] = None,
+    max_usd: Annotated[
+        float | None,
+        typer.Option(min=0, help="LLM generator: go ahead only if the estimated cost is at most this (USD)"),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="LLM generator: go ahead whatever the estimate")] = False,
+    concurrency: Annotated[int, typer.Option(min=1, help="target requests in flight")] = 8,
+    overwrite: Annotated[bool, typer.Option(help="replace --out if it exists")] = False,
+) -> None:
+    """Golden rows generated from corpus chunks, kept only when the target retrieves their source
+    chunks in its top k, deduplicated, spread over query types (with unanswerable ones), marked
+    `source: synthetic` for human review.
+
+    With an LLM generator the cost is estimated before any request: the run stops there (exit 2)
+    unless the estimate is within --max-usd or --yes is given. Exit 0 rows written, 1 none kept
+    (the drops say why), 2 bad input or cost refused (nothing written)."""
+    from monitor.golden.synthesize import (
+        make_generator,
+        plan,
+        quotas_for,
+        read_corpus,
+        render_report,
+        synthesize,
+        write_rows,
+    )
+
+    if rows is not None and per_type is not None:
+        _err("--rows and --per-type exclude each other")
+        raise typer.Exit(2)
+    if out.exists() and not overwrite:
+        _err(f"{out} exists: pass --overwrite to replace it (reviewed rows would be lost)")
+        raise typer.Exit(2)
+    cfg = _load_config(config)
+    try:
+        read = read_corpus(corpus)
+    except OSError as exc:
+        _err(f"cannot read corpus {corpus}: {exc.strerror or exc}")
+        raise typer.Exit(2) from None
+    for issue in read.issues[:10]:
+        typer.echo(f"warning: {corpus}: {issue}", err=True)
+    if read.skipped:
+        skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(read.skipped.items()))
+        typer.echo(f"warning: {corpus}: {sum(read.skipped.values())} lines skipped ({skipped})", err=True)
+    if not read.chunks:
+        _err(f"{corpus}: no chunk rows")
+        raise typer.Exit(2)
+    known: list[Any] = []
+    if existing is not None:
+        check = load_golden(existing)
+        _print_check(check)
+        if not check.ok:
+            raise typer.Exit(2)
+        known = list(check.rows)
+    try:
+        gen = make_generator(generator, cfg.judge_options, read.chunks)
+    except (ValueError, ValidationError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    chosen = [t.strip() for t in types.split(",") if t.strip()] if types else list(gen.query_types)
+    unknown = [t for t in chosen if t not in gen.query_types]
+    if unknown or not chosen:
+        _err(f"query types {unknown or chosen} not among {list(gen.query_types)} ({gen.name} generator)")
+        asyncio.run(gen.aclose())
+        raise typer.Exit(2)
+    quotas = quotas_for(chosen, per_type=per_type, rows=rows)
+    tasks = plan(read.chunks, gen, quotas, attempts=attempts, seed=seed)
+    est = gen.estimate([t for ts in tasks.values() for t in ts])
+    try:
+        if est is not None:
+            typer.echo(est.describe())
+            approve_cost(est, max_usd=max_usd, yes=yes)
+        tgt = make_target(target, concurrency=concurrency, config=cfg.target)
+    except (CostRefused, ValueError) as exc:
+        _err(str(exc))
+        _err("nothing sent, nothing written")
+        asyncio.run(gen.aclose())
+        raise typer.Exit(2) from None
+
+    async def go() -> Any:
+        try:
+            return await synthesize(read.chunks, gen, tgt, tasks, quotas, k=k, existing=known)
+        finally:
+            await tgt.aclose()
+            await gen.aclose()
+
+    result = asyncio.run(go())
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    render_report(result, console)
+    actual = gen.actual()
+    if est is not None and actual is not None:
+        result.cost = {"estimate": est.to_json_dict(), "actual": actual.to_json_dict()}
+        console.print(est.versus(actual))
+    if report is not None:
+        _write_atomic(report, result.to_json_dict(read))
+    if not result.rows:
+        _err("no row kept: nothing written (see the drop reasons)")
+        raise typer.Exit(1)
+    write_rows(out, result.rows)
+    console.print(f"{len(result.rows)} rows written to {out} (source: synthetic): review them before use")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `replay` and the `golden` sub-app (`golden validate`, `golden trigger`) to the
-    `rag-monitor` app."""
+    """Add `replay` and the `golden` sub-app (`golden validate`, `golden trigger`, `golden
+    synthesize`) to the `rag-monitor` app."""
     app.command("replay")(replay)
     golden_app = typer.Typer(no_args_is_help=True, help="Golden-set tools.")
     golden_app.command("validate")(validate_cmd)
     golden_app.command("trigger")(trigger_cmd)
+    golden_app.command("synthesize")(synthesize_cmd)
     app.add_typer(golden_app, name="golden")

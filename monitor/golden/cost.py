@@ -30,6 +30,7 @@ from monitor.judge.base import (
     _REQUEST_OVERHEAD_TOKENS,
     Judge,
     LLMJudgeBase,
+    LLMJudgeConfig,
     Price,
     price_for,
 )
@@ -41,7 +42,9 @@ __all__ = [
     "CostActual",
     "CostEstimate",
     "CostRefused",
+    "approve",
     "estimate_cost",
+    "estimate_requests",
     "is_billed",
     "metered",
     "read_actual",
@@ -63,6 +66,10 @@ class CostEstimate:
     usd: float | None  # None: the model has no price
     worst_usd: float | None  # every retry and the repair of every row: what the budget reserves
     price: Price | None
+    # What the calls are for and what one call handles: the words of `describe` and `versus`, so
+    # that the judge of a replay and the generator of `golden synthesize` are priced alike.
+    purpose: str = "judge"
+    unit: str = "row"
 
     def describe(self) -> str:
         price = (
@@ -73,10 +80,20 @@ class CostEstimate:
         usd = f"${self.usd:.4f}" if self.usd is not None else "$?"
         worst = f"${self.worst_usd:.4f}" if self.worst_usd is not None else "$?"
         return (
-            f"judge cost estimate ({self.backend} {self.model}, {price}): {self.calls} calls for "
-            f"{self.judgements} rows, ≤ {self.input_tokens:,} input + ≤ {self.output_tokens:,} output "
-            f"tokens, ≤ {usd} (upper bound with one request a row: UTF-8 bytes of what is sent, "
-            f"max_tokens out; with every retry and repair ≤ {worst})"
+            f"{self.purpose} cost estimate ({self.backend} {self.model}, {price}): {self.calls} calls for "
+            f"{self.judgements} {self.unit}s, ≤ {self.input_tokens:,} input + ≤ {self.output_tokens:,} "
+            f"output tokens, ≤ {usd} (upper bound with one request a {self.unit}: UTF-8 bytes of what is "
+            f"sent, max_tokens out; with every retry and repair ≤ {worst})"
+        )
+
+    def versus(self, actual: CostActual) -> str:
+        """One line: this estimate against what was billed, and their ratio."""
+        ratio = f"{self.usd / actual.usd:.1f}×" if self.usd is not None and actual.usd > 0 else "–"
+        bound = f"${self.usd:.4f}" if self.usd is not None else "$? (no price)"
+        return (
+            f"{self.purpose} cost: estimate ≤ {bound} ({self.input_tokens:,} in / {self.output_tokens:,} "
+            f"out, {self.calls} calls), actual ${actual.usd:.4f} ({actual.input_tokens:,} in / "
+            f"{actual.output_tokens:,} out, {actual.judgements} {self.unit}s): estimate/actual {ratio}"
         )
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -107,25 +124,57 @@ def estimate_cost(records: Sequence[RagRecord], judge: Judge) -> CostEstimate | 
     llm = _llm(judge)
     if llm is None:
         return None
-    cfg = llm.config
-    tokens_in = 0
-    worst: float | None = 0.0
+    sent = []
+    worst = 0.0
     for record in records:
         prompt = llm._prompt(record)
-        sent = len(prompt.system.encode()) + len(prompt.user.encode()) + llm._format_bytes
-        tokens_in += sent + _REQUEST_OVERHEAD_TOKENS + 2 * _MESSAGE_OVERHEAD_TOKENS
-        bound = llm.cost_bound(record).usd
-        worst = None if worst is None or bound is None else worst + bound
-    tokens_out = len(records) * cfg.max_tokens
-    price = price_for(cfg.model, cfg.prices)
-    usd = None
-    if price is None:
-        worst = None
-    else:
+        sent.append(len(prompt.system.encode()) + len(prompt.user.encode()) + llm._format_bytes)
+        worst += llm.cost_bound(record).usd or 0.0  # None only without a price: no worst then
+    return estimate_requests(llm.name, llm.config, sent, worst_usd=worst)
+
+
+def estimate_requests(
+    backend: str,
+    config: LLMJudgeConfig,
+    sent_bytes: Sequence[int],
+    *,
+    worst_usd: float | None = None,
+    purpose: str = "judge",
+    unit: str = "row",
+) -> CostEstimate:
+    """The bound of one request per item of `sent_bytes` (the UTF-8 bytes each sends: system,
+    user turn, output definition), at `config`'s model, prices and `max_tokens`.
+
+    `worst_usd`: the caller's bound with every retry and repair; None: every request tried
+    1 + max_retries times, no repair."""
+    tokens_in = sum(s + _REQUEST_OVERHEAD_TOKENS + 2 * _MESSAGE_OVERHEAD_TOKENS for s in sent_bytes)
+    tokens_out = len(sent_bytes) * config.max_tokens
+    price = price_for(config.model, config.prices)
+    usd = worst = None
+    if price is not None:
         usd = (tokens_in * max(price.input, price.cache_write) + tokens_out * price.output) / 1e6
+        worst = worst_usd if worst_usd is not None else usd * (1 + config.max_retries)
+    n = len(sent_bytes)
     return CostEstimate(
-        llm.name, llm.model, len(records), len(records), tokens_in, tokens_out, usd, worst, price
+        backend, config.model, n, n, tokens_in, tokens_out, usd, worst, price, purpose=purpose, unit=unit
     )
+
+
+def approve(estimate: CostEstimate, *, max_usd: float | None, yes: bool) -> None:
+    """Go ahead only when `yes`, or when the estimate is priced and within `max_usd`; else
+    `CostRefused` saying what to pass."""
+    if yes:
+        return
+    what = estimate.purpose
+    if max_usd is None:
+        raise CostRefused(f"an LLM {what} costs money: pass --max-usd USD (a limit) or --yes to go ahead")
+    if estimate.usd is None:
+        raise CostRefused(
+            f"no price for {what} model {estimate.model!r}: cannot check --max-usd "
+            "(set judge_options.prices) — or pass --yes"
+        )
+    if estimate.usd > max_usd:
+        raise CostRefused(f"estimated cost ${estimate.usd:.4f} is over --max-usd {max_usd:g}")
 
 
 @dataclass(frozen=True, slots=True)

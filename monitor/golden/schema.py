@@ -69,7 +69,8 @@ class GoldenRow(BaseModel):
     answerable: StrictBool = True
     grades: dict[StrictStr, StrictInt] | None = None
     relevant_chunks: list[ChunkText] | None = None
-    # Provenance, carried along and never scored: where the row came from and under which licence.
+    # Provenance, carried along and never scored: where the row came from (a data set's name, or
+    # `synthetic` for rows `golden synthesize` wrote, to be reviewed) and under which licence.
     source: StrictStr | None = None
     license: StrictStr | None = None
 
