@@ -215,6 +215,21 @@ def test_a_target_that_takes_no_context_is_reported_not_measured(tmp_path: Path)
     assert json.loads(report.read_text())["baselines"]["modes"]["oracle"]["status"] == "not_measured"
 
 
+def test_baselines_can_come_from_the_config_file(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    out = _replay(
+        _small_golden(tmp_path / "g.jsonl"), "--target", "support:oracle_target", "--report", str(report),
+        "--config", _config(tmp_path, "baselines: [no_context]\n"),
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert set(json.loads(report.read_text())["baselines"]["modes"]) == {"normal", "no_context"}
+    bad = _replay(
+        _small_golden(tmp_path / "g.jsonl"), "--target", "support:oracle_target",
+        "--config", _config(tmp_path, "baselines: [rag]\n"),
+    )  # fmt: skip
+    assert bad.exit_code == 2 and "baselines" in bad.output
+
+
 def test_bad_baseline_names_are_bad_input(tmp_path: Path) -> None:
     out = _replay(
         _small_golden(tmp_path / "g.jsonl"), "--target", "support:oracle_target", "--baselines", "rag"

@@ -52,14 +52,17 @@ __all__ = ["ReplayConfig", "register"]
 
 
 class ReplayConfig(BaseModel):
-    """`--config` file of `replay`: how to talk to the target, the gate, the intervals, the judge's
-    options."""
+    """`--config` file of `replay`: how to talk to the target, the gate, the intervals, the
+    baselines, the judge's options (each flag given on the command line wins over the file)."""
 
     model_config = ConfigDict(extra="forbid")
 
     target: HttpTargetConfig = Field(default_factory=HttpTargetConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     intervals: IntervalConfig = Field(default_factory=IntervalConfig)
+    baselines: list[Literal["oracle", "no_context"]] = Field(
+        default_factory=list, description="as golden.baselines in the sidecar's config"
+    )
     judge_options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -167,7 +170,7 @@ def replay(
 
     cfg = _load_config(config)
     try:
-        modes: tuple[BaselineMode, ...] = parse_modes(baselines) if baselines else ()
+        modes: tuple[BaselineMode, ...] = parse_modes(baselines if baselines else cfg.baselines)
         event: Change | None = parse_change(change) if change is not None else None
     except ValueError as exc:
         _err(str(exc))
