@@ -369,3 +369,24 @@ def test_balanced_accuracy_on_public_sample() -> None:
     strict = (right["grounded"] / total["grounded"] + right["hallucinated"] / total["hallucinated"]) / 2
     print(f"\npublic sample: strict balanced accuracy {strict:.3f}, {uncertain} of 550 undecided")
     assert strict >= 0.88 and uncertain <= 0.03 * sum(total.values())
+
+
+def test_negated_question_and_bare_negation_agree_with_a_negating_sentence() -> None:
+    greeks = [Chunk("g", "Most early Greeks did not even consider 1 to be a number. They counted from 2.")]
+    q = "What number did early Greeks not regard as a true number?"
+    assert acme("1.", query=q, chunks=greeks).faithfulness == 1.0
+    treaties = [
+        Chunk("t", "None of the original treaties establishing the Union mention fundamental rights.")
+    ]
+    q = "How many original treaties establishing the Union protected fundamental rights?"
+    assert acme("None.", query=q, chunks=treaties).faithfulness == 1.0
+    # A word the answer both asserts and negates is not asserted against the sentence's negation.
+    eugene = [Chunk("e", "Eventually it is revealed that Eugene is not a scientist, but a science teacher.")]
+    j = acme(
+        "Eugene claims to be a scientist, but it is revealed that Eugene is not a scientist.",
+        query="Is Eugene really a scientist?",
+        chunks=eugene,
+    )
+    assert j.claims[0].note != "negation"
+    # An answer that adds a negation the sentence lacks is still contradicted.
+    assert acme("Acme was not founded in Oslo.", query="Where was Acme founded?").faithfulness == 0.0

@@ -24,7 +24,8 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   name or number is evidence that the name or number was swapped in (`name_or_number_elsewhere`).
 - polarity: a claim that negates what the aligned sentence asserts, or asserts what it negates
   (not, no, never, n't, without, ... scoped to the next few words; a word the sentence also
-  asserts outside that scope does not count as negated), is contradicted; so is one
+  asserts outside that scope does not count as negated; a terse answer to a negated question, or
+  a bare "None.", agrees with a sentence that negates), is contradicted; so is one
   whose before/after, earlier/later, more/less, higher/lower, larger/smaller, older/younger is the
   opposite of the sentence's, and one that states such a relation the sentence does not state is
   not supported.
@@ -333,6 +334,10 @@ class _Text:
     anaphor: bool
     subject: frozenset[str] = _EMPTY  # the names of its first run of capitalised words
     toks: tuple[_Tok, ...] = ()  # in order: where its words stand (a terse answer's window)
+    # Every word in a negation's scope, also those asserted elsewhere (`negated` leaves them out),
+    # and whether it has a negation at all ("None.").
+    negated_any: frozenset[str] = _EMPTY
+    neg: bool = False
 
 
 def _subject(toks: list[_Tok], first_is_name: bool) -> frozenset[str]:
@@ -376,7 +381,10 @@ def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
                 scope = _NEGATION_SCOPE  # ("not only ... but also" negates nothing)
             if t.brk:
                 scope = 0
+        negated_any = frozenset(negated)
         negated -= asserted  # "they do not burrow, they shelter in burrows": asserted too
+    else:
+        negated_any = _EMPTY
     return _Text(
         text,
         words,
@@ -387,6 +395,8 @@ def _analyse(text: str, *, first_is_name: bool = False) -> _Text:
         any(t.anaphor for t in special),
         subject,
         tuple(toks),
+        negated_any,
+        any(t.neg for t in special),
     )
 
 
@@ -440,6 +450,9 @@ class _Claim:
     polar: _Text  # negations and relations (a terse answer's: the question's and its own)
     query: frozenset[str]  # a terse answer's question words (else empty)
     first: frozenset[str] = _EMPTY  # its capitalised first word: a name if the context lacks it
+    # A terse answer to a negated question ("What did the Greeks not regard as a number?") or
+    # that is a bare negation ("None."): agrees with a sentence that negates.
+    negative: bool = False
 
 
 # A terse answer's place (chosen on the dev half of bench/lexical_judge.py): question words weigh
@@ -522,10 +535,14 @@ def _polarity(claim: _Claim, aligned: list[_Text]) -> str | None:
     negated = frozenset().union(*(s.negated for s in aligned))
     markers = frozenset().union(*(s.markers for s in aligned))
     weak = frozenset().union(*(s.weak for s in aligned))
-    # The claim negates words the sentence asserts, or asserts words the sentence negates.
-    if c.negated & words and not c.negated & negated:
+    # The claim negates words the sentence asserts, or asserts words the sentence negates (a word
+    # negated in one place is not asserted against a negation of it in the other). A terse answer
+    # to a negated question, or a bare "None.", read with a sentence that negates ("How many
+    # treaties protected rights? None." / "None of the treaties mention rights"), agrees.
+    agree = claim.negative and any(s.neg for s in aligned)
+    if not agree and c.negated & words and not c.negated & negated:
         return "negation"
-    if negated & claim.words and not negated & c.negated:
+    if not agree and negated & claim.words and not negated & c.negated_any:
         return "negation"
     for m in c.markers:
         if m in markers or m in weak:
@@ -655,7 +672,15 @@ class LexicalJudge:
             # and the question's negations and relations count too.
             both = _analyse(f"{question} {sentence}")
             required = (sent.names | numbers) or words
-            return _Claim(f"{question.strip()} {sentence}", words | query, required, numbers, both, query)
+            return _Claim(
+                f"{question.strip()} {sentence}",
+                words | query,
+                required,
+                numbers,
+                both,
+                query,
+                negative=_analyse(question).neg or (sent.neg and not sent.negated_any),
+            )
         if len(words) < 2:
             return None
         # A name the question gives ("Safe Haven took place in ...") is its topic, not a claim.
