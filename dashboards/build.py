@@ -538,8 +538,34 @@ def quality() -> Json:
             [target(f"sum by (alertname, severity) ({ALERTS_FIRING})", "{{alertname}} ({{severity}})")],
             bars=True,
         ),
+        timeseries(
+            "Citation precision",
+            "Of the answers' citations the judge could check, the share whose cited chunk supports a "
+            "claim of the sentence it sits in, per query type (unweighted judged records). Unresolved: "
+            "citations naming no retrieved chunk, per citation. No series while answers cite nothing.",
+            "percentunit",
+            [
+                target(
+                    f"sum by (query_type) (rate(ragmon_citations_total"
+                    f'{{verdict="supported",{SVC_QT}}}{RATE})) / sum by (query_type) '
+                    f'(rate(ragmon_citations_total{{verdict=~"supported|unsupported",{SVC_QT}}}{RATE}))',
+                    "{{query_type}}",
+                ),
+                target(
+                    f'sum(rate(ragmon_citations_total{{verdict="unresolved",{SVC_QT}}}{RATE}))'
+                    f" / sum(rate(ragmon_citations_total{{{SVC_QT}}}{RATE}))",
+                    "unresolved / citation",
+                ),
+            ],
+            defaults={"min": 0, "max": 1},
+        ),
         golden_panel("faithfulness", "faithfulness", "Faithfulness of the service's answers"),
         golden_panel("refusal_accuracy", "refusal accuracy", "Share of correct refusals (unanswerable rows)"),
+        golden_panel(
+            "citation_precision",
+            "citation precision",
+            "Share of checked citations whose chunk supports the claim",
+        ),
     ]
     return dashboard(
         "rag-monitor",
@@ -716,6 +742,14 @@ def judge() -> Json:
             [target(f"sum by (model) (rate(ragmon_judge_cost_usd_total{RATE})) * 3600", "{{model}}")],
         ),
         stat(
+            "Self-evaluations",
+            "Judged records whose judge model is the model that wrote the answer, over the time range "
+            "(a model grading itself is biased: use another judge model). 0 is the healthy value.",
+            "none",
+            [target("sum(increase(ragmon_judge_self_evaluations_total[$__range])) or vector(0)", "records")],
+            defaults=thresholds((None, "green"), (1, "red")),
+        ),
+        stat(
             "Judge cost over the time range",
             "Judge spend in USD over the dashboard's time range.",
             "currencyUSD",
@@ -754,18 +788,24 @@ def judge() -> Json:
             [target("sum(ragmon_inflight_judgements)", "in flight")],
         ),
         timeseries(
-            "Verdicts the code overruled",
+            "Verdicts the code overruled or left undecided",
             "Per judged claim, the share whose quoted evidence failed the check (not in the cited "
             "chunk, missing the claim's numbers, sharing no word with it, no quote) and was scored "
-            "not in context; and per judged answer, the share whose claims left part of the answer out "
-            "after the one repair. Rising: the judge model or its prompt changed, or inputs try to "
-            "steer it.",
+            "not in context, and the share the judge could not decide (uncertain: left out of "
+            "faithfulness); per judged answer, the share whose claims left part of the answer out "
+            "after the one repair. Rising: the judge model or its prompt changed, inputs try to "
+            "steer it, or (undecided) traffic unlike what the offline judge handles.",
             "percentunit",
             [
                 target(
                     f"(sum(rate(ragmon_judge_evidence_mismatch_total{{{SVC_QT}}}{RATE})) or vector(0))"
                     f" / sum(rate(ragmon_claims_total{{{SVC_QT}}}{RATE}))",
                     "evidence mismatch / claim",
+                ),
+                target(
+                    f"(sum(rate(ragmon_claims_uncertain_total{{{SVC_QT}}}{RATE})) or vector(0))"
+                    f" / sum(rate(ragmon_claims_total{{{SVC_QT}}}{RATE}))",
+                    "undecided / claim",
                 ),
                 target(
                     f'(sum(rate(ragmon_judge_coverage_gaps_total{{outcome="unrepaired",{SVC_QT}}}{RATE}))'

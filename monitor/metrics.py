@@ -292,6 +292,12 @@ class JudgeMetrics:
         self.claims_contradicted = Counter(
             f"{PREFIX}claims_contradicted", "Claims the retrieved chunks contradict", sqj, registry=r
         )
+        self.claims_uncertain = Counter(
+            f"{PREFIX}claims_uncertain",
+            "Claims the judge could not decide (left out of faithfulness, neither supported nor not)",
+            sqj,
+            registry=r,
+        )
         self.unanswerable = Counter(
             f"{PREFIX}unanswerable",
             "Judged records whose context could not answer the query",
@@ -351,6 +357,21 @@ class JudgeMetrics:
             [*sqj, "outcome"],
             registry=r,
         )
+        self.citations = Counter(
+            f"{PREFIX}citations",
+            "Citations in judged answers (a cited chunk in an answer sentence), by verdict: supported "
+            "(the chunk supports a claim of that sentence), unsupported, unresolved (names no "
+            "retrieved chunk), unchecked (no decided claim or a chunk the judge did not see)",
+            [*sqj, "verdict"],
+            registry=r,
+        )
+        self.self_evaluations = Counter(
+            f"{PREFIX}judge_self_evaluations",
+            "Judged records whose judge model is the model that generated the answer (a model "
+            "grading itself is biased)",
+            ["service", "judge"],
+            registry=r,
+        )
         self.requests = Counter(
             f"{PREFIX}judge_requests",
             "Judgements attempted, by outcome",
@@ -408,6 +429,9 @@ class JudgeMetrics:
             contradicted = sum(c.verdict is Verdict.CONTRADICTED for c in j.claims)
             if contradicted:
                 self.claims_contradicted.labels(**labels).inc(contradicted)
+            uncertain = sum(c.verdict is Verdict.UNCERTAIN for c in j.claims)
+            if uncertain:
+                self.claims_uncertain.labels(**labels).inc(uncertain)
         for reason in j.evidence_failures():
             self.evidence_mismatch.labels(reason=reason, **labels).inc()
         if j.coverage_repair is not None:
@@ -428,6 +452,12 @@ class JudgeMetrics:
             self.relevance.labels(**labels).observe(j.answer_relevance)
         if j.context_relevance is not None:
             self.context_relevance.labels(**labels).observe(j.context_relevance)
+        if j.citations is not None:
+            for verdict, n in j.citations.counts().items():
+                if n:
+                    self.citations.labels(verdict=verdict, **labels).inc(n)
+        if j.self_judged:
+            self.self_evaluations.labels(service=service, judge=j.backend).inc()
 
 
 class EstimateCounters:

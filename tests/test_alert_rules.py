@@ -51,6 +51,7 @@ COUNTERS = frozenset(
         "ragmon_hedges_total",
         "ragmon_false_refusals_total",
         "ragmon_claims_contradicted_total",
+        "ragmon_claims_uncertain_total",
         "ragmon_judge_evidence_mismatch_total",
         "ragmon_judge_coverage_gaps_total",
         "ragmon_judge_requests_total",

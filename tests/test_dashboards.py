@@ -405,6 +405,46 @@ def uncontented_trace() -> bytes:
     return value
 
 
+def cited_trace() -> bytes:
+    """A trace whose answer cites its chunks, one right ([1]), one wrong ([2]) and one that names no
+    retrieved chunk ([9]), written by the judge's own model: citations and a self-evaluation to
+    show."""
+    _, value = sdk_trace(
+        [
+            (
+                "rag",
+                {
+                    "openinference.span.kind": "CHAIN",
+                    "input.value": "Where is the Eiffel Tower?",
+                    "rag.query_type": "lookup",
+                },
+            ),
+            (
+                "retrieve",
+                {
+                    "openinference.span.kind": "RETRIEVER",
+                    "retrieval.documents.0.document.id": "eiffel",
+                    "retrieval.documents.0.document.content": "The Eiffel Tower stands in Paris. It is iron.",
+                    "retrieval.documents.1.document.id": "louvre",
+                    "retrieval.documents.1.document.content": "The Louvre is the world's largest museum.",
+                },
+            ),
+            (
+                "generate",
+                {
+                    "openinference.span.kind": "LLM",
+                    "llm.model_name": "claude-haiku-4-5-20251001",
+                    "llm.output_messages.0.message.role": "assistant",
+                    "llm.output_messages.0.message.content": "The Eiffel Tower stands in Paris [1]. "
+                    "It is in France [2]. It opened in 1889 [9].",
+                },
+            ),
+        ],
+        service="rag-demo",
+    )
+    return value
+
+
 async def test_every_panel_has_data_from_a_live_sidecar(
     api: FakeAPI, broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
@@ -437,7 +477,10 @@ async def test_every_panel_has_data_from_a_live_sidecar(
     config = prometheus_config(tmp_path / "prometheus.yml", metrics_port, textfile.port, rules)
     with (
         prometheus_process(config, tmp_path / "tsdb") as prom,
-        example_service("--kafka", bs, "--topic", topic, "--flush-interval-ms", "100") as (service_url, _),
+        example_service("--kafka", bs, "--topic", topic, "--flush-interval-ms", "100", "--cite") as (
+            service_url,
+            _,
+        ),
     ):
         options = {"api_key": api.key, "base_url": api.url, "max_retries": 0, "timeout_seconds": 5.0}
         settings = settings_for(
@@ -480,7 +523,11 @@ async def test_every_panel_has_data_from_a_live_sidecar(
                 await drive(sidecar, bs, topic, dlq)
                 assert await asyncio.wait_for(calibrate.wait(), 60) in (0, 1)  # 1: a kappa below 0.6
                 # Live traffic goes on while the dashboards are read, as it would in production.
-                trickle = asyncio.create_task(produce(bs, topic, generate(400, seed=84).pairs(), rate=5))
+                # Every tenth trace cites its chunks, so the citation rates have increases to show.
+                traffic: list[tuple[bytes | None, bytes]] = []
+                for i, pair in enumerate(generate(400, seed=84).pairs()):
+                    traffic += [pair] if i % 10 else [pair, (None, cited_trace())]
+                trickle = asyncio.create_task(produce(bs, topic, traffic, rate=5))
                 try:
                     await check_panels(prom)
                 finally:
@@ -513,11 +560,13 @@ async def drive(sidecar: Sidecar, bs: str, topic: str, dlq: str) -> None:
     lookups = generate(
         60, seed=82, config=WorkloadConfig(ungrounded_rate=0.0, query_type_weights={"lookup": 1})
     )
-    await produce(bs, topic, [*good.pairs(), *lookups.pairs(), (None, uncontented_trace())])
+    await produce(
+        bs, topic, [*good.pairs(), *lookups.pairs(), (None, uncontented_trace()), (None, cited_trace())]
+    )
     await eventually(
         lambda: sample(sidecar, "ragmon_consumer_restarts_total", topic=topic) >= 1, what="restart"
     )
-    await eventually(lambda: ingest.records_seen >= 211, within=60, what="records")
+    await eventually(lambda: ingest.records_seen >= 212, within=60, what="records")
 
     def judged_lookups() -> float:
         return sample(

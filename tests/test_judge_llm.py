@@ -106,7 +106,12 @@ class FakeAPI:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                self._serve(json.loads(self.rfile.read(length) or b"{}"))
+
+            def do_GET(self) -> None:  # the batch endpoints' retrieve and results (body: {})
+                self._serve({})
+
+            def _serve(self, body: dict[str, Any]) -> None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with api.lock:
                     api.requests.append(Seen(self.path, headers, body, time.monotonic()))

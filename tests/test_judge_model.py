@@ -276,6 +276,8 @@ def test_results_line_shape() -> None:
         "context_relevance": 2.0,
         # In rank order (the order of `chunks`), whatever order the judge rated them in.
         "chunk_relevance": [{"chunk_id": "c1", "relevance": 3}, {"chunk_id": "c2", "relevance": 1}],
+        "citations": None,  # the answer cites nothing (tests/test_citations.py has the shape)
+        "self_judged": False,
         "judge": {
             "backend": "test",
             "model": "m",
@@ -545,3 +547,32 @@ async def test_llm_base_contains_crashes_and_enforces_the_deadline() -> None:
     slow = await _Crashing(delay=5, deadline_seconds=0.05).judge(rec())
     assert slow.outcome is JudgeOutcome.TIMEOUT and "0.05s deadline" in (slow.error or "")
     assert slow.latency_s < 1 and slow.tokens.input == 100
+
+
+def test_undecided_claims_are_counted_apart_not_as_unsupported() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from monitor.metrics import Metrics
+
+    metrics = Metrics(CollectorRegistry())
+    j = Judgement.from_verdicts(
+        [
+            Claim("Paris is the capital.", Verdict.SUPPORTED, "c1"),
+            Claim("It has 3 million people.", Verdict.UNCERTAIN),
+            Claim("It was founded in 1200.", Verdict.NOT_IN_CONTEXT),
+        ],
+        answerable_from_context=True,
+        answer_relevance=3,
+        trace_id="0" * 32,
+        query_type="lookup",
+        service="svc",
+        backend="lexical",
+        model="lexical-v2",
+    )
+    metrics.judge.observe_verdicts(j, "svc")
+    labels = {"service": "svc", "query_type": "lookup", "judge": "lexical"}
+    g = metrics.registry.get_sample_value
+    assert g("ragmon_claims_total", labels) == 3
+    assert g("ragmon_claims_supported_total", labels) == 1
+    assert g("ragmon_claims_uncertain_total", labels) == 1
+    assert j.faithfulness == 0.5  # the undecided claim is left out, not counted against

@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shuffle-rate", type=float, default=0.0)
     p.add_argument("--invent-rate", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cite", action="store_true", help="answers cite their source chunk by rank: [1]")
     p.add_argument("--flush-interval-ms", type=float, default=500, help="span batch delay")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         k=args.k,
         refuse_below=args.refuse_below,
         seed=args.seed,
+        cite=args.cite,
         degrade=Degrade(args.drop_best_rate, args.shuffle_rate, args.invent_rate),
     )
     inst = configure(

@@ -11,6 +11,8 @@ the monitor has something to catch:
   generation regression: unfaithful answers, hallucinations on unanswerable questions).
 
 Each is a probability per request, set at start-up (`Degrade`) or live with ``POST /admin/degrade``.
+With ``cite`` (``--cite``) every answer sentence cites the chunk it was taken from by rank
+(``… in 1990 [1].``); an invented sentence cites it too, wrongly: what citation accuracy catches.
 HTTP contract (design.md): ``POST /query {"query", "k"}`` → ``{"answer", "chunks": [{id, content,
 score}]}``; requests with ``X-RAG-Replay: 1`` produce spans marked ``rag.replay=true``. With
 ``"context": [{"id", "content"}]`` the service answers from those chunks instead of retrieving
@@ -89,6 +91,7 @@ class ServiceConfig:
     refuse_below: float = 5.0  # BM25 score of the top chunk under which the generator refuses
     max_sentences: int = 2
     seed: int = 0
+    cite: bool = False  # end each answer sentence with its source's rank: "[1]"
     degrade: Degrade = field(default_factory=Degrade)
 
 
@@ -97,6 +100,13 @@ class Hit:
     id: str
     content: str
     score: float
+
+
+def _cite(sentence: str, rank: int) -> str:
+    """The sentence with its source's rank before its final punctuation: "It rose [1]."."""
+    body = sentence.rstrip()
+    end = len(body.rstrip(".!?"))
+    return f"{body[:end]} [{rank}]{body[end:]}"
 
 
 def _terms(text: str) -> set[str]:
@@ -210,6 +220,8 @@ class RagPipeline:
         parts = [sentences[i] for i in best] or sentences[:1]
         if invent:
             parts.append(self._invented())
+        if self.config.cite:  # every sentence came from the top chunk (the invented one claims to)
+            parts = [_cite(p, 1) for p in parts]
         return " ".join(parts)
 
     def _invented(self) -> str:

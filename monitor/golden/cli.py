@@ -159,6 +159,13 @@ def replay(
             "e.g. deploy:v1.2.3: recorded in the report"
         ),
     ] = None,
+    generator_model: Annotated[
+        str | None,
+        typer.Option(
+            help="the model that writes the target's answers (the replay's answers name none): "
+            "warns in the report when it is the judge's model, which would grade itself"
+        ),
+    ] = None,
 ) -> None:
     """Replay the golden set, score retrieval and generation, gate on the baseline.
 
@@ -234,6 +241,7 @@ def replay(
                 approve_judging=approve,
                 baselines=modes,
                 change=event,
+                generator_model=generator_model,
             )
         finally:
             await tgt.aclose()

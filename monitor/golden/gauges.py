@@ -19,7 +19,15 @@ __all__ = ["GAUGE_METRICS", "GoldenGauges"]
 
 PREFIX = "ragmon_"
 # The `metric` label values design.md names for ragmon_golden_metric_ratio.
-GAUGE_METRICS = ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k", "faithfulness", "refusal_accuracy")
+GAUGE_METRICS = (
+    "recall_at_k",
+    "precision_at_k",
+    "mrr",
+    "ndcg_at_k",
+    "faithfulness",
+    "refusal_accuracy",
+    "citation_precision",
+)
 
 
 class GoldenGauges:

@@ -1,7 +1,8 @@
 """The terminal view of a replay report: one table of metrics per slice (each with its bootstrap
 interval), the paired comparison with the baseline (baseline, now, drop, the drop's interval and a
 verdict), the regressions with the rows that moved, and the diagnosis hints — retrieval and
-generation side by side, never blended; with `--baselines`, the normal, oracle and no-context
+generation side by side, never blended (citation precision, "–" when no answer cites its chunks, is
+generation's); with `--baselines`, the normal, oracle and no-context
 replays side by side per query type with the oracle gap. The JSON report
 (`ReplayReport.to_json_dict`) has all of it, per query type too.
 """
@@ -26,6 +27,7 @@ _COLUMNS = (
     ("faithfulness", "faithful"),
     ("refusal_accuracy", "refusal acc"),
     ("false_refusal_rate", "false refusal"),
+    ("citation_precision", "citation prec"),
 )
 _MAX_ROWS_SHOWN = 8
 

@@ -17,6 +17,14 @@ threshold is a real regression (the drop's interval excludes 0) or could be row 
 `GateConfig.mode` decides what fails: `threshold` (default, as before intervals: any drop over its
 threshold or metric under its floor) or `interval` (only those the interval confirms).
 
+Citations: when the target's answers cite their chunks (``[1]``, ``[doc-3]``), each citation is
+checked against the judge's claims (`monitor.judge.citations`) and `citation_precision` (per row:
+supported / checked citations; aggregated like faithfulness, a macro-average over the rows that
+have one) is a generation metric with its interval; a run whose answers cite nothing has none (the
+terminal shows "–"). Self-evaluation: when the judge model is the model that generated the answers
+(`generator_model`: the target's answers name no model, the sidecar passes the one production
+spans showed), the report says so (`self_evaluation`, a warning).
+
 `baselines` adds the oracle and no-context replays of the same rows (`baselines.py`): reported
 beside the normal one, never gated. `change` records the event that triggered the run (a deploy, a
 re-index…) in the report and, through the gauges, for dashboards to annotate.
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +62,8 @@ from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores, score_r
 from monitor.golden.schema import GoldenRow
 from monitor.golden.targets import Target, TargetError, make_target
 from monitor.judge import Judge, create_judge, skip_reason
+from monitor.judge.citations import CitationReport, check_citations, without_citations
+from monitor.judge.model import is_self_judged
 from monitor.model import RagRecord
 
 __all__ = [
@@ -77,9 +88,11 @@ __all__ = [
     "run_replay",
 ]
 
+log = logging.getLogger(__name__)
+
 BASELINE_SCHEMA_VERSION = 1
 ALL = "all"  # the query_type of the overall group (and of its gauge series)
-GENERATION_METRICS = ("faithfulness", "refusal_accuracy", "false_refusal_rate")
+GENERATION_METRICS = ("faithfulness", "refusal_accuracy", "false_refusal_rate", "citation_precision")
 METRICS = RETRIEVAL_METRICS + GENERATION_METRICS
 LOWER_IS_BETTER = frozenset(("false_refusal_rate",))
 
@@ -147,6 +160,7 @@ class RowResult:
     refused: bool | None = None  # the answer declines to answer (refuses); None: not judged
     judge_error: str | None = None
     latency_s: float = 0.0
+    citations: CitationReport | None = None  # None: the answer cites nothing (or not judged)
 
     def value(self, metric: str) -> float | None:
         """This row's contribution to `metric` (None: the row does not count for it)."""
@@ -154,6 +168,8 @@ class RowResult:
             return None if self.retrieval is None else self.retrieval.as_dict()[metric]
         if metric == "faithfulness":
             return self.faithfulness
+        if metric == "citation_precision":
+            return None if self.citations is None else self.citations.precision
         if self.refused is None:
             return None
         if metric == "refusal_accuracy":
@@ -171,6 +187,9 @@ class RowResult:
             "answer": self.answer,
             **{m: self.value(m) for m in METRICS},
             "refused": self.refused,
+            "citations": None
+            if self.citations is None
+            else {"count": len(self.citations.citations), **self.citations.counts()},
             "judge_error": self.judge_error,
             "latency_s": round(self.latency_s, 4),
         }
@@ -198,6 +217,7 @@ def aggregate(rows: Sequence[RowResult]) -> dict[str, dict[str, Any]]:
             "unanswerable": sum(not r.answerable for r in members),
             "judged_claims": sum(r.faithfulness is not None for r in members),
             "judge_errors": sum(r.judge_error is not None for r in members),
+            "cited_rows": sum(r.citations is not None for r in members),
         }
         for m in METRICS:
             stats[m] = _mean([r.value(m) for r in members])
@@ -434,6 +454,8 @@ class ReplayReport:
     judge_cost: dict[str, Any] | None = None  # the CLI's estimate and actual, for LLM judges
     baselines: Baselines | None = None  # oracle / no-context, when asked for
     change: Change | None = None  # what triggered this run out of schedule
+    # {generator_model, judge_model, self_judged}; None: the generator model is not known
+    self_evaluation: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -465,6 +487,7 @@ class ReplayReport:
             "judge_cost": self.judge_cost,
             "change": self.change.to_json_dict() if self.change else None,
             "baselines": self.baselines.to_json_dict() if self.baselines else None,
+            "self_evaluation": self.self_evaluation,
             "hints": [h.to_json_dict() for h in self.hints],
             "warnings": self.warnings,
             "rows": [r.to_json_dict() for r in self.rows],
@@ -702,7 +725,12 @@ class _Asked:
 
 
 async def _ask_row(
-    row: GoldenRow, target: Target, k: int, slots: asyncio.Semaphore, state: _State
+    row: GoldenRow,
+    target: Target,
+    k: int,
+    slots: asyncio.Semaphore,
+    state: _State,
+    generator_model: str | None = None,
 ) -> _Asked | None:
     async with slots:
         if state.failures:  # fail fast: the run is lost, do not keep the target busy
@@ -728,6 +756,7 @@ async def _ask_row(
         row.query_type,
         list(resp.chunks),
         resp.answer,
+        model=generator_model,
         replay=True,
     )
     skipped = skip_reason(record)
@@ -743,7 +772,8 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
         return
     async with slots:
         try:
-            judgement = await judge.judge(record)
+            # Without its citation markers, as the judge stage judges (`without_citations`).
+            judgement = await judge.judge(without_citations(record))
         except Exception as exc:  # a judge is not supposed to raise; one bad row must not end the run
             result.judge_error = f"{exc.__class__.__name__}: {exc}"
             return
@@ -752,6 +782,8 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
     else:
         result.faithfulness = judgement.faithfulness
         result.refused = judgement.refuses  # no answer given; a hedged answer is an answer
+        if isinstance(result, RowResult):
+            result.citations = check_citations(record.chunks, record.answer, judgement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -814,6 +846,7 @@ async def run_replay(
     approve_judging: Callable[[Sequence[RagRecord]], None] | None = None,
     baselines: Sequence[BaselineMode] = (),
     change: Change | None = None,
+    generator_model: str | None = None,
 ) -> ReplayReport:
     """Replay `rows` against `target`, score, gate. Raises ReplayFailed / BaselineError (bad input).
 
@@ -824,7 +857,8 @@ async def run_replay(
     every row and before the first judge request; whatever it raises ends the run, nothing judged.
     `baselines` ("oracle", "no_context") replays the rows again with the given context; their
     judgements are in what `approve_judging` sees. A baseline the target cannot serve is reported
-    as not measured and never fails the run.
+    as not measured and never fails the run. `generator_model`: the model that wrote the target's
+    answers, when known (the report notes a judge of the same model: `self_evaluation`).
     """
     if k < 1 or concurrency < 1:
         raise ValueError("k and concurrency must be >= 1")
@@ -849,7 +883,7 @@ async def run_replay(
     state = _State()
     try:
         http_slots, judge_slots = asyncio.Semaphore(concurrency), asyncio.Semaphore(concurrency)
-        asked = await asyncio.gather(*(_ask_row(r, tgt, k, http_slots, state) for r in rows))
+        asked = await asyncio.gather(*(_ask_row(r, tgt, k, http_slots, state, generator_model) for r in rows))
         if state.failures:
             raise ReplayFailed(state.failures)
         done = [a for a in asked if a is not None]
@@ -888,6 +922,23 @@ async def run_replay(
                 f"{name} baseline: {len(res.left_out)} answerable rows left out, their golden rows give "
                 "no text for every relevant chunk (relevant_chunks)"
             )
+    self_evaluation = None
+    if generator_model:
+        self_judged = is_self_judged(generator_model, jdg.name, jdg.model)
+        self_evaluation = {
+            "generator_model": generator_model,
+            "judge_model": jdg.model,
+            "self_judged": self_judged,
+        }
+        if self_judged:
+            text = (
+                f"self-evaluation: the judge model {jdg.model!r} generated the answers "
+                f"({generator_model!r}); a model grading itself is biased — judge with another model family"
+            )
+            # The report and the terminal carry it; the log gets it once from the production
+            # judge stage's guard, not again at every scheduled replay.
+            log.info("golden replay: %s", text)
+            warnings.append(text)
     comparison = scored.comparison
     if comparison is not None and (comparison.added or comparison.removed):
         warnings.append(
@@ -923,6 +974,7 @@ async def run_replay(
         waived=waived,
         baselines=scored.baselines,
         change=change,
+        self_evaluation=self_evaluation,
     )
     if gauges is not None:
         gauges.publish(report)

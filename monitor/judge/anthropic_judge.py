@@ -19,10 +19,12 @@ claims leave part of the answer out (`base.LLMJudgeBase._coverage_problem`; one 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import anthropic
-from anthropic.types import MessageParam, ToolParam, ToolUseBlock
+from anthropic.types import Message, MessageParam, ToolParam, ToolUseBlock
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from pydantic import Field, model_validator
 
 from monitor.judge.base import (
     TOOL_DESCRIPTION,
@@ -40,6 +42,16 @@ from monitor.judge.base import (
     repair_message,
     system_prompt,
 )
+from monitor.judge.batches import (
+    BATCH_DEADLINE_SECONDS,
+    RETRYABLE,
+    Batcher,
+    BatchOptions,
+    BatchStats,
+    MissingResult,
+    batch_price,
+    error_detail,
+)
 from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
 from monitor.model import RagRecord
 
@@ -53,6 +65,18 @@ class AnthropicJudgeConfig(LLMJudgeConfig):
     Key: `api_key`, else `api_key_file`, else ``ANTHROPIC_API_KEY``."""
 
     model: str = DEFAULT_ANTHROPIC_MODEL
+    batch: BatchOptions = Field(default_factory=BatchOptions)
+
+    @model_validator(mode="after")
+    def _batch_defaults(self) -> Self:
+        """Batch mode's own defaults for what was not set: a deadline the API's 24 hours fit in,
+        and room in flight for a full batch."""
+        if self.batch.enabled:
+            if "deadline_seconds" not in self.model_fields_set:
+                self.deadline_seconds = BATCH_DEADLINE_SECONDS
+            if "max_concurrency" not in self.model_fields_set:
+                self.max_concurrency = self.batch.max_requests
+        return self
 
 
 class AnthropicJudge(LLMJudgeBase):
@@ -84,11 +108,26 @@ class AnthropicJudge(LLMJudgeBase):
         system = system_prompt(config.query_types)
         self._system: list[Any] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
         self._format_bytes = json_bytes(self._tool)
+        self._batcher: Batcher | None = None
+        if config.batch.enabled:
+            self._batcher = Batcher(self._client.messages.batches, config.batch)
+            self._price = batch_price(self._price)  # what `cost_usd` and `cost_bound` use
+
+    @property
+    def preferred_concurrency(self) -> int | None:
+        """Judgements worth keeping in flight (batch mode: enough to fill batches), or None."""
+        return self.config.max_concurrency if self._batcher is not None else None
+
+    @property
+    def batch_stats(self) -> BatchStats | None:
+        return None if self._batcher is None else self._batcher.stats
 
     def __repr__(self) -> str:
         return f"AnthropicJudge(model={self.model!r})"
 
     async def aclose(self) -> None:
+        if self._batcher is not None:
+            await self._batcher.aclose()
         await self._client.close()
 
     async def _run(self, record: RagRecord, state: CallState, meta: RecordMeta) -> Judgement:
@@ -98,35 +137,21 @@ class AnthropicJudge(LLMJudgeBase):
         problem = ""
         pending: tuple[JudgeOutput, Any] | None = None  # valid, but its claims skip part of the answer
         for attempt in range(2):  # the judgement, then at most one repair
-            try:
-                msg = await self._client.messages.create(
-                    model=cfg.model,
-                    max_tokens=cfg.max_tokens,
-                    system=self._system,
-                    messages=messages,
-                    tools=[self._tool],
-                    tool_choice={"type": "tool", "name": TOOL_NAME},
-                )
-            except anthropic.APITimeoutError:
-                return self._fail(
-                    JudgeOutcome.TIMEOUT,
-                    f"request timed out after {cfg.timeout_seconds:g}s ({cfg.max_retries} retries)",
-                    meta,
-                    state,
-                )
-            except anthropic.APIStatusError as exc:
-                outcome = outcome_for_status(exc.status_code)
-                detail = f"HTTP {exc.status_code}"
-                if exc.type:
-                    detail += f" {exc.type}"
-                if exc.api_message:
-                    detail += f": {exc.api_message[:200]}"
-                return self._fail(outcome, detail, meta, state)
-            except anthropic.APIConnectionError as exc:
-                return self._fail(JudgeOutcome.CONNECTION_ERROR, type(exc).__name__, meta, state)
-            except anthropic.AnthropicError as exc:  # credentials, response validation: never the text
-                return self._fail(JudgeOutcome.CLIENT_ERROR, type(exc).__name__, meta, state)
-
+            params: MessageCreateParamsNonStreaming = {
+                "model": cfg.model,
+                "max_tokens": cfg.max_tokens,
+                "system": self._system,
+                "messages": messages,
+                "tools": [self._tool],
+                "tool_choice": {"type": "tool", "name": TOOL_NAME},
+            }
+            if self._batcher is None:
+                sent = await self._send(params, meta, state)
+            else:
+                sent = await self._send_batched(params, meta, state)
+            if isinstance(sent, Judgement):
+                return sent
+            msg = sent
             u = msg.usage
             state.tokens.add(
                 TokenUsage(
@@ -157,6 +182,66 @@ class AnthropicJudge(LLMJudgeBase):
             state.raw = pending[1]
             return self._ok(pending[0], meta, state, prompt, coverage_asked=True)
         return self._fail(JudgeOutcome.INVALID_OUTPUT, problem, meta, state)
+
+    async def _send(
+        self, params: MessageCreateParamsNonStreaming, meta: RecordMeta, state: CallState
+    ) -> Message | Judgement:
+        """One Messages API call (the SDK retrying): the message, or the failed judgement."""
+        try:
+            return await self._client.messages.create(**params)
+        except anthropic.AnthropicError as exc:
+            return self._failure(exc, meta, state)
+
+    async def _send_batched(
+        self, params: MessageCreateParamsNonStreaming, meta: RecordMeta, state: CallState
+    ) -> Message | Judgement:
+        """The same request as an entry of a Message Batch: the message, or the failed judgement.
+        Each entry submitted counts as one request; an entry that errored with an outage-type
+        error goes into a later batch, up to `max_retries` times."""
+        assert self._batcher is not None
+        for retry in range(self.config.max_retries + 1):
+            state.requests += 1
+            try:
+                result = await self._batcher.send(params)
+            except MissingResult as exc:
+                return self._fail(JudgeOutcome.SERVER_ERROR, str(exc), meta, state)
+            except anthropic.AnthropicError as exc:
+                return self._failure(exc, meta, state)
+            if result.type == "succeeded":
+                return result.message
+            if result.type == "expired":
+                return self._fail(
+                    JudgeOutcome.TIMEOUT, "batch request expired before it was processed", meta, state
+                )
+            if result.type == "canceled":
+                return self._fail(JudgeOutcome.CONNECTION_ERROR, "batch request canceled", meta, state)
+            outcome, detail = error_detail(result.error)
+            if outcome not in RETRYABLE or retry == self.config.max_retries:
+                return self._fail(outcome, detail, meta, state)
+        raise AssertionError("unreachable")
+
+    def _failure(self, exc: anthropic.AnthropicError, meta: RecordMeta, state: CallState) -> Judgement:
+        """The failed judgement of an SDK error (never its text beyond the API's own message)."""
+        cfg = self.config
+        if isinstance(exc, anthropic.APITimeoutError):
+            return self._fail(
+                JudgeOutcome.TIMEOUT,
+                f"request timed out after {cfg.timeout_seconds:g}s ({cfg.max_retries} retries)",
+                meta,
+                state,
+            )
+        if isinstance(exc, anthropic.APIStatusError):
+            outcome = outcome_for_status(exc.status_code)
+            detail = f"HTTP {exc.status_code}"
+            if exc.type:
+                detail += f" {exc.type}"
+            if exc.api_message:
+                detail += f": {exc.api_message[:200]}"
+            return self._fail(outcome, detail, meta, state)
+        if isinstance(exc, anthropic.APIConnectionError):
+            return self._fail(JudgeOutcome.CONNECTION_ERROR, type(exc).__name__, meta, state)
+        # credentials, response validation: never the text
+        return self._fail(JudgeOutcome.CLIENT_ERROR, type(exc).__name__, meta, state)
 
     @staticmethod
     def _repair(user: str, tool: ToolUseBlock | None, problem: str) -> list[MessageParam]:

@@ -40,6 +40,13 @@ class MeteredJudge:
     def model(self) -> str:
         return self.inner.model
 
+    @property
+    def preferred_concurrency(self) -> int | None:
+        """Judgements the inner judge wants in flight at once (a batching judge: enough to fill
+        its batches), or None: no preference."""
+        wanted = getattr(self.inner, "preferred_concurrency", None)
+        return wanted if isinstance(wanted, int) else None
+
     async def try_judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement | None:
         """The judgement, or None when the budget cannot cover its upper-bound cost: then nothing
         is sent, spent or counted, and the record is not judged.

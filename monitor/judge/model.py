@@ -29,14 +29,21 @@ Scores are derived here, in one place, for every backend (README, Judges, has th
 from __future__ import annotations
 
 import functools
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from monitor.judge.evidence import EvidenceFailure, check_evidence
+
+if TYPE_CHECKING:
+    from monitor.judge.citations import CitationReport
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKS",
@@ -49,9 +56,12 @@ __all__ = [
     "Judgement",
     "LabelledJudgeOutput",
     "Quote",
+    "SelfEvaluationGuard",
     "TokenUsage",
     "Verdict",
+    "is_self_judged",
     "labelled_output_model",
+    "model_key",
     "validate_against_record",
 ]
 
@@ -417,6 +427,11 @@ class Judgement:
     requests: int = 0  # HTTP requests sent: a repair and every retry count (0: the offline judge)
     error: str | None = None
     raw: Any = None  # the judge's own output, kept for inspection
+    # Set by whoever holds the record (the judge stage, the golden replay), not by the judge:
+    # the answer's citations checked against the claims (None: the answer cites nothing, or the
+    # judgement failed), and whether the judge model is the model that wrote the answer.
+    citations: CitationReport | None = None
+    self_judged: bool = False
 
     @property
     def ok(self) -> bool:
@@ -599,10 +614,15 @@ class Judgement:
         if self.judged_query_type is not None:
             head["judge_query_type"] = self.judged_query_type
         ratings = self.chunk_relevance
+        claims = [c.as_dict() for c in self.claims]
+        cites = self.citations
+        if cites is not None:  # per claim, the chunks its sentence cites
+            for claim, cited in zip(claims, cites.cited, strict=False):
+                claim["cited"] = list(cited)
         return {
             **head,
             "sampling_weight": self.sampling_weight,
-            "claims": [c.as_dict() for c in self.claims],
+            "claims": claims,
             "faithfulness": self.faithfulness,
             "unsupported_claims": self.unsupported_claims,
             "asserts_unsupported": self.asserts_unsupported,
@@ -620,6 +640,8 @@ class Judgement:
             "chunk_relevance": None
             if ratings is None
             else [{"chunk_id": cid, "relevance": r} for cid, r in ratings],
+            "citations": None if cites is None else cites.to_json_dict(),
+            "self_judged": self.self_judged,
             "judge": {
                 "backend": self.backend,
                 "model": self.model,
@@ -632,3 +654,71 @@ class Judgement:
             "error": self.error,
             "raw": self.raw,
         }
+
+
+# -- self-evaluation ----------------------------------------------------------------------------------
+
+# Backends that are no model: their judgements are never a model grading itself.
+OFFLINE_BACKENDS = frozenset({"lexical"})
+
+_BEDROCK_PREFIX = re.compile(
+    r"^(?:[a-z]{2}\.)?(?:anthropic|meta|mistral|amazon|cohere|ai21|openai|deepseek)\."
+)
+_SUFFIXES = (
+    re.compile(r"@.*$"),  # Vertex: claude-haiku-4-5@20251001
+    re.compile(r":(?:latest|\d+)$"),  # Bedrock's ":0", Ollama's ":latest"
+    re.compile(r"-v\d+$"),  # Bedrock: …-v1
+    re.compile(r"-(?:latest|preview)$"),
+    re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|\d{4})$"),  # dates: -20251001, -2024-08-06, -0613
+)
+
+
+def model_key(name: str) -> str:
+    """A model name without what names the same model differently: case, provider or path prefixes
+    (``anthropic/``, ``models/``, Bedrock's ``us.anthropic.``), date and version suffixes, ``4.5``
+    written ``4-5``. ``claude-haiku-4-5-20251001`` and ``anthropic/claude-haiku-4-5`` have one key;
+    ``gpt-4o`` and ``gpt-4o-mini`` do not."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    key = _BEDROCK_PREFIX.sub("", key)
+    changed = True
+    while changed:
+        before = key
+        for suffix in _SUFFIXES:
+            key = suffix.sub("", key)
+        changed = key != before
+    return re.sub(r"(?<=\d)\.(?=\d)", "-", key)
+
+
+def is_self_judged(generator: str | None, backend: str, judge_model: str) -> bool:
+    """Whether a judgement by `judge_model` (of `backend`) grades an answer `generator` wrote. An
+    offline judge has no model, and an unknown generator is never assumed to be the judge."""
+    if backend in OFFLINE_BACKENDS or not generator or not generator.strip() or not judge_model.strip():
+        return False
+    return model_key(generator) == model_key(judge_model)
+
+
+class SelfEvaluationGuard:
+    """Marks judgements whose judge model wrote the answer (a model grading itself is biased: it
+    prefers its own wording and rarely doubts its own claims), and warns once per (generator, judge)
+    pair in the log rather than per record. The pairs remembered are bounded."""
+
+    def __init__(self, max_pairs: int = 256) -> None:
+        self._warned: set[tuple[str, str]] = set()
+        self._max = max_pairs
+
+    def check(self, generator: str | None, judgement: Judgement) -> bool:
+        """Sets and returns `judgement.self_judged`."""
+        judgement.self_judged = is_self_judged(generator, judgement.backend, judgement.model)
+        if judgement.self_judged and generator is not None:
+            pair = (generator, judgement.model)
+            if pair not in self._warned and len(self._warned) < self._max:
+                self._warned.add(pair)
+                log.warning(
+                    "self-evaluation: judge %s model %r is the model that generated the answers (%r): "
+                    "a model grading itself is biased; results lines carry self_judged=true. "
+                    "Configure a judge of another model family",
+                    judgement.backend,
+                    judgement.model,
+                    generator,
+                )
+        return judgement.self_judged

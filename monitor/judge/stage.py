@@ -28,7 +28,9 @@ from monitor.judge import Judge, Judgement, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
+from monitor.judge.citations import check_citations, without_citations
 from monitor.judge.metered import MeteredJudge
+from monitor.judge.model import SelfEvaluationGuard
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
@@ -95,6 +97,10 @@ class JudgeStage:
         self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
         self._repeat = jc.repeat_fraction
+        self.self_evaluation = SelfEvaluationGuard()
+        # The generator model of the last production record its own model judged: the golden
+        # replay of the same service is then self-judged too (its answers name no model).
+        self.self_judged_model: str | None = None
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
         self._held = 0  # samples read and not yet written
@@ -134,8 +140,7 @@ class JudgeStage:
             await self._close_outputs()
             return
         tasks = [
-            asyncio.create_task(self._judge_loop(), name=f"ragmon-judge-{i}")
-            for i in range(self.settings.judge.workers)
+            asyncio.create_task(self._judge_loop(), name=f"ragmon-judge-{i}") for i in range(self.workers())
         ]
         tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
         tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
@@ -159,6 +164,16 @@ class JudgeStage:
             await self._close_outputs()
             self.metrics.inflight.set(self._held)
             log.info("judge stage stopped; %d samples judged", self.judged_seen)
+
+    def workers(self) -> int:
+        """`judge.workers`, raised to what the judge prefers in flight (batch mode: a full batch),
+        within the samples held (`pipeline.queue_size`): a worker waiting on a batch is one task."""
+        workers = self.settings.judge.workers
+        wanted = None if self.judge is None else self.judge.preferred_concurrency
+        if wanted is not None and wanted > workers:
+            workers = min(wanted, max(workers, self.settings.pipeline.queue_size))
+            log.info("judge stage: %d workers, to fill the judge's batches", workers)
+        return workers
 
     async def _settle(self, left: Callable[[], float]) -> None:
         """Until nothing read is unwritten, `left()` runs out, or the judge is down (then none
@@ -265,11 +280,14 @@ class JudgeStage:
         result["query_type_source"] = item.type_source
         if self.judge is None:
             return encode_line(result)
-        skip = skip_reason(record)
+        # The judge reads the answer without its citation markers ("[2]" is neither a number of
+        # a claim nor a word to cover); the citations are checked against its claims afterwards.
+        judged = without_citations(record)
+        skip = skip_reason(judged)
         judgement: Judgement | None = None
         if skip is None:
             probe = await self.breaker.admit()
-            judgement = await self.judge.try_judge(record, sampling_weight=item.weight)
+            judgement = await self.judge.try_judge(judged, sampling_weight=item.weight)
             if judgement is not None and judgement.outcome in OUTAGE:
                 await self.breaker.failure(judgement.outcome, probe)
                 item.attempts += 1
@@ -298,7 +316,10 @@ class JudgeStage:
             judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
             item.query_type = judgement.query_type
             result["query_type_source"] = "judge"
+        if self.self_evaluation.check(record.model, judgement):
+            self.self_judged_model = record.model
         if judgement.ok:
+            judgement.citations = check_citations(record.chunks, record.answer, judgement)
             self.metrics.judge.observe_verdicts(judgement, item.service)
             self.metrics.estimates.observe(judgement, item.service)
             if self.events is not None:
@@ -307,7 +328,7 @@ class JudgeStage:
         result.update(judgement.to_json_dict())
         if judgement.ok and self._repeat and trace_fraction(record.trace_id + ":repeat") < self._repeat:
             # Same budget, and the first thing to give up when it runs short.
-            again = await self.judge.try_judge(record, sampling_weight=item.weight)
+            again = await self.judge.try_judge(judged, sampling_weight=item.weight)
             if again is not None and again.ok:
                 differ = disagreements(judgement, again)
                 self.metrics.judge.repeats.inc()
@@ -419,6 +440,7 @@ class JudgeStage:
                 gauges=self.golden_gauges,
                 baselines=cfg.baselines,
                 change=change,
+                generator_model=self.self_judged_model,
             )
         except (ReplayFailed, BaselineError, OSError) as exc:
             log.error("golden replay failed: %s", exc)
