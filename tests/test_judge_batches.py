@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
 from monitor.judge.base import TOOL_NAME
-from monitor.judge.batches import BATCH_DEADLINE_SECONDS
+from monitor.judge.batches import BATCH_DEADLINE_SECONDS, BatchCollector
 from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
 from monitor.judge.metered import MeteredJudge
 from monitor.judge.model import Judgement, JudgeOutcome
@@ -246,11 +246,18 @@ async def test_overloaded_entries_are_resubmitted_then_succeed(api: FakeAPI) -> 
 
     fake = Batches(api, entry=first_overloaded)
     judge = batched(api)
+    registry = CollectorRegistry()
+    assert judge.batch_stats is not None
+    registry.register(BatchCollector(judge.batch_stats))
     j = await judge.judge(record())
     await judge.aclose()
     assert j.ok, j.error
     assert j.requests == 2 and len(fake.sizes) == 2  # resubmitted in a second batch
     assert j.tokens.input == USAGE["input_tokens"]  # the errored entry is not billed
+    g = registry.get_sample_value
+    assert g("ragmon_judge_batches_total", {"outcome": "ended"}) == 2
+    assert g("ragmon_judge_batch_entries_total", {"result": "errored"}) == 1
+    assert g("ragmon_judge_batch_entries_total", {"result": "succeeded"}) == 1
 
 
 @pytest.mark.parametrize(

@@ -35,10 +35,12 @@ import contextlib
 import contextvars
 import itertools
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anthropic
+from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.judge.base import Price
@@ -54,6 +56,7 @@ __all__ = [
     "BATCH_PRICE_FACTOR",
     "ERROR_OUTCOMES",
     "RETRYABLE",
+    "BatchCollector",
     "BatchOptions",
     "BatchStats",
     "Batcher",
@@ -289,3 +292,33 @@ def error_detail(error: Any) -> tuple[JudgeOutcome, str]:
     if message:
         detail += f": {message[:200]}"
     return ERROR_OUTCOMES.get(kind, JudgeOutcome.CLIENT_ERROR), detail
+
+
+class BatchCollector:
+    """`ragmon_judge_batches_total{outcome}` and `ragmon_judge_batch_entries_total{result}`, read
+    from the batcher's counts when Prometheus scrapes (nothing on the judging path)."""
+
+    def __init__(self, stats: BatchStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats
+        batches = CounterMetricFamily(
+            "ragmon_judge_batches",
+            "Message Batches sent by the judge, by outcome: ended (results read), failed (create or "
+            "results failed: every entry got the error), canceled (every caller had given up)",
+            labels=["outcome"],
+        )
+        done = s.batches - s.failed_batches - s.canceled_batches
+        for outcome, n in (("ended", done), ("failed", s.failed_batches), ("canceled", s.canceled_batches)):
+            batches.add_metric([outcome], n)
+        yield batches
+        entries = CounterMetricFamily(
+            "ragmon_judge_batch_entries",
+            "Judge requests sent in Message Batches, by result (errored entries are resubmitted up "
+            "to max_retries; expired ones timed out after the API's 24 h)",
+            labels=["result"],
+        )
+        for result in ("succeeded", "errored", "expired", "canceled"):
+            entries.add_metric([result], getattr(s, result))
+        yield entries
