@@ -257,7 +257,7 @@ def _quote(sentence: str, text: str) -> str:
 def judge_output(prompt: str) -> dict[str, Any]:
     """The fake model's judgement in the shape the prompt asks for (`JudgeOutput`): a claim per
     statement of the answer with its verdict and, when supported, a quote of the supporting chunk;
-    every chunk rated. Chunk ids are echoed as the prompt gives them."""
+    every chunk rated, in chunk order. Chunk numbers are echoed as the prompt gives them."""
     chunks = [(html.unescape(i), html.unescape(t)) for i, t in _CHUNK.findall(prompt)]
     m = _ANSWER.search(prompt)
     answer = html.unescape(m.group(1)) if m else ""
@@ -265,11 +265,11 @@ def judge_output(prompt: str) -> dict[str, Any]:
     cited = set()
     for s in _statements(answer):
         at = _support(s, [t for _, t in chunks])
-        evidence = [] if at is None else [{"chunk_id": chunks[at][0], "quote": _quote(s, chunks[at][1])}]
+        quotes = [] if at is None else [{"chunk": chunks[at][0], "quote": _quote(s, chunks[at][1])}]
         if at is not None:
             cited.add(at)
         claims.append(
-            {"text": s, "verdict": "not_in_context" if at is None else "supported", "evidence": evidence}
+            {"text": s, "verdict": "not_in_context" if at is None else "supported", "quotes": quotes}
         )
     refused = is_refusal(answer)
     return {
@@ -278,9 +278,7 @@ def judge_output(prompt: str) -> dict[str, Any]:
         "refuses": refused,
         "hedges": False,
         "answer_relevance": 1 if refused else 3,
-        "context_relevance": [
-            {"chunk_id": cid, "relevance": 3 if i in cited else 2} for i, (cid, _) in enumerate(chunks)
-        ],
+        "context_relevance": [3 if i in cited else 2 for i in range(len(chunks))],
     }
 
 
@@ -660,7 +658,7 @@ async def ours(server: FakeLLM, recs: list[RagRecord], batch: bool = False) -> S
         raw, count = j.raw if isinstance(j.raw, dict) else {}, server.counter.count
         claims = raw.get("claims") or []
         side.out_parts["claim texts"] += sum(count(c["text"]) for c in claims)
-        side.out_parts["evidence quotes"] += sum(count(e["quote"]) for c in claims for e in c["evidence"])
+        side.out_parts["evidence quotes"] += sum(count(e["quote"]) for c in claims for e in c["quotes"])
         side.out_parts["chunk ratings"] += count(json.dumps(raw.get("context_relevance")))
         side.out_parts["all"] += count(json.dumps(raw))
         return j.faithfulness

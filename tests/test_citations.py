@@ -304,21 +304,19 @@ async def test_llm_judge_claims_with_chunk_ids_decide_each_citation(api: FakeAPI
                 {
                     "text": "Paris is the capital of France.",
                     "verdict": "supported",
-                    "evidence": [
-                        {"chunk_id": "1", "quote": "Paris is the capital and largest city of France"}
-                    ],
+                    "quotes": [{"chunk": "1", "quote": "Paris is the capital and largest city of France"}],
                 },
                 {
                     "text": "France is in Western Europe.",
                     "verdict": "supported",
-                    "evidence": [{"chunk_id": "2", "quote": "France is a country in Western Europe"}],
+                    "quotes": [{"chunk": "2", "quote": "France is a country in Western Europe"}],
                 },
             ],
             "answerable_from_context": True,
             "refuses": False,
             "hedges": False,
             "answer_relevance": 3,
-            "context_relevance": [{"chunk_id": i, "relevance": 2} for i in chunks],
+            "context_relevance": [2 for _ in chunks],
         }
         return Reply(body=anthropic_message(output))
 

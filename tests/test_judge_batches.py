@@ -291,7 +291,7 @@ async def test_invalid_output_is_repaired_once_in_the_next_batch(api: FakeAPI) -
     def bad_then_good(cid: str, params: dict[str, Any], seen: int) -> dict[str, Any]:
         out = good_output(params)
         if len(params["messages"]) == 1:  # the judgement: cite a chunk that was not given
-            out["claims"][0]["evidence"][0]["chunk_id"] = "doc-404"
+            out["claims"][0]["quotes"][0]["chunk"] = "doc-404"
         return {"type": "succeeded", "message": anthropic_message(out)}
 
     fake = Batches(api, entry=bad_then_good)

@@ -190,28 +190,26 @@ def good_output(body: dict[str, Any]) -> dict[str, Any]:
     chunk holds the sentence word for word."""
     answer, chunks = shown(body)
     ids = list(chunks)
-    ratings = [{"chunk_id": i, "relevance": 3 if n == 0 else 2} for n, i in enumerate(ids)]
+    ratings = [3 if n == 0 else 2 for n in range(len(ids))]
     if answer == DEFAULT_ANSWER:
         claims = [
             {
                 "text": "Paris is the capital of France.",
                 "verdict": "supported",
-                "evidence": [
-                    {"chunk_id": ids[0], "quote": "Paris is the capital and largest city of France"}
-                ],
+                "quotes": [{"chunk": ids[0], "quote": "Paris is the capital and largest city of France"}],
             },
-            {"text": "It has 90 million inhabitants.", "verdict": "not_in_context", "evidence": []},
+            {"text": "It has 90 million inhabitants.", "verdict": "not_in_context", "quotes": []},
         ]
     else:
         claims = []
         for sentence in [s for s in re.split(r"(?<=[.!?])\s+", answer.strip()) if s][:40]:
             at = next((i for i, t in chunks.items() if sentence.lower() in t.lower()), None)
-            evidence = [] if at is None else [{"chunk_id": at, "quote": sentence}]
+            quotes = [] if at is None else [{"chunk": at, "quote": sentence}]
             claims.append(
                 {
                     "text": sentence[:1000],
                     "verdict": "supported" if at else "not_in_context",
-                    "evidence": evidence,
+                    "quotes": quotes,
                 }
             )
     return {
@@ -481,7 +479,7 @@ async def test_anthropic_invalid_tool_input_is_repaired_once(api: FakeAPI) -> No
     def bad_then_good(path: str, body: dict[str, Any]) -> Reply:
         out = good_output(body)
         if len(body["messages"]) == 1:  # the first request: cite a chunk that was not given
-            out["claims"][0]["evidence"][0]["chunk_id"] = "doc-404"
+            out["claims"][0]["quotes"][0]["chunk"] = "doc-404"
         return Reply(body=anthropic_message(out))
 
     api.default = bad_then_good
@@ -494,10 +492,10 @@ async def test_anthropic_invalid_tool_input_is_repaired_once(api: FakeAPI) -> No
     repair = api.requests[1].body["messages"]
     assert [m["role"] for m in repair] == ["user", "assistant", "user"]
     assert repair[1]["content"][0]["type"] == "tool_use"
-    assert repair[1]["content"][0]["input"]["claims"][0]["evidence"][0]["chunk_id"] == "doc-404"
+    assert repair[1]["content"][0]["input"]["claims"][0]["quotes"][0]["chunk"] == "doc-404"
     result = repair[2]["content"][0]
     assert result["type"] == "tool_result" and result["is_error"] is True
-    assert "doc-404" in result["content"] and "not the id of any given chunk" in result["content"]
+    assert "doc-404" in result["content"] and "not the number of any given chunk" in result["content"]
     assert api.requests[1].body["tool_choice"] == {"type": "tool", "name": TOOL_NAME}
 
 
@@ -596,7 +594,7 @@ def verdict_of(claims: list[dict[str, Any]], ids: list[str], **fields: Any) -> d
         "refuses": False,
         "hedges": False,
         "answer_relevance": 3,
-        "context_relevance": [{"chunk_id": i, "relevance": 3} for i in ids],
+        "context_relevance": [3 for _ in ids],
         **fields,
     }
 
@@ -605,7 +603,7 @@ def supported(text: str, *quotes: tuple[str, str]) -> dict[str, Any]:
     return {
         "text": text,
         "verdict": "supported",
-        "evidence": [{"chunk_id": c, "quote": q} for c, q in quotes],
+        "quotes": [{"chunk": c, "quote": q} for c, q in quotes],
     }
 
 
@@ -711,9 +709,7 @@ async def test_missing_claims_are_asked_for_once(api: FakeAPI, make: Callable[..
             and body["messages"][-1]["role"] in ("user", "system")
             and is_first(body)
         ):
-            return wrapped(
-                path, {**partial, "context_relevance": [{"chunk_id": i, "relevance": 2} for i in ids]}
-            )
+            return wrapped(path, {**partial, "context_relevance": [2 for _ in ids]})
         return wrapped(path, good_output(body))
 
     api.default = skip_then_complete
@@ -790,7 +786,7 @@ async def test_injected_instructions_cannot_make_a_claim_supported(
     attempts: list[list[dict[str, Any]]] = [
         obeying,
         # no quote at all, twice: the repair asks for one, the model still gives none
-        [{**c, "evidence": []} for c in obeying],
+        [{**c, "quotes": []} for c in obeying],
     ]
     for claims in attempts:
         api.requests.clear()

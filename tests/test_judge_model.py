@@ -32,7 +32,6 @@ from monitor.judge.base import (
 )
 from monitor.judge.evidence import content_words, coverage
 from monitor.judge.model import (
-    ChunkRating,
     Claim,
     ClaimVerdict,
     Evidence,
@@ -58,9 +57,10 @@ def output(
     admits: bool = False,
     *,
     hedges: bool = False,
-    ratings: list[tuple[str, int]] | None = None,
+    ratings: list[int] | None = None,
 ) -> JudgeOutput:
-    """Claims "text a", "text b"…, supported ones quoting "text of <chunk>" (`CHUNKS`); admits: refuses."""
+    """Claims "text a", "text b"…, supported ones quoting "text of <chunk>" (`CHUNKS`); admits:
+    refuses; ratings: one per chunk of `CHUNKS`, in its order."""
     return JudgeOutput(
         claims=[
             ClaimVerdict(
@@ -74,7 +74,7 @@ def output(
         refuses=admits,
         hedges=hedges,
         answer_relevance=2,
-        context_relevance=[ChunkRating(chunk_id=c, relevance=r) for c, r in ratings or []],
+        context_relevance=list(ratings or []),
     )
 
 
@@ -95,9 +95,7 @@ def judged(out: JudgeOutput, **kw: Any) -> Judgement:
 
 
 def test_faithfulness_is_supported_over_total() -> None:
-    j = judged(
-        output([(True, "c1"), (False, None), (True, "c2"), (False, None)], ratings=[("c1", 3), ("c2", 2)])
-    )
+    j = judged(output([(True, "c1"), (False, None), (True, "c2"), (False, None)], ratings=[3, 2]))
     assert j.faithfulness == 0.5 and j.ok and j.outcome is JudgeOutcome.OK
     assert j.unsupported_claims == 2 and j.asserts_unsupported is True
     assert j.checks() == CHECKS
@@ -241,7 +239,7 @@ def test_failed_judgement_has_error_and_no_scores() -> None:
 
 
 def test_results_line_shape() -> None:
-    j = judged(output([(True, "c1")], ratings=[("c2", 1), ("c1", 3)]), sampling_weight=10.0, raw={"a": 1})
+    j = judged(output([(True, "c1")], ratings=[3, 1]), sampling_weight=10.0, raw={"a": 1})
     j.tokens = TokenUsage(10, 2, 3, 4)
     j.cost_usd, j.latency_s, j.requests = 0.001, 0.25, 1
     d = json.loads(json.dumps(j.to_json_dict(), allow_nan=False))
@@ -274,7 +272,7 @@ def test_results_line_shape() -> None:
         "false_refusal": False,
         "answer_relevance": 2,
         "context_relevance": 2.0,
-        # In rank order (the order of `chunks`), whatever order the judge rated them in.
+        # The judge's ratings, in chunk order, paired with the chunks' ids in rank order.
         "chunk_relevance": [{"chunk_id": "c1", "relevance": 3}, {"chunk_id": "c2", "relevance": 1}],
         "citations": None,  # the answer cites nothing (tests/test_citations.py has the shape)
         "self_judged": False,
@@ -311,16 +309,19 @@ def test_output_schema_is_strict_and_derived_from_the_model() -> None:
         return found
 
     objs = objects(schema)
-    assert len(objs) == 4  # the judgement, a claim, a quote, a chunk rating
+    assert len(objs) == 3  # the judgement, a claim, a quote (chunk ratings are plain integers)
     for o in objs:
         assert o["additionalProperties"] is False and o["required"] == list(o["properties"])
     assert set(schema["properties"]) == set(JudgeOutput.model_fields)
     claim = schema["properties"]["claims"]["items"]["properties"]
-    assert set(claim) == set(ClaimVerdict.model_fields) == {"text", "verdict", "evidence"}
+    wire = {f.alias or name for name, f in ClaimVerdict.model_fields.items()}
+    assert set(claim) == wire == {"text", "verdict", "quotes"}
     assert claim["verdict"] == {"enum": ["supported", "contradicted", "not_in_context"], "type": "string"}
-    assert set(claim["evidence"]["items"]["properties"]) == {"chunk_id", "quote"}
-    rating = schema["properties"]["context_relevance"]["items"]["properties"]
-    assert rating["relevance"] == {"enum": [1, 2, 3], "type": "integer"}
+    assert set(claim["quotes"]["items"]["properties"]) == {"chunk", "quote"}
+    assert schema["properties"]["context_relevance"] == {
+        "items": {"enum": [1, 2, 3], "type": "integer"},
+        "type": "array",
+    }
     assert schema["properties"]["answer_relevance"] == {"enum": [1, 2, 3], "type": "integer"}
     assert "$ref" not in json.dumps(schema) and "$defs" not in schema
 
@@ -332,9 +333,8 @@ def test_schema_sends_no_descriptions_and_the_prompt_explains_every_field() -> N
     for schema, system in ((output_schema(), SYSTEM_PROMPT), (output_schema(types), system_prompt(types))):
         assert "description" not in json.dumps(schema)
         claim = schema["properties"]["claims"]["items"]["properties"]
-        quote = claim["evidence"]["items"]["properties"]
-        rating = schema["properties"]["context_relevance"]["items"]["properties"]
-        for name in [*schema["properties"], *claim, *quote, *rating]:
+        quote = claim["quotes"]["items"]["properties"]
+        for name in [*schema["properties"], *claim, *quote]:
             assert name in system, name
     # The pydantic models keep their descriptions as documentation.
     assert all(f.description for f in JudgeOutput.model_fields.values())
@@ -342,12 +342,12 @@ def test_schema_sends_no_descriptions_and_the_prompt_explains_every_field() -> N
 
 def test_parse_output_reports_precise_problems() -> None:
     good = {
-        "claims": [{"text": "x", "verdict": "supported", "evidence": [{"chunk_id": "c1", "quote": "text"}]}],
+        "claims": [{"text": "x", "verdict": "supported", "quotes": [{"chunk": "c1", "quote": "text"}]}],
         "answerable_from_context": True,
         "refuses": False,
         "hedges": False,
         "answer_relevance": 3,
-        "context_relevance": [{"chunk_id": "c1", "relevance": 3}],
+        "context_relevance": [3],
     }
     out, problem = parse_output(json.dumps(good), {"c1"})
     assert out is not None and problem == ""
@@ -357,10 +357,12 @@ def test_parse_output_reports_precise_problems() -> None:
     _, problem = parse_output({**good, "extra": 1}, {"c1"})
     assert "extra" in problem
     _, problem = parse_output(good, {"c1", "c2"})
-    assert "context_relevance must rate every given chunk once (missing: ['c2'])" in problem
+    assert (
+        "context_relevance must rate every given chunk once, in chunk order: 2 chunks, 1 ratings" in problem
+    )
     _, problem = parse_output({**good, "context_relevance": []}, {"c2"})
-    assert "claims[0].evidence chunk_id 'c1' is not the id of any given chunk" in problem
-    bad = {**good, "claims": [{"text": "x", "verdict": "supported", "evidence": []}]}
+    assert "claims[0].quotes chunk 'c1' is not the number of any given chunk" in problem
+    bad = {**good, "claims": [{"text": "x", "verdict": "supported", "quotes": []}]}
     assert "supported but quotes no chunk" in parse_output(bad, {"c1"})[1]
     # No ratings at all is allowed (context relevance is then unknown), a partial list is not.
     out, problem = parse_output({**good, "context_relevance": []}, {"c1"})
@@ -393,6 +395,15 @@ def test_the_previous_output_shape_is_read_strictly() -> None:
     assert (j.refuses, j.hedges, j.context_relevance) == (False, True, None)
     assert "names" not in parse_output({**old, "claims": [{"text": "x", "supported": True}]}, {"c1"})[1]
     assert "quotes no chunk" in parse_output({**old, "claims": [{"text": "x", "supported": True}]}, {"c1"})[1]
+    # Ratings as {chunk_id, relevance} objects (the shape before the integer list): placed by
+    # their shown ordinals; ids that are not the ordinals 1..n, each once, cannot be placed.
+    ratings = [{"chunk_id": "2", "relevance": 1}, {"chunk_id": "1", "relevance": 3}]
+    rated = {**old, "claims": [], "context_relevance": ratings}
+    out, problem = parse_output(rated, {"1", "2"})
+    assert out is not None and problem == "" and out.context_relevance == [3, 1]
+    for ids in (["c1", "c2"], ["1", "1"], ["1", "3"]):
+        bad = [{"chunk_id": i, "relevance": 2} for i in ids]
+        assert "list of integers" in parse_output({**old, "context_relevance": bad}, {"1", "2"})[1]
 
 
 # -- the prompt -------------------------------------------------------------------------------------------
@@ -467,6 +478,11 @@ def test_ordinal_ids_map_back_to_the_real_ids() -> None:
     # A real id is not a shown id: the judge must cite what it was shown.
     raw["claims"][0]["evidence"][0]["chunk_id"] = "https://ex/a#p=1"
     assert parse_output(raw, p.chunk_ids)[0] is None
+    # The current wire shape, a chunk number sent as a JSON number: read as the shown ordinal.
+    claim = {"text": "Paris is the capital of France.", "verdict": "supported"}
+    current = {**raw, "claims": [{**claim, "quotes": [{"chunk": 1, "quote": "Paris is the capital"}]}]}
+    output, problem = parse_output({**current, "context_relevance": [3, 2]}, p.chunk_ids)
+    assert output is not None and output.claims[0].evidence[0].chunk_id == "1", problem
 
 
 def test_skip_reasons() -> None:

@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKS",
-    "ChunkRating",
     "Claim",
     "ClaimVerdict",
     "Evidence",
@@ -103,11 +102,13 @@ class Verdict(StrEnum):
 
 
 class Evidence(BaseModel):
-    """A span quoted from one chunk."""
+    """A span quoted from one chunk. On the wire ``{"chunk": "2", "quote": "…"}``; the previous
+    shape's ``chunk_id`` is read too, and a number sent as a JSON number (``"chunk": 2``) as its
+    string."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, coerce_numbers_to_str=True)
 
-    chunk_id: str = Field(description="Id of the quoted chunk, exactly as given.")
+    chunk_id: str = Field(alias="chunk", description="Number of the quoted chunk, as given.")
     quote: str = Field(
         min_length=1,
         max_length=MAX_QUOTE_CHARS,
@@ -116,9 +117,10 @@ class Evidence(BaseModel):
 
 
 class ClaimVerdict(BaseModel):
-    """One factual claim of the answer and what the retrieved context says about it."""
+    """One factual claim of the answer and what the retrieved context says about it. On the wire
+    ``{"text", "verdict", "quotes"}``; the previous shape's ``evidence`` is read too."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     text: str = Field(
         min_length=1,
@@ -130,6 +132,7 @@ class ClaimVerdict(BaseModel):
         "not_in_context: they do not say.",
     )
     evidence: list[Evidence] = Field(
+        alias="quotes",
         max_length=MAX_QUOTES,
         description="For supported (and contradicted) claims, one quote per chunk needed; else empty.",
     )
@@ -137,7 +140,7 @@ class ClaimVerdict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _previous_shape(cls, data: Any) -> Any:
-        """A claim in the previous output shape (`supported` + one `chunk_id`, no quote), from a
+        """A claim in the oldest output shape (`supported` + one `chunk_id`, no quote), from a
         judge still prompted with it: its own text stands as the quote, so it is supported only
         if the cited chunk says it word for word."""
         if isinstance(data, dict) and "supported" in data and "verdict" not in data:
@@ -151,15 +154,14 @@ class ClaimVerdict(BaseModel):
         return data
 
 
-class ChunkRating(BaseModel):
-    """How useful one retrieved chunk is for answering the query."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    chunk_id: str = Field(description="Id of the chunk, exactly as given.")
-    relevance: Literal[1, 2, 3] = Field(
-        description="3: answers the query or a needed part of it; 2: on topic; 1: unrelated.",
-    )
+def _ordinal_ratings(ratings: list[Any]) -> list[Any]:
+    """Ratings in the previous shape (``{"chunk_id": "2", "relevance": 3}`` objects) as the list of
+    integers in chunk order. Their ids must be the shown ordinals "1".."n", each once: anything
+    else cannot be placed, and fails validation (a repair asks for the list)."""
+    by_id = {r.get("chunk_id"): r.get("relevance") for r in ratings if isinstance(r, dict)}
+    if len(by_id) != len(ratings) or set(by_id) != {str(i) for i in range(1, len(ratings) + 1)}:
+        raise ValueError("context_relevance must be a list of integers, one per chunk in chunk order")
+    return [by_id[str(i)] for i in range(1, len(ratings) + 1)]
 
 
 class JudgeOutput(BaseModel):
@@ -183,16 +185,23 @@ class JudgeOutput(BaseModel):
     answer_relevance: Literal[1, 2, 3] = Field(
         description="3: directly answers the query; 2: partially or indirectly; 1: off-topic or no answer.",
     )
-    context_relevance: list[ChunkRating] = Field(
-        description="One rating per given chunk.",
+    context_relevance: list[Literal[1, 2, 3]] = Field(
+        description="One rating per given chunk, in chunk order (the first is chunk 1's): "
+        "3 answers the query or a needed part of it; 2 on topic; 1 unrelated.",
     )
 
     @model_validator(mode="before")
     @classmethod
     def _previous_shape(cls, data: Any) -> Any:
-        """The previous output shape: one `answer_admits_uncertainty` flag (a refusal when the
-        answer made no claim, else a hedge) and no chunk ratings (context relevance unknown)."""
-        if isinstance(data, dict) and "answer_admits_uncertainty" in data and "refuses" not in data:
+        """Previous output shapes: ratings as ``{chunk_id, relevance}`` objects (placed by their
+        ordinal ids), and before that one `answer_admits_uncertainty` flag (a refusal when the
+        answer made no claim, else a hedge) and no ratings (context relevance unknown)."""
+        if not isinstance(data, dict):
+            return data
+        ratings = data.get("context_relevance")
+        if isinstance(ratings, list) and any(isinstance(r, dict) for r in ratings):
+            data = {**data, "context_relevance": _ordinal_ratings(ratings)}
+        if "answer_admits_uncertainty" in data and "refuses" not in data:
             data = dict(data)
             admits = data.pop("answer_admits_uncertainty")
             claims = data.get("claims")
@@ -233,30 +242,29 @@ def labelled_output_model(query_types: Sequence[str]) -> type[LabelledJudgeOutpu
 
 
 def validate_against_record(output: JudgeOutput, chunk_ids: set[str]) -> list[str]:
-    """Checks the schema cannot express: cited and rated chunks exist, a supported claim quotes
-    one, and the ratings cover every shown chunk once (or, from a judge that gives none, none).
+    """Checks the schema cannot express: quoted chunks exist, a supported claim quotes one, and the
+    ratings give one per shown chunk (or, from a judge that gives none, none).
 
-    Returns human-readable problems (empty = valid); an LLM judge sends them back in its repair
-    request, so they name the offending claim. Whether a quote is really in its chunk is not a
-    problem to repair but a verdict to correct (`Judgement.from_output`): a repair would teach the
-    model the quote we wanted.
+    Returns human-readable problems (empty = valid), in the output's own field names: an LLM judge
+    sends them back in its repair request, so they name the offending claim. Whether a quote is
+    really in its chunk is not a problem to repair but a verdict to correct
+    (`Judgement.from_output`): a repair would teach the model the quote we wanted.
     """
     problems = []
     for i, c in enumerate(output.claims):
         for e in c.evidence:
             if e.chunk_id not in chunk_ids:
                 problems.append(
-                    f"claims[{i}].evidence chunk_id {e.chunk_id!r} is not the id of any given chunk"
+                    f"claims[{i}].quotes chunk {e.chunk_id!r} is not the number of any given chunk"
                 )
         if c.verdict == "supported" and not c.evidence:
-            problems.append(f"claims[{i}] is supported but quotes no chunk (evidence is empty)")
-    rated = [r.chunk_id for r in output.context_relevance]
-    unknown = sorted({r for r in rated if r not in chunk_ids})
-    if unknown:
-        problems.append(f"context_relevance rates {unknown!r}, not ids of given chunks")
-    elif rated and (len(rated) != len(set(rated)) or set(rated) != chunk_ids):
-        missing = sorted(chunk_ids - set(rated))
-        problems.append(f"context_relevance must rate every given chunk once (missing: {missing!r})")
+            problems.append(f"claims[{i}] is supported but quotes no chunk (quotes is empty)")
+    rated = len(output.context_relevance)
+    if rated and rated != len(chunk_ids):
+        problems.append(
+            f"context_relevance must rate every given chunk once, in chunk order: "
+            f"{len(chunk_ids)} chunks, {rated} ratings"
+        )
     return problems
 
 
@@ -462,6 +470,7 @@ class Judgement:
         output: JudgeOutput,
         *,
         chunks: Mapping[str, str] | None = None,
+        chunk_ids: Sequence[str] | None = None,
         trace_id: str,
         query_type: str,
         service: str,
@@ -475,13 +484,14 @@ class Judgement:
     ) -> Judgement:
         """Scores from a validated judge output, its evidence checked against `chunks` (id →
         text of the chunks the judge was shown; None fails closed: with nothing to check a quote
-        against, no claim is supported). `extra_claims`: claims the caller adds (answer sentences
-        the judge left uncovered)."""
+        against, no claim is supported). `chunk_ids`: the ids of the chunks shown, in rank order,
+        which the ratings follow (default: `chunks`' keys; a chunk shown without content has a
+        rating but no text). `extra_claims`: claims the caller adds (answer sentences the judge
+        left uncovered)."""
         chunks = chunks or {}
         claims = [Claim.checked(c, chunks) for c in output.claims]
-        ratings = [(r.chunk_id, int(r.relevance)) for r in output.context_relevance]
-        order = {cid: i for i, cid in enumerate(chunks)}
-        ratings.sort(key=lambda r: order.get(r[0], len(order)))
+        ids = list(chunks) if chunk_ids is None else list(chunk_ids)
+        ratings = [(cid, int(r)) for cid, r in zip(ids, output.context_relevance, strict=False)]
         return cls.from_verdicts(
             [*claims, *extra_claims],
             answerable_from_context=output.answerable_from_context,
