@@ -616,15 +616,7 @@ class LLMGenerator:
         except anthropic.AnthropicError as exc:
             raise _Failed(BACKEND_ERROR, type(exc).__name__) from None
         self._calls += 1
-        u = msg.usage
-        self._usage.add(
-            TokenUsage(
-                input=u.input_tokens,
-                output=u.output_tokens,
-                cache_read=u.cache_read_input_tokens or 0,
-                cache_write=u.cache_creation_input_tokens or 0,
-            )
-        )
+        self._usage.add(TokenUsage.of_anthropic(msg.usage))
         tool = next((b for b in msg.content if isinstance(b, ToolUseBlock) and b.name == TOOL_NAME), None)
         if tool is None:
             raise _Failed(MALFORMED, f"no call of the tool {TOOL_NAME} (stop_reason {msg.stop_reason})")

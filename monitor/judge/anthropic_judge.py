@@ -152,15 +152,7 @@ class AnthropicJudge(LLMJudgeBase):
             if isinstance(sent, Judgement):
                 return sent
             msg = sent
-            u = msg.usage
-            state.tokens.add(
-                TokenUsage(
-                    input=u.input_tokens,
-                    output=u.output_tokens,
-                    cache_read=u.cache_read_input_tokens or 0,
-                    cache_write=u.cache_creation_input_tokens or 0,
-                )
-            )
+            state.tokens.add(TokenUsage.of_anthropic(msg.usage))
             tool = next((b for b in msg.content if isinstance(b, ToolUseBlock) and b.name == TOOL_NAME), None)
             if tool is None:
                 state.raw = [b.model_dump(mode="json") for b in msg.content]

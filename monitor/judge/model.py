@@ -41,6 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from monitor.judge.evidence import EvidenceFailure, check_evidence
 
 if TYPE_CHECKING:
+    from anthropic.types import Usage as AnthropicUsage
+
     from monitor.judge.citations import CitationReport
 
 log = logging.getLogger(__name__)
@@ -376,6 +378,16 @@ class TokenUsage:
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+
+    @classmethod
+    def of_anthropic(cls, usage: AnthropicUsage) -> TokenUsage:
+        """A Messages API response's `usage` (cache counts may be null)."""
+        return cls(
+            input=usage.input_tokens,
+            output=usage.output_tokens,
+            cache_read=usage.cache_read_input_tokens or 0,
+            cache_write=usage.cache_creation_input_tokens or 0,
+        )
 
     def add(self, other: TokenUsage) -> None:
         self.input += other.input
