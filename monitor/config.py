@@ -236,7 +236,8 @@ class BreakerConfig(_Section):
         5,
         gt=0,
         description="outage errors of one sample before it is written failed, provided other samples "
-        "were judged since its first (the sample is the trouble); in an outage nothing is given up",
+        "(or a canary record) were judged since its first (the sample is the trouble); in an outage "
+        "nothing is given up",
     )
 
 

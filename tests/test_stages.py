@@ -143,29 +143,40 @@ async def test_a_record_that_breaks_the_judge_is_still_written(
     api: FakeAPI, broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
     """The judge is up but one record's judgement keeps failing with 500: after max_attempts it is
-    written with its error instead of holding the partition forever."""
+    written with its error instead of holding the partition forever — even when it comes last on
+    a quiet topic, with no other sample to show that the judge works: a canary record does."""
     bs = broker.bootstrap_servers
     results = tmp_path / "results.jsonl"
     work = generate(30, seed=63)
-    more = generate(5, seed=65)  # later traffic, none of it the victim's query
-    queries = [t.query for t in work.traces + more.traces]
+    queries = [t.query for t in work.traces]
     victim = next(t for t in work.traces if queries.count(t.query) == 1)
     poison = victim.query
+    canaries = 0
 
     def reply(path: str, body: dict[str, Any]) -> Reply:
+        nonlocal canaries
         if poison in json.dumps(body):
             return Reply(500, _error_body(path, "api_error", "boom"))
+        canaries += "sky on a clear day" in json.dumps(body)
         return default_reply(path, body)
 
     api.default = reply
     settings = anthropic_settings(api, bs, topic, results)
-    async with running(settings):
-        await produce(bs, topic, work.pairs())
-        await eventually(lambda: len(result_ids(results)) >= 29, within=60, what="all but the victim")
-        # The victim is given up only once the judge has served other samples since it first
-        # failed (else it could be an outage): if it came last, later traffic shows that.
-        await produce(bs, topic, more.pairs())
-        await eventually(lambda: len(result_ids(results)) == 35, within=60, what="all written")
+    others = [(m.key, m.value) for m in work.messages if victim.trace_id not in m.trace_ids]
+    async with running(settings) as sidecar:
+        await produce(bs, topic, others)
+        await eventually(lambda: len(result_ids(results)) == 29, within=60, what="all but the victim")
+        await produce(bs, topic, [(m.key, m.value) for m in work.messages_of(victim.trace_id)])
+        await eventually(lambda: len(result_ids(results)) == 30, within=60, what="the victim, last")
+        assert canaries == 1
+        # The canary is a billed request, never a verdict: production counts only the 29.
+        judged = sum(
+            s.value
+            for f in sidecar.metrics.registry.collect()
+            for s in f.samples
+            if s.name == "ragmon_judged_total" and s.labels.get("check") == "unanswerable"
+        )
+        assert judged == 29
     failed = [r for r in result_lines(results) if r.get("error")]
     assert [r["trace_id"] for r in failed] == [victim.trace_id]
     assert failed[0]["judge"]["outcome"] == "server_error"

@@ -36,7 +36,7 @@ from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSp
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
-from monitor.model import RagRecord
+from monitor.model import Chunk, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
 from monitor.samples import BadSample, decode_sample
@@ -49,6 +49,18 @@ if TYPE_CHECKING:
     from monitor.golden.trigger import GoldenRunner, TriggerEndpoint
 
 log = logging.getLogger(__name__)
+
+# What the stage asks the judge when one sample keeps failing and no other has been judged since:
+# a record any working judge answers, so its success tells "this sample" from "the judge".
+CANARY = RagRecord(
+    trace_id="0" * 32,
+    span_id="0" * 16,
+    service="rag-monitor",
+    query="What colour is the sky on a clear day?",
+    query_type="other",
+    chunks=[Chunk("canary", "On a clear day the sky is blue.")],
+    answer="The sky is blue.",
+)
 
 _WRITE_BATCH = 256
 
@@ -275,6 +287,19 @@ class JudgeStage:
             item.line = line
             self._judged.put_nowait(item)
 
+    async def _canary(self) -> bool:
+        """Whether the judge can judge a record known to be harmless (one billed call, counted in
+        the judge's request and cost series, never in its verdicts)."""
+        assert self.judge is not None
+        judgement = await self.judge.try_judge(CANARY)
+        if judgement is None or judgement.outcome in OUTAGE:
+            if judgement is not None:
+                await self.breaker.failure(judgement.outcome, False)
+            return False
+        await self.breaker.success()
+        log.info("judge canary answered (%s): the sample that keeps failing is given up", judgement.outcome)
+        return True
+
     async def _judge_item(self, item: _Sample) -> bytes | None:
         """The results line of one sample, or None when the judge was down (judge it again)."""
         record = item.record
@@ -300,7 +325,12 @@ class JudgeStage:
                 # Written failed only when the judge has worked for other samples since: then
                 # this sample, not the judge, is the trouble. In an outage nothing is given up.
                 served_others = self.breaker.successes > item.successes_before
-                if item.attempts < self.settings.judge.breaker.max_attempts or not served_others:
+                spent = item.attempts >= self.settings.judge.breaker.max_attempts
+                if spent and not served_others:
+                    # No other sample since (a quiet topic, or this one came last): ask the judge
+                    # something it can answer rather than hold the partition until traffic comes.
+                    served_others = await self._canary()
+                if not spent or not served_others:
                     self.metrics.judge_retries.inc()
                     return None
             elif judgement is not None:
