@@ -1,7 +1,8 @@
 """Label-free retrieval drift (monitor/drift/retrieval.py): the chunk count and top score of every
 record against a frozen reference, by PSI. It raises on a real retrieval failure within a stated
 number of records, stays silent on stable traffic, keeps missing scores apart, has hysteresis, and
-its series come out of the ingest stage fed through the real broker."""
+its series come out of the ingest stage fed through the real broker. A pinned reference watches
+from the first record (pinning from results files: tests/test_drift_baseline.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from pathlib import Path
 import pytest
 from support import eventually, running, sample, settings_for
 
+import monitor.ingest.stage
 from monitor.config import ConfigError, load_settings
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
-from monitor.drift import RetrievalDriftMonitor, RetrievalDriftPolicy
-from monitor.drift.retrieval import SliceDrift
+from monitor.drift import RetrievalDriftMonitor, RetrievalDriftPolicy, RetrievalReference
+from monitor.drift.baseline import RetrievalStats, pin
+from monitor.drift.retrieval import SliceDrift, score_edges, weighted_score_edges
 from monitor.metrics import Metrics
 
 POLICY = RetrievalDriftPolicy()
@@ -208,6 +211,100 @@ def test_series_per_slice_and_feature() -> None:
     assert value("alarms_total", "comparison", "top_score") == 0
 
 
+def stable_reference(seed: int, n: int = POLICY.reference_records) -> RetrievalReference:
+    stream = records(random.Random(seed))
+    counts, scores = zip(*(next(stream) for _ in range(n)), strict=True)
+    return RetrievalReference.of(counts, scores)
+
+
+def test_a_slice_freezes_to_the_reference_of_its_first_records() -> None:
+    """Collecting and pinning share one definition: a slice's own reference is `of` its records."""
+    stream = records(random.Random(21))
+    first = [next(stream) for _ in range(POLICY.reference_records)]
+    d = SliceDrift(POLICY)
+    for count, score in first:
+        d.observe(count, score)
+    counts, scores = zip(*first, strict=True)
+    assert d.frozen and not d.pinned
+    assert d.reference == RetrievalReference.of(counts, scores)
+    assert d.reference == RetrievalReference.of(counts, scores, [3.0] * len(first))  # only ratios count
+    assert d.reference.effective_records == pytest.approx(POLICY.reference_records)
+
+
+def test_weighted_deciles_estimate_the_population_not_the_sample() -> None:
+    """A sample that over-represents a rarer high-scoring kind (15 % of the population, half the
+    sample), weighted back: its deciles are the population's within sampling noise, the
+    unweighted ones are not."""
+    rng = random.Random(4)
+    population = [rng.gauss(0.5, 0.05) for _ in range(85_000)] + [rng.gauss(0.9, 0.05) for _ in range(15_000)]
+    sample = [(rng.gauss(0.5, 0.05), 17.0) for _ in range(1000)]
+    sample += [(rng.gauss(0.9, 0.05), 3.0) for _ in range(1000)]
+    truth = score_edges(population)
+    weighted = weighted_score_edges([s for s, _ in sample], [w for _, w in sample])
+    plain = score_edges([s for s, _ in sample])
+    assert max(abs(a - b) for a, b in zip(weighted, truth, strict=True)) < 0.015
+    assert max(abs(a - b) for a, b in zip(plain, truth, strict=True)) > 0.2
+    assert weighted_score_edges([0.4, 0.6], [1.0, 3.0]) == pytest.approx([0.42 + 0.02 * i for i in range(9)])
+    assert weighted_score_edges([0.5], [2.0]) == [] and weighted_score_edges([0.5, 0.5], [1.0, 2.0]) == [0.5]
+
+
+def test_a_pinned_slice_alarms_on_a_broken_retriever_from_its_first_window() -> None:
+    """The restart case: the retriever is already broken (no chunks for 30 % of records) when the
+    process starts. Pinned, the slice collects nothing and alarms once `min_records` are in its
+    window; unpinned, the broken state becomes its reference and nothing ever alarms."""
+    metrics = Metrics()
+    pinned = RetrievalDriftMonitor(POLICY, metrics.retrieval_drift, {"lookup": stable_reference(31)})
+    fresh = RetrievalDriftMonitor(POLICY, Metrics().retrieval_drift)
+    # Exported before any record reaches the window: the threshold, and "not active".
+    labels = {"query_type": "lookup", "feature": "chunk_count"}
+    broken = records(random.Random(32), "zero_chunks")
+    first: dict[str, int] = {}
+    for k in range(1, 4 * POLICY.window_records + 1):
+        count, score = next(broken)
+        pinned.observe("lookup", count, score)
+        fresh.observe("lookup", count, score)
+        if k == 1:
+            d = pinned.slices["lookup"]
+            assert d.frozen and d.pinned and d.counts_seen == [], "no reference collected"
+            assert metrics.registry.get_sample_value("ragmon_retrieval_drift_threshold", labels) == 0.25
+            assert metrics.registry.get_sample_value("ragmon_retrieval_drift_active", labels) == 0
+        for f in pinned.slices["lookup"].features:
+            if f.active:
+                first.setdefault(f.name, k)
+    assert first["chunk_count"] == POLICY.min_records  # the first check with the window's minimum
+    assert first["top_score"] <= POLICY.window_records
+    assert metrics.registry.get_sample_value("ragmon_retrieval_drift_alarms_total", labels) == 1
+    unpinned = fresh.slices["lookup"]
+    assert not unpinned.pinned and [f.alarms for f in unpinned.features] == [0, 0]
+    # Slices the pin does not name collect their reference as before.
+    pinned.observe("comparison", 5, 0.7)
+    assert not pinned.slices["comparison"].frozen
+
+
+def test_a_restarted_monitor_with_the_same_pin_gives_the_same_psi() -> None:
+    """Before and after a restart, the same pinned reference: once the new process's window holds
+    the same records as the old one's, the PSI is the same — not so with a reference each process
+    took from its own first records."""
+    ref = stable_reference(41)
+    rng = random.Random(42)
+    before = [next(records(rng)) for _ in range(3000)]
+    after = list(itertools.islice(records(rng, "score_drop"), 2000))
+
+    def run(pin: dict[str, RetrievalReference] | None, stream: list[Record]) -> RetrievalDriftMonitor:
+        monitor = RetrievalDriftMonitor(POLICY, Metrics().retrieval_drift, pin)
+        for count, score in stream:
+            monitor.observe("lookup", count, score)
+        return monitor
+
+    def psi(monitor: RetrievalDriftMonitor) -> list[float]:
+        return [f.psi for f in monitor.slices["lookup"].features]
+
+    old, restarted = run({"lookup": ref}, before + after), run({"lookup": ref}, after)
+    assert psi(old) == psi(restarted)
+    assert psi(restarted)[1] >= POLICY.threshold and restarted.slices["lookup"].features[1].active
+    assert psi(run(None, before + after)) != psi(run(None, after))
+
+
 async def test_ingest_stage_exports_retrieval_drift_of_every_record(
     broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
@@ -262,3 +359,51 @@ async def test_ingest_stage_exports_retrieval_drift_of_every_record(
         for feature in ("chunk_count", "top_score"):
             assert value("active", "comparison", feature) == 0
             assert 0 < value("psi", "comparison", feature) < 0.25
+
+
+WIRED = hasattr(monitor.ingest.stage, "retrieval_monitor")
+
+
+@pytest.mark.skipif(
+    not WIRED, reason="monitor/ingest/stage.py does not build its monitor with retrieval_monitor yet"
+)
+async def test_ingest_stage_watches_a_pinned_slice_from_its_first_record(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """The restart case through the real broker: the pinned lookup slice sees only a broken
+    retriever (no chunks) from the start and alarms; unpinned comparison collects its reference."""
+    ref = stable_reference(51)
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(pin({}, {"kind": "test"}, "pin-51", {"lookup": RetrievalStats.of(ref)}).to_json())
+    bs = broker.bootstrap_servers
+    retrieval = {"reference_records": 400, "window_records": 400, "min_records": 200, "check_every": 20}
+    settings = settings_for(
+        bs,
+        topic,
+        None,
+        pipeline={"role": "ingest"},
+        alerts={"drift": {"baseline_file": str(baseline), "retrieval": retrieval}},
+    )
+    rng = random.Random(52)
+
+    def message(query_type: str, chunks: int) -> tuple[bytes, bytes]:
+        trace_id = uuid.UUID(int=rng.getrandbits(128)).hex
+        items = [{"id": f"c{i}", "content": "text", "score": 0.7} for i in range(chunks)]
+        body = {"trace_id": trace_id, "query": "q", "answer": "a", "query_type": query_type, "chunks": items}
+        return trace_id.encode(), json.dumps(body).encode()
+
+    async with running(settings) as sidecar:
+        ingest = sidecar.ingest
+        assert ingest is not None
+        await produce(bs, topic, [message(qt, 0) for _ in range(300) for qt in ("lookup", "comparison")])
+        await eventually(lambda: ingest.records_seen == 600, what="the broken records")
+
+        def value(name: str, qt: str, **labels: str) -> float:
+            return sample(sidecar, f"ragmon_{name}", query_type=qt, **labels)
+
+        await eventually(
+            lambda: value("retrieval_drift_active", "lookup", feature="chunk_count") == 1, what="alarm"
+        )
+        assert value("retrieval_drift_active", "comparison", feature="chunk_count") == 0
+        assert not ingest.retrieval_drift.slices["comparison"].frozen  # still collecting
+        assert sample(sidecar, "ragmon_drift_baseline_info", version="pin-51") == 1

@@ -1,7 +1,9 @@
 """Drift detection: CUSUM detectors per (query type, metric) (`detector`), the pinned baselines
 they start from (`baseline`), and the stage that feeds them every judgement of a slice once
-(`stage`); label-free retrieval drift on every record, fed by the ingest stage (`retrieval`)."""
+(`stage`); label-free retrieval drift on every record, fed by the ingest stage (`retrieval`), its
+references pinned in the same baseline file (`retrieval_monitor`)."""
 
+from monitor.drift.baseline import BaselineFileError, retrieval_monitor
 from monitor.drift.detector import (
     BAD_DIRECTION,
     RATES,
@@ -11,11 +13,17 @@ from monitor.drift.detector import (
     DriftPolicy,
     Reference,
 )
-from monitor.drift.retrieval import RetrievalDriftMetrics, RetrievalDriftMonitor, RetrievalDriftPolicy
+from monitor.drift.retrieval import (
+    RetrievalDriftMetrics,
+    RetrievalDriftMonitor,
+    RetrievalDriftPolicy,
+    RetrievalReference,
+)
 
 __all__ = [
     "BAD_DIRECTION",
     "RATES",
+    "BaselineFileError",
     "Detector",
     "DriftMetrics",
     "DriftMonitor",
@@ -24,4 +32,6 @@ __all__ = [
     "RetrievalDriftMetrics",
     "RetrievalDriftMonitor",
     "RetrievalDriftPolicy",
+    "RetrievalReference",
+    "retrieval_monitor",
 ]

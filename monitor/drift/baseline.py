@@ -11,24 +11,45 @@ that adapts by itself and hides a sustained drop.
 From a golden baseline only faithfulness is taken: its per-answer value does not depend on how
 many golden rows are answerable, whereas the rates (hallucination, refusals) follow the golden
 set's mix of questions, not production's.
+
+The optional `retrieval` section pins the label-free retrieval drift references
+(`monitor.drift.retrieval`) the same way: per query type, the chunk-count shares (count 0…k, then
+"more"), the top-score decile edges and shares ("no score" first), and the records they came from.
+It is taken from results lines — every sampled record's line carries its `chunks` (ids, scores),
+judged or not — weighted by `sampling_weight`, since the sample over-represents suspicious records
+and production's shares are what the ingest stage compares with. Never from a golden baseline: its
+rows keep no scores, and the golden set's queries (kept because the retriever finds their chunks)
+are not production's. Files without the section load as before (`schema_version` stays 1); a file
+without one is written exactly as before, so an older sidecar still reads it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from prometheus_client import Gauge
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from monitor.drift.detector import Reference
+from monitor.drift.detector import DriftPolicy, Reference
+from monitor.drift.retrieval import (
+    MAX_COUNT_BIN,
+    RetrievalDriftMetrics,
+    RetrievalDriftMonitor,
+    RetrievalReference,
+)
 from monitor.estimate import usable_weight, verdict_values
 
+log = logging.getLogger(__name__)
+
 KIND = "rag-monitor-drift-baseline"
+SHARES_TOLERANCE = 1e-6  # |Σ shares − 1| allowed (JSON round trips are exact; hand edits are not)
 
 
 class BaselineFileError(ValueError):
@@ -51,6 +72,84 @@ class ReferenceStats(BaseModel):
         return self.sum_wy / self.sum_w
 
 
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+def _check_shares(shares: list[float]) -> list[float]:
+    total = math.fsum(shares)
+    if abs(total - 1) > SHARES_TOLERANCE:
+        raise ValueError(f"shares must add up to 1, not {total:.6g}")
+    return shares
+
+
+class ChunkCountShares(BaseModel):
+    """Shares of records per chunk count 0…k, then "more" (k + 2 values, k ≤ 20)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shares: list[Share] = Field(min_length=2, max_length=MAX_COUNT_BIN + 2)
+
+    _sum = field_validator("shares")(_check_shares)
+
+
+class TopScoreShares(BaseModel):
+    """The top score's decile edges (ascending, ties merged) and the shares of records in the "no
+    score" bin and then in each bin between edges (len(edges) + 2 values)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    edges: list[Annotated[float, Field(allow_inf_nan=False)]] = Field(max_length=9)
+    shares: list[Share] = Field(min_length=2, max_length=11)
+
+    _sum = field_validator("shares")(_check_shares)
+
+    @model_validator(mode="after")
+    def _bins(self) -> TopScoreShares:
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError("edges must be strictly ascending")
+        if len(self.shares) != len(self.edges) + 2:
+            raise ValueError(
+                f"{len(self.shares)} shares for {len(self.edges)} edges: need {len(self.edges) + 2} "
+                "(no score, then one per bin)"
+            )
+        return self
+
+
+class RetrievalStats(BaseModel):
+    """A slice's retrieval drift reference (`RetrievalReference`), as the file holds it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    records: int = Field(ge=1, description="results lines it came from")
+    effective_records: float = Field(gt=0, allow_inf_nan=False, description="(Σw)² / Σw²")
+    chunk_count: ChunkCountShares
+    top_score: TopScoreShares
+
+    @model_validator(mode="after")
+    def _effective(self) -> RetrievalStats:
+        if self.effective_records > self.records * (1 + 1e-9):
+            raise ValueError(f"effective_records ({self.effective_records}) exceeds records ({self.records})")
+        return self
+
+    @classmethod
+    def of(cls, ref: RetrievalReference) -> RetrievalStats:
+        return cls(
+            records=ref.records,
+            effective_records=ref.effective_records,
+            chunk_count=ChunkCountShares(shares=list(ref.count_shares)),
+            top_score=TopScoreShares(edges=list(ref.edges), shares=list(ref.score_shares)),
+        )
+
+    def reference(self) -> RetrievalReference:
+        return RetrievalReference(
+            count_shares=tuple(self.chunk_count.shares),
+            edges=tuple(self.top_score.edges),
+            score_shares=tuple(self.top_score.shares),
+            records=self.records,
+            effective_records=self.effective_records,
+        )
+
+
 class DriftBaseline(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +159,8 @@ class DriftBaseline(BaseModel):
     created_at: str
     source: dict[str, Any]
     slices: dict[str, dict[str, ReferenceStats]]
+    # Optional (files before it load): label-free retrieval drift references per query type.
+    retrieval: dict[Annotated[str, Field(min_length=1)], RetrievalStats] = Field(default_factory=dict)
 
     def references(self) -> dict[tuple[str, str], Reference]:
         return {
@@ -67,6 +168,14 @@ class DriftBaseline(BaseModel):
             for qt, metrics in self.slices.items()
             for metric, s in metrics.items()
         }
+
+    def retrieval_references(self) -> dict[str, RetrievalReference]:
+        return {qt: s.reference() for qt, s in self.retrieval.items()}
+
+    def to_json(self) -> str:
+        """The file's text; without retrieval references exactly the earlier layout (no
+        `retrieval` key), so a sidecar that predates the section still reads it."""
+        return self.model_dump_json(indent=2, exclude=None if self.retrieval else {"retrieval"}) + "\n"
 
 
 def load_baseline(path: Path) -> DriftBaseline:
@@ -119,6 +228,16 @@ def judged_values(line: Mapping[str, Any]) -> tuple[str, float, list[tuple[str, 
     return qt, float(w), values
 
 
+def _outside(line: Mapping[str, Any], since: float | None, until: float | None) -> str | None:
+    """Why a line is not in the window [since, until) of its record's end (else start) time."""
+    when = _parse_time(line.get("end")) or _parse_time(line.get("start"))
+    if when is None:
+        return "no time" if since is not None or until is not None else None
+    if (since is not None and when < since) or (until is not None and when >= until):
+        return "outside the window"
+    return None
+
+
 def from_results(
     lines: Iterable[Mapping[str, Any]], since: float | None, until: float | None
 ) -> tuple[dict[str, dict[str, ReferenceStats]], dict[str, int]]:
@@ -131,21 +250,65 @@ def from_results(
         dropped[reason] = dropped.get(reason, 0) + 1
 
     for line in lines:
-        when = _parse_time(line.get("end")) or _parse_time(line.get("start"))
         judged = judged_values(line)
+        outside = None if isinstance(judged, str) else _outside(line, since, until)
         if isinstance(judged, str):
             drop(judged)
-        elif when is None and (since is not None or until is not None):
-            drop("no time")
-        elif when is not None and (
-            (since is not None and when < since) or (until is not None and when >= until)
-        ):
-            drop("outside the window")
+        elif outside is not None:
+            drop(outside)
         else:
             qt, w, values = judged
             for metric, y in values:
                 sums.setdefault((qt, metric), Reference()).add(w, y)
     return _stats(sums), dropped
+
+
+def retrieval_values(line: Mapping[str, Any]) -> tuple[str, float, int, float | None] | str:
+    """(query type, weight, chunk count, top score) of a results line as the ingest stage saw the
+    record — the line's `chunks` are the record's, in rank order — or why it has none. Any sampled
+    record counts, judged or not: the sample's weights make it stand for production."""
+    # A judge that relabelled the record keeps the ingest stage's label in `record_query_type`;
+    # lines written before it did carry only the judge's label, which ingest never watched.
+    judge_set = line.get("query_type_source") == "judge"
+    qt = line.get("record_query_type") if judge_set else line.get("query_type")
+    w = line.get("sampling_weight")
+    chunks = line.get("chunks")
+    if line.get("replay"):
+        return "golden replay"
+    if judge_set and qt is None:
+        return "query type set by the judge"
+    if not isinstance(qt, str) or not qt:
+        return "no query type"
+    if not isinstance(w, int | float) or isinstance(w, bool) or not usable_weight(float(w)):
+        return "bad sampling weight"
+    if not isinstance(chunks, list):
+        return "no chunks list"
+    top = chunks[0].get("score") if chunks and isinstance(chunks[0], dict) else None
+    if not isinstance(top, int | float) or isinstance(top, bool) or not math.isfinite(top):
+        top = None  # as the ingest stage: a record without a usable score is counted apart
+    return qt, float(w), len(chunks), None if top is None else float(top)
+
+
+def retrieval_from_results(
+    lines: Iterable[Mapping[str, Any]], since: float | None, until: float | None
+) -> tuple[dict[str, RetrievalStats], dict[str, int]]:
+    """Retrieval drift references per query type from the results lines within [since, until),
+    weighted by `sampling_weight`, and why the others were left out (counted by reason)."""
+    seen: dict[str, tuple[list[int], list[float | None], list[float]]] = {}
+    dropped: dict[str, int] = {}
+    for line in lines:
+        values = retrieval_values(line)
+        reason = values if isinstance(values, str) else _outside(line, since, until)
+        if reason is not None:
+            dropped[reason] = dropped.get(reason, 0) + 1
+            continue
+        assert not isinstance(values, str)
+        qt, w, count, top = values
+        counts, scores, weights = seen.setdefault(qt, ([], [], []))
+        counts.append(count)
+        scores.append(top)
+        weights.append(w)
+    return {qt: RetrievalStats.of(RetrievalReference.of(*seen[qt])) for qt in sorted(seen)}, dropped
 
 
 def from_golden(baseline: Mapping[str, Any]) -> dict[str, dict[str, ReferenceStats]]:
@@ -172,17 +335,60 @@ def _stats(sums: dict[tuple[str, str], Reference]) -> dict[str, dict[str, Refere
 
 
 def pin(
-    slices: dict[str, dict[str, ReferenceStats]], source: dict[str, Any], version: str | None = None
+    slices: dict[str, dict[str, ReferenceStats]],
+    source: dict[str, Any],
+    version: str | None = None,
+    retrieval: dict[str, RetrievalStats] | None = None,
 ) -> DriftBaseline:
-    """A baseline of `slices`; without a version, the hash of its references names it."""
+    """A baseline of `slices` (and `retrieval` references); without a version, the hash of its
+    references names it (a baseline without retrieval references hashes as it always did)."""
+    retrieval = retrieval or {}
     if version is None:
-        body = json.dumps(
-            {qt: {m: s.model_dump() for m, s in ms.items()} for qt, ms in slices.items()}, sort_keys=True
-        )
+        content: dict[str, Any] = {
+            qt: {m: s.model_dump() for m, s in ms.items()} for qt, ms in slices.items()
+        }
+        if retrieval:
+            content = {"slices": content, "retrieval": {qt: s.model_dump() for qt, s in retrieval.items()}}
+        body = json.dumps(content, sort_keys=True)
         version = "sha256:" + hashlib.sha256(body.encode()).hexdigest()[:12]
     return DriftBaseline(
         version=version,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         source=source,
         slices=slices,
+        retrieval=retrieval,
     )
+
+
+def retrieval_monitor(
+    policy: DriftPolicy, metrics: RetrievalDriftMetrics, info: Gauge | None = None
+) -> RetrievalDriftMonitor:
+    """The ingest stage's retrieval drift monitor, its slices pinned to the `retrieval` section of
+    `policy.baseline_file` when one is set (BaselineFileError: a start-up error, one line).
+    `info`: `ragmon_drift_baseline_info`, set to the version in use ("none" without a file)."""
+    baseline = load_baseline(policy.baseline_file) if policy.baseline_file is not None else None
+    pinned = baseline.retrieval_references() if baseline is not None else {}
+    if info is not None:
+        info.labels(version=baseline.version if baseline is not None else "none").set(1)
+    settings = policy.retrieval
+    if pinned:
+        assert baseline is not None
+        log.info("retrieval drift: baseline %s pins %s", baseline.version, ", ".join(sorted(pinned)))
+        for qt, ref in sorted(pinned.items()):
+            noise = ref.expected_psi(settings.window_records)
+            if noise > settings.threshold / 3:
+                log.warning(
+                    "retrieval drift: %s's pinned reference has %.0f effective records: PSI on "
+                    "unchanged traffic is about %.3f, near the threshold %.2f (pin a longer window)",
+                    qt,
+                    ref.effective_records,
+                    noise,
+                    settings.threshold,
+                )
+    else:
+        log.info(
+            "retrieval drift: no pinned references; each slice's reference is its first %d records "
+            "in this process (pin one: rag-monitor baseline pin)",
+            settings.reference_records,
+        )
+    return RetrievalDriftMonitor(settings, metrics, pinned)

@@ -32,9 +32,14 @@ Features (what a record contributes):
 
 Empty bins get ε = 1e-4 in place of 0 (ln 0 would make any new value infinite drift).
 
-Reference: the first `reference_records` records of the slice seen by this process, then frozen,
-as the CUSUM's (`monitor.drift.detector`): a slow decline cannot drag it along. A restart takes a
-new one; a pinned baseline for these features is not there yet. Window: the last `window_records`
+Reference: a pinned one (the `retrieval` section of the drift baseline file, `rag-monitor
+baseline pin`: weighted shares from a window of results lines), else the first
+`reference_records` records of the slice seen by this process; either way frozen, as the CUSUM's
+(`monitor.drift.detector`): a slow decline cannot drag it along. A pinned slice watches from its
+first record, and a restart watches against the same reference — a retriever already broken at
+the restart is compared with the pinned state, not taken as normal. Without a pin a restart takes
+a new reference from whatever it sees first. A pinned reference of n_eff = (Σw)²/Σw² effective
+records takes n_eff's place in the noise figure below. Window: the last `window_records`
 records after the reference. PSI is computed every `check_every` records of the slice, not per
 record. Hysteresis: an alarm needs at least `min_records` records in the window and PSI ≥
 `threshold`; it clears when PSI falls to `release` (0.1, the convention's "no significant change").
@@ -50,6 +55,7 @@ from __future__ import annotations
 import math
 import statistics
 from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -125,13 +131,9 @@ class FeatureState:
             self.active = False
 
 
-def _reference(indices: list[int], bins: int) -> tuple[list[float], list[float]]:
-    """Bin shares of the reference, ε for empty bins, and their logs."""
-    counts = [0] * bins
-    for i in indices:
-        counts[i] += 1
-    total = len(indices)
-    ref = [max(c / total, EPSILON) for c in counts]
+def _reference(shares: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Bin shares of the reference with ε for empty bins, and their logs."""
+    ref = [max(q, EPSILON) for q in shares]
     return ref, [math.log(q) for q in ref]
 
 
@@ -142,15 +144,93 @@ def score_edges(scores: list[float]) -> list[float]:
     return sorted(set(statistics.quantiles(scores, n=10, method="inclusive")))
 
 
+def weighted_score_edges(scores: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """Deciles of a weighted sample, ties merged: `score_edges` with each score standing for its
+    weight. The i-th smallest of n sits at (C_i + w_i/2 − w_1/2) / (W − w_1/2 − w_n/2) (C_i the
+    weight below it, W the total), interpolated linearly between: 0 and 1 at the ends, and
+    i/(n − 1) — `statistics.quantiles`' inclusive method — when the weights are equal."""
+    n = len(scores)
+    if n < 2:
+        return []
+    if len(set(weights)) == 1:
+        return score_edges(list(scores))
+    pairs = sorted(zip(scores, weights, strict=True))
+    xs = [x for x, _ in pairs]
+    first, last = pairs[0][1] / 2, pairs[-1][1] / 2
+    span = sum(w for _, w in pairs) - first - last
+    pos: list[float] = []
+    below = 0.0
+    for _, w in pairs:
+        pos.append((below + w / 2 - first) / span)
+        below += w
+    edges: list[float] = []
+    j = 0
+    for i in range(1, 10):
+        q = i / 10
+        while j < n - 2 and pos[j + 1] < q:
+            j += 1
+        t = min(max((q - pos[j]) / (pos[j + 1] - pos[j]), 0.0), 1.0)
+        edges.append(xs[j] + t * (xs[j + 1] - xs[j]))
+    return sorted(set(edges))
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalReference:
+    """What a slice freezes to: the chunk-count shares (per count 0…k, then "more"), the top-score
+    decile edges and shares ("no score" first, then one per bin: len(edges) + 2), and the records
+    they came from (`effective_records` = (Σw)²/Σw², all of them when unweighted). Made from the
+    slice's first records, or pinned (`monitor.drift.baseline`) from a weighted sample."""
+
+    count_shares: tuple[float, ...]
+    edges: tuple[float, ...]
+    score_shares: tuple[float, ...]
+    records: int
+    effective_records: float
+
+    @classmethod
+    def of(
+        cls,
+        counts: Sequence[int],
+        scores: Sequence[float | None],
+        weights: Sequence[float] | None = None,
+    ) -> RetrievalReference:
+        """From at least one record; `weights` (default 1 each): how many records each stands for."""
+        w = [1.0] * len(counts) if weights is None else list(weights)
+        k = min(max(counts), MAX_COUNT_BIN)
+        present = [(s, wi) for s, wi in zip(scores, w, strict=True) if s is not None]
+        edges = weighted_score_edges([s for s, _ in present], [wi for _, wi in present])
+        by_count = [0.0] * (k + 2)
+        by_score = [0.0] * (len(edges) + 2)
+        for c, s, wi in zip(counts, scores, w, strict=True):
+            by_count[c if c <= k else k + 1] += wi
+            by_score[0 if s is None else bisect_right(edges, s) + 1] += wi
+        total = sum(w)
+        return cls(
+            count_shares=tuple(x / total for x in by_count),
+            edges=tuple(edges),
+            score_shares=tuple(x / total for x in by_score),
+            records=len(counts),
+            effective_records=total * total / sum(x * x for x in w),
+        )
+
+    def expected_psi(self, window_records: int) -> float:
+        """PSI's mean on unchanged traffic against a full window, the larger feature's:
+        (bins − 1)·(1/n_eff + 1/window) (module docstring)."""
+        bins = max(len(self.count_shares), len(self.score_shares))
+        return (bins - 1) * (1 / self.effective_records + 1 / window_records)
+
+
 @dataclass(slots=True)
 class SliceDrift:
-    """Both features of one query type: collect the reference, freeze the bins, then slide the
-    window, O(1) a record."""
+    """Both features of one query type: collect the reference (or `start` from a pinned one),
+    freeze the bins, then slide the window, O(1) a record."""
 
     policy: RetrievalDriftPolicy
     counts_seen: list[int] = field(default_factory=list)  # the reference's raw values until frozen
     scores_seen: list[float | None] = field(default_factory=list)
     frozen: bool = False
+    reference: RetrievalReference | None = None  # set on freeze
+    pinned: bool = False
     features: tuple[FeatureState, ...] = ()
     # Set on freeze: the bins, and the hot path's direct handles on rings and counts.
     max_count: int = 0
@@ -195,25 +275,27 @@ class SliceDrift:
 
     def freeze(self) -> None:
         """Fix the bins from the reference as it stands (at least one record) and start watching."""
-        counts, scores = self.counts_seen, self.scores_seen
-        k = min(max(counts), MAX_COUNT_BIN)
-        present = [s for s in scores if s is not None]
-        edges = score_edges(present)
+        reference = RetrievalReference.of(self.counts_seen, self.scores_seen)
+        self.counts_seen, self.scores_seen = [], []
+        self.start(reference)
+
+    def start(self, reference: RetrievalReference, *, pinned: bool = False) -> None:
+        """Freeze to `reference` and watch from the next record (a pinned one: from the first)."""
+        k = len(reference.count_shares) - 2
+        edges = list(reference.edges)
         self.max_count, self.edges = k, edges
-        count_idx = [c if c <= k else k + 1 for c in counts]
-        score_idx = [0 if s is None else bisect_right(edges, s) + 1 for s in scores]
         m = self.policy.window_records
         # One extra last slot counts ring cells not filled yet, so the hot path needs no branch.
-        ref, log_ref = _reference(count_idx, k + 2)
+        ref, log_ref = _reference(reference.count_shares)
         by_count = FeatureState("chunk_count", log_ref, ref, [0] * (k + 2) + [m])
-        ref, log_ref = _reference(score_idx, len(edges) + 2)
+        ref, log_ref = _reference(reference.score_shares)
         by_score = FeatureState("top_score", log_ref, ref, [0] * (len(edges) + 2) + [m])
         self.features = (by_count, by_score)
         self._count_bins, self._score_bins = by_count.counts, by_score.counts
         self._count_ring = [k + 2] * m
         self._score_ring = [len(edges) + 2] * m
         self._until_check = self.policy.check_every
-        self.counts_seen, self.scores_seen = [], []
+        self.reference, self.pinned = reference, pinned
         self.frozen = True
 
     @property
@@ -234,9 +316,17 @@ class RetrievalDriftMonitor:
     """A `SliceDrift` per query type, and the `ragmon_retrieval_drift_*` series. Query types come
     bounded (the allow-list), features from a closed pair, so the state and series are too."""
 
-    def __init__(self, policy: RetrievalDriftPolicy, metrics: RetrievalDriftMetrics) -> None:
+    def __init__(
+        self,
+        policy: RetrievalDriftPolicy,
+        metrics: RetrievalDriftMetrics,
+        pinned: Mapping[str, RetrievalReference] | None = None,
+    ) -> None:
+        """`pinned`: references per query type (a drift baseline's `retrieval` section); those
+        slices watch from their first record, the others collect `reference_records` first."""
         self.policy = policy
         self._metrics = metrics
+        self.pinned: dict[str, RetrievalReference] = dict(pinned or {})
         self.slices: dict[str, SliceDrift] = {}
         self._children: dict[tuple[str, str], tuple[Gauge, Counter]] = {}
 
@@ -244,9 +334,17 @@ class RetrievalDriftMonitor:
         """One record of the slice: the hot path (a dict lookup and a few list updates)."""
         drift = self.slices.get(query_type)
         if drift is None:
-            drift = self.slices[query_type] = SliceDrift(self.policy)
+            drift = self._new_slice(query_type)
         if drift.observe(chunk_count, top_score):
             self._export(query_type, drift)
+
+    def _new_slice(self, query_type: str) -> SliceDrift:
+        drift = self.slices[query_type] = SliceDrift(self.policy)
+        reference = self.pinned.get(query_type)
+        if reference is not None:
+            drift.start(reference, pinned=True)
+            self._export(query_type, drift)  # threshold and active series from the first record
+        return drift
 
     def _export(self, query_type: str, drift: SliceDrift) -> None:
         m = self._metrics

@@ -350,6 +350,8 @@ class JudgeStage:
             judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
             item.query_type = judgement.query_type
             result["query_type_source"] = "judge"
+            # The label the ingest stage watched it under (its retrieval drift, pinned from here).
+            result["record_query_type"] = record.query_type
         if self.self_evaluation.check(record.model, judgement):
             self.self_judged_model = record.model
         if judgement.ok:
