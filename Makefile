@@ -16,13 +16,15 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# In the tests promtool checks /metrics and the rules, a real Alertmanager receives the alerts, and
-# stunnel puts TLS in front of the embedded broker. apt runs only for what is missing.
+# In the tests promtool checks /metrics and the rules, a real Alertmanager receives the alerts, a real
+# Pushgateway receives `replay --pushgateway`, and stunnel puts TLS in front of the embedded broker.
+# apt runs only for what is missing.
 debs:
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	{ command -v stunnel4 || command -v stunnel; } >/dev/null || missing="$$missing stunnel4"; \
 	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	command -v prometheus-pushgateway >/dev/null || missing="$$missing prometheus-pushgateway"; \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 

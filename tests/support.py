@@ -241,11 +241,16 @@ def example_service(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
 
 @contextmanager
 def _prometheus_daemon(
-    name: str, binaries: tuple[str, ...], package: str, args: list[str], storage: Path
+    name: str,
+    binaries: tuple[str, ...],
+    package: str,
+    args: list[str],
+    storage: Path,
+    auth: tuple[str, str] | None = None,
 ) -> Iterator[str]:
-    """A Prometheus-project binary on a free loopback port, up once /-/ready answers; its base URL.
-    Its log goes to `<name>.log` beside `storage` (a file: a full pipe would block it). Stopped on
-    exit."""
+    """A Prometheus-project binary on a free loopback port, up once /-/ready answers (with basic
+    `auth` if given); its base URL. Its log goes to `<name>.log` beside `storage` (a file: a full
+    pipe would block it). Stopped on exit."""
     import shutil
 
     import pytest
@@ -266,7 +271,7 @@ def _prometheus_daemon(
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/-/ready", timeout=1, auth=auth).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -295,6 +300,24 @@ def prometheus_process(config: Path, storage: Path) -> contextlib.AbstractContex
     """A real Prometheus (Debian `prometheus`) with `config`."""
     args = [f"--config.file={config}", "--storage.tsdb.retention.time=1h", f"--storage.tsdb.path={storage}"]
     return _prometheus_daemon("Prometheus", ("prometheus",), "prometheus", args, storage)
+
+
+def pushgateway_process(
+    workdir: Path, basic_auth: tuple[str, str, str] | None = None
+) -> contextlib.AbstractContextManager[str]:
+    """A real Pushgateway (Debian `prometheus-pushgateway`), in memory only (no persistence file);
+    its log is `pushgateway.log` in `workdir`. `basic_auth` (user, password, its bcrypt hash):
+    every request needs it (a web config file in `workdir`)."""
+    args = ["--persistence.file="]
+    auth = None
+    if basic_auth is not None:
+        user, password, hashed = basic_auth
+        web = workdir / "pushgateway-web.yml"
+        web.write_text(json.dumps({"basic_auth_users": {user: hashed}}))  # JSON is YAML
+        args.append(f"--web.config.file={web}")
+        auth = (user, password)
+    binaries, package = ("prometheus-pushgateway", "pushgateway"), "prometheus-pushgateway"
+    return _prometheus_daemon("Pushgateway", binaries, package, args, workdir / "pushgateway", auth)
 
 
 class Webhook:

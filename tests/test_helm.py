@@ -181,6 +181,20 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         },
         (),
     ),
+    "replay-pushgateway": (
+        {
+            "replay": {
+                "enabled": True,
+                "target": "http://rag.default:8000/query",
+                "pushgateway": {
+                    "url": "http://prometheus-pushgateway.monitoring:9091",
+                    "basicAuth": {"existingSecret": "pushgateway-auth"},
+                },
+            },
+            "golden": {"data": GOLDEN},
+        },
+        (),
+    ),
     "everything": (
         {
             "ingest": {"replicas": 3},
@@ -582,6 +596,56 @@ def test_replay_cronjob_runs_the_real_cli() -> None:
     )
     assert replay_config == {"judge_options": {"api_key_file": "/var/run/secrets/rag-monitor/judge-api-key"}}
     assert not of_kind(render(), "CronJob")
+
+
+def _replay_container(values: dict[str, Any]) -> dict[str, Any]:
+    (cron,) = of_kind(render(values), "CronJob").values()
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_replay_cronjob_pushes_to_a_pushgateway_when_set() -> None:
+    """A Job's pod exports nothing Prometheus could scrape: with replay.pushgateway.url the Job runs
+    `replay --pushgateway` (job label, instance per release), the basic auth from a Secret key as
+    an env var; without it, no push flag."""
+    values, _ = CASES["replay-pushgateway"]
+    container = _replay_container(copy.deepcopy(values))
+    args = container["args"]
+    cli_accepts(args)
+    assert args[args.index("--pushgateway") + 1] == "http://prometheus-pushgateway.monitoring:9091"
+    assert args[args.index("--push-job") + 1] == "rag-monitor-replay"
+    assert args[args.index("--push-instance") + 1] == "obs/rm-rag-monitor"
+    env_name = args[args.index("--push-auth-env") + 1]
+    (auth,) = [e for e in container["env"] if e["name"] == env_name]
+    assert auth["valueFrom"] == {"secretKeyRef": {"name": "pushgateway-auth", "key": "auth"}}
+
+    anonymous = copy.deepcopy(values)
+    anonymous["replay"]["pushgateway"] = {"url": "https://pg:9091", "job": "nightly", "instance": "eu-1"}
+    args = _replay_container(anonymous)["args"]
+    cli_accepts(args)
+    assert args[args.index("--push-job") + 1] == "nightly"
+    assert args[args.index("--push-instance") + 1] == "eu-1"
+    assert "--push-auth-env" not in args
+
+    without, _ = CASES["replay-cronjob"]
+    container = _replay_container(copy.deepcopy(without))
+    assert not any(a.startswith("--push") for a in container["args"])
+    assert [e["name"] for e in container["env"]] == ["HOME"]
+
+
+@pytest.mark.parametrize(
+    ("pushgateway", "key"),
+    [
+        ({"url": "http://user:secret@pg:9091"}, "/replay/pushgateway/url"),
+        ({"url": "pg:9091"}, "/replay/pushgateway/url"),
+        ({"jobs": "x"}, "jobs"),
+        ({"basicAuth": {"password": "x"}}, "password"),
+    ],
+)
+def test_schema_rejects_bad_pushgateway_values(pushgateway: dict[str, Any], key: str) -> None:
+    values = {"replay": {"enabled": True, "target": "http://rag", "pushgateway": pushgateway}}
+    error = render_error(values | {"golden": {"data": GOLDEN}})
+    assert "schema" in error and key in error, error
 
 
 def test_scheduled_golden_replay_in_the_judge() -> None:

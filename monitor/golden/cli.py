@@ -4,7 +4,7 @@ flag parsing and file I/O only.
 Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
 file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
 was not accepted (`--max-usd`, `--yes`). On exit 2 nothing is written: a CI job must never pick up
-a half-made baseline.
+a half-made baseline. A Pushgateway that cannot be reached changes none of these (see `_push`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,16 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from http.client import HTTPException
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.error import HTTPError
+from urllib.parse import urlsplit
 
 import typer
 import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import basic_auth_handler, default_handler, push_to_gateway
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
@@ -34,6 +39,7 @@ from monitor.golden.cost import (
     read_actual,
 )
 from monitor.golden.cost import approve as approve_cost
+from monitor.golden.gauges import GoldenGauges
 from monitor.golden.intervals import IntervalConfig
 from monitor.golden.run import (
     BaselineError,
@@ -48,7 +54,31 @@ from monitor.golden.targets import HttpTargetConfig, make_target
 from monitor.judge import Judge
 from monitor.model import RagRecord
 
-__all__ = ["ReplayConfig", "register"]
+__all__ = ["DEFAULT_PUSH_JOB", "PushgatewayConfig", "ReplayConfig", "register"]
+
+DEFAULT_PUSH_JOB = "rag-monitor-replay"
+
+
+class PushgatewayConfig(BaseModel):
+    """Where `replay` pushes its `ragmon_golden_*` gauges: a batch job (a CronJob pod) is gone
+    before Prometheus could scrape it, so its results go to a Pushgateway, which Prometheus scrapes
+    with `honor_labels: true` (the pushed `job` and `instance` labels are kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(
+        None, description="Pushgateway base URL, e.g. http://pushgateway:9091 (unset: no push)"
+    )
+    job: str = Field(DEFAULT_PUSH_JOB, min_length=1, description="`job` label of the pushed group")
+    instance: str | None = Field(
+        None,
+        min_length=1,
+        description="`instance` label of the pushed group (default: the golden file's name)",
+    )
+    auth_env: str | None = Field(
+        None, min_length=1, description="environment variable holding basic auth as user:password"
+    )
+    timeout_seconds: float = Field(10.0, gt=0, description="seconds for the push request")
 
 
 class ReplayConfig(BaseModel):
@@ -64,6 +94,7 @@ class ReplayConfig(BaseModel):
         default_factory=list, description="as golden.baselines in the sidecar's config"
     )
     judge_options: dict[str, Any] = Field(default_factory=dict)
+    pushgateway: PushgatewayConfig = Field(default_factory=PushgatewayConfig)
 
 
 def _err(message: str) -> None:
@@ -100,6 +131,65 @@ def _load_config(path: Path | None) -> ReplayConfig:
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
         _err(f"config {path}: {exc}")
         raise typer.Exit(2) from None
+
+
+class _Push:
+    """A push checked before the replay starts (URL, credentials), so a typo fails the run up
+    front (exit 2, nothing written) instead of after it."""
+
+    def __init__(self, cfg: PushgatewayConfig, url: str, instance: str) -> None:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:  # not echoed: a secret
+            raise ValueError("--pushgateway: no credentials in the URL; use --push-auth-env (user:password)")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"--pushgateway {url!r}: an http(s) URL with a host, e.g. http://pushgateway:9091"
+            )
+        if not cfg.job.strip():
+            raise ValueError("--push-job: an empty job name")
+        self.url, self.job, self.instance, self.timeout = url, cfg.job, instance, cfg.timeout_seconds
+        self.auth: tuple[str, str] | None = None
+        if cfg.auth_env is not None:
+            user, sep, password = os.environ.get(cfg.auth_env, "").partition(":")
+            if not sep or not user:
+                raise ValueError(f"--push-auth-env: {cfg.auth_env} is unset or not user:password")
+            self.auth = (user, password)
+
+    def describe(self) -> str:
+        return f"Pushgateway {self.url} (job={self.job}, instance={self.instance})"
+
+    def _handler(self, url: str, method: str, timeout: float | None, headers: Any, data: bytes) -> Any:
+        if self.auth is None:
+            return default_handler(url, method, timeout, headers, data)
+        return basic_auth_handler(url, method, timeout, headers, data, *self.auth)
+
+    def push(self, report: ReplayReport) -> str | None:
+        """PUT the report's gauges as the group {job, instance}: the whole group is replaced, so a
+        query type gone from the golden file disappears. Returns why it failed, or None.
+
+        A failed push never changes the exit code, which stays the gate's (0 pass, 1 regression):
+        the report and baseline are already written, exit 2 promises nothing was written, and a
+        monitoring outage must not fail a deploy gate nor page as a regression (a failed Job).
+        It is one `warning:` line on stderr; a group that stops being pushed shows up in
+        Prometheus as a stale `push_time_seconds`, which is where an SRE alerts on it."""
+        registry = CollectorRegistry()
+        GoldenGauges(registry).publish(report)
+        try:
+            push_to_gateway(
+                self.url,
+                job=self.job,
+                registry=registry,
+                grouping_key={"instance": self.instance},
+                timeout=self.timeout,
+                handler=self._handler,
+            )
+        except HTTPError as exc:  # the Pushgateway answered, and said no (401, 400 inconsistent…)
+            return f"HTTP {exc.code} {exc.reason}"
+        except OSError as exc:  # refused, timed out, name not resolved
+            return str(getattr(exc, "reason", None) or exc)
+        except HTTPException as exc:  # something that does not speak HTTP
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
 
 def replay(
@@ -166,12 +256,33 @@ def replay(
             "warns in the report when it is the judge's model, which would grade itself"
         ),
     ] = None,
+    pushgateway: Annotated[
+        str | None,
+        typer.Option(
+            "--pushgateway",
+            help="after a complete run, push the ragmon_golden_* gauges to this Pushgateway "
+            "(http://host:9091; config pushgateway.url)",
+        ),
+    ] = None,
+    push_job: Annotated[
+        str | None, typer.Option("--push-job", help=f"job label of the push (default {DEFAULT_PUSH_JOB})")
+    ] = None,
+    push_instance: Annotated[
+        str | None,
+        typer.Option("--push-instance", help="instance label of the push (default: the golden file's name)"),
+    ] = None,
+    push_auth_env: Annotated[
+        str | None,
+        typer.Option("--push-auth-env", help="env var holding the Pushgateway's basic auth, user:password"),
+    ] = None,
 ) -> None:
     """Replay the golden set, score retrieval and generation, gate on the baseline.
 
     With an LLM judge, the cost is estimated once the target has answered and before any judge
     request: the run stops there (exit 2) unless the estimate is within --max-usd or --yes is given.
-    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input or cost refused (nothing written)."""
+    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input or cost refused (nothing written).
+    With --pushgateway the results are pushed after the report is written; a failed push is a
+    warning and leaves the exit code as the gate decided."""
     from monitor.golden.render import render_report
     from monitor.judge import create_judge
 
@@ -182,6 +293,15 @@ def replay(
     except ValueError as exc:
         _err(str(exc))
         raise typer.Exit(2) from None
+    push_flags = {"url": pushgateway, "job": push_job, "instance": push_instance, "auth_env": push_auth_env}
+    push_cfg = cfg.pushgateway.model_copy(update={k: v for k, v in push_flags.items() if v is not None})
+    push: _Push | None = None
+    if push_cfg.url:
+        try:
+            push = _Push(push_cfg, push_cfg.url, push_cfg.instance or golden.name)
+        except ValueError as exc:
+            _err(str(exc))
+            raise typer.Exit(2) from None
     if gate is not None:
         cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"mode": gate})})
     interval_updates: dict[str, Any] = {"resamples": resamples, "seed": seed}
@@ -274,6 +394,16 @@ def replay(
     if write_baseline is not None:
         _write_atomic(write_baseline, result.baseline())
         console.print(f"baseline written to {write_baseline}")
+    if push is not None:
+        failure = push.push(result)
+        if failure is None:
+            console.print(f"results pushed to the {push.describe()}")
+        else:
+            typer.echo(
+                f"warning: results not pushed to the {push.describe()}: {failure} "
+                f"(report kept, exit code {result.exit_code} is the gate's)",
+                err=True,
+            )
     raise typer.Exit(result.exit_code)
 
 
