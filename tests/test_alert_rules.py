@@ -144,6 +144,7 @@ SEVERITY = {
     "RagmonRetrievalDrift": "warning",
     "RagmonGoldenRegression": "warning",
     "RagmonGoldenBelowTarget": "warning",
+    "RagmonGoldenStale": "warning",
     "RagmonJudgeErrorRateHigh": "warning",
     "RagmonJudgeBudgetExhausted": "warning",
     "RagmonJudgeCircuitOpen": "warning",
@@ -592,6 +593,26 @@ def golden() -> dict[str, Any]:
     }
 
 
+def golden_stale(last_run: int) -> dict[str, Any]:
+    """A replica whose last complete replay ended at `last_run` (0: never), then nothing new."""
+    j = {"job": "rag-monitor", "instance": "judge-1"}
+    description = (
+        "The last complete golden replay "
+        + ("finished 1970-01-01 01:00:00 +0000 UTC" if last_run else "never happened")
+        + ": the golden metrics, their alerts and the CI baseline comparison describe an old state."
+    )
+    fires_at = (last_run + 3600 if last_run else 0) + 2 * 3600  # true from then, 2 h pending
+    return {
+        "name": f"golden stale since {last_run}",
+        "interval": "1m",
+        "input_series": [series("ragmon_golden_last_run_timestamp_seconds", f"{last_run}x400", **j)],
+        "alert_rule_test": [
+            check("RagmonGoldenStale", f"{fires_at - 10 * 60}s"),
+            check("RagmonGoldenStale", f"{fires_at + 10 * 60}s", fired("RagmonGoldenStale", {}, description)),
+        ],
+    }
+
+
 def judge() -> dict[str, Any]:
     a = {"backend": "anthropic"}
     j = {"job": "rag-monitor"}
@@ -880,6 +901,8 @@ def scenarios() -> list[dict[str, Any]]:
         drift(),
         retrieval_drift(),
         golden(),
+        golden_stale(3600),
+        golden_stale(0),
         judge(),
         pipeline(),
         no_records_series(),
