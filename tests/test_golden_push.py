@@ -131,6 +131,22 @@ def test_replay_pushes_the_golden_gauges_and_a_second_push_replaces_the_group(
     assert _value(pushed, "ragmon_golden_metric_ratio", query_type="all", metric="recall_at_k") == 0
 
 
+def test_a_change_stays_pushed_when_scheduled_runs_replace_the_results(gateway: str, tmp_path: Path) -> None:
+    """The change marker is its own group per kind: the next push without a change (a scheduled
+    run) replaces the results group but leaves the deploy's time for the dashboards' annotation."""
+    golden = _golden(tmp_path / "changes.jsonl", ("lookup",))
+    out = _replay(golden, "--pushgateway", gateway, "--change", "deploy:v1.2.3")
+    assert out.exit_code == 0, out.output
+    out = _replay(golden, "--pushgateway", gateway)
+    assert out.exit_code == 0, out.output
+    pushed = _samples(gateway, job="rag-monitor-replay", instance="changes.jsonl")
+    changes = {
+        dict(ls)["kind"]: v for (n, ls), v in pushed.items() if n.startswith("ragmon_golden_last_change")
+    }
+    assert set(changes) == {"deploy"} and changes["deploy"] > 0
+    assert _value(pushed, "ragmon_golden_metric_ratio", query_type="all", metric="recall_at_k") == 1.0
+
+
 def test_job_and_instance_from_the_config_file_and_flags_which_win(gateway: str, tmp_path: Path) -> None:
     golden = _golden(tmp_path / "g.jsonl", ("exact_match",))
     config = f"pushgateway: {{url: {gateway}, job: from-file, instance: staging}}\n"

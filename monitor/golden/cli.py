@@ -39,7 +39,7 @@ from monitor.golden.cost import (
     read_actual,
 )
 from monitor.golden.cost import approve as approve_cost
-from monitor.golden.gauges import GoldenGauges
+from monitor.golden.gauges import GoldenGauges, last_change_gauge
 from monitor.golden.intervals import IntervalConfig
 from monitor.golden.run import (
     BaselineError,
@@ -173,16 +173,23 @@ class _Push:
         It is one `warning:` line on stderr; a group that stops being pushed shows up in
         Prometheus as a stale `push_time_seconds`, which is where an SRE alerts on it."""
         registry = CollectorRegistry()
-        GoldenGauges(registry).publish(report)
+        GoldenGauges(registry, changes=False).publish(report)
+        groups = [({"instance": self.instance}, registry)]
+        if report.change is not None:
+            # Its own group per kind: the next scheduled push (no change) leaves it standing.
+            change = CollectorRegistry()
+            last_change_gauge(change).labels(kind=report.change.kind).set(report.change.at)
+            groups.append(({"instance": self.instance, "kind": report.change.kind}, change))
         try:
-            push_to_gateway(
-                self.url,
-                job=self.job,
-                registry=registry,
-                grouping_key={"instance": self.instance},
-                timeout=self.timeout,
-                handler=self._handler,
-            )
+            for key, reg in groups:
+                push_to_gateway(
+                    self.url,
+                    job=self.job,
+                    registry=reg,
+                    grouping_key=key,
+                    timeout=self.timeout,
+                    handler=self._handler,
+                )
         except HTTPError as exc:  # the Pushgateway answered, and said no (401, 400 inconsistent…)
             return f"HTTP {exc.code} {exc.reason}"
         except OSError as exc:  # refused, timed out, name not resolved

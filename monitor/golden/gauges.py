@@ -15,7 +15,7 @@ from monitor.golden.change import CHANGE_KINDS
 if TYPE_CHECKING:
     from monitor.golden.run import ReplayReport
 
-__all__ = ["GAUGE_METRICS", "GoldenGauges"]
+__all__ = ["GAUGE_METRICS", "GoldenGauges", "last_change_gauge"]
 
 PREFIX = "ragmon_"
 # The `metric` label values design.md names for ragmon_golden_metric_ratio.
@@ -33,7 +33,9 @@ GAUGE_METRICS = (
 class GoldenGauges:
     """Results of the last complete golden replay."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *, changes: bool = True) -> None:
+        """`changes=False` leaves out the change gauge: a Pushgateway group replaced at every push
+        would reset it to 0 at the next scheduled run, so a push sends it as a group of its own."""
         self.metric_ratio = Gauge(
             f"{PREFIX}golden_metric_ratio",
             "Golden-set metric of the last replay, per query type (query_type=all: overall)",
@@ -65,15 +67,11 @@ class GoldenGauges:
             "Unix time of the last complete golden replay (a failed replay leaves it unchanged)",
             registry=registry,
         )
-        self.last_change = Gauge(
-            f"{PREFIX}golden_last_change_timestamp_seconds",
-            "Unix time of the last change event (deploy, reindex, prompt, model, other) whose "
-            "out-of-schedule golden replay completed; 0: none yet",
-            ["kind"],
-            registry=registry,
-        )
-        for kind in CHANGE_KINDS:  # every kind present from the start, at 0 like last_run
-            self.last_change.labels(kind=kind)
+        self.last_change: Gauge | None = None
+        if changes:
+            self.last_change = last_change_gauge(registry)
+            for kind in CHANGE_KINDS:  # every kind present from the start, at 0 like last_run
+                self.last_change.labels(kind=kind)
 
     def publish(self, report: ReplayReport) -> None:
         """Replace the series with this report's (a query type gone from the file disappears)."""
@@ -99,5 +97,15 @@ class GoldenGauges:
         for metric in sorted(set(GAUGE_METRICS) | regressed):
             self.regression_active.labels(metric=metric).set(1.0 if metric in regressed else 0.0)
         self.last_run.set(report.started_at + report.duration_s)
-        if report.change is not None:
+        if report.change is not None and self.last_change is not None:
             self.last_change.labels(kind=report.change.kind).set(report.change.at)
+
+
+def last_change_gauge(registry: CollectorRegistry) -> Gauge:
+    return Gauge(
+        f"{PREFIX}golden_last_change_timestamp_seconds",
+        "Unix time of the last change event (deploy, reindex, prompt, model, other) whose "
+        "out-of-schedule golden replay completed; 0: none yet",
+        ["kind"],
+        registry=registry,
+    )
