@@ -203,6 +203,63 @@ def test_spans_that_cannot_shape_the_record_are_counted_not_kept() -> None:
     assert tracker.committable() == {"p0": 4}
 
 
+def test_inert_spans_decoded_only_as_counts_are_assembled_alike() -> None:
+    """`decode(..., for_assembly=True)` hands a message's inert spans after their trace's first as
+    a count per trace: the same bytes, holds, records, late spans and evictions of older traces as
+    the spans themselves. (Only a trace evicted by its own message's bytes may lose a different
+    number of that message's spans: they are counted after the message's other spans.)"""
+    inert = {"sql", "cache", "x2", "late2", "late3"}
+    for rootless in (False, True):
+        results = []
+        for counted in (False, True):
+            tracker = OffsetTracker()
+            tracker.assign(["p0"])
+            asm = Assembler(AssemblyConfig(grace_seconds=0, timeout_seconds=5, max_open_bytes=95))
+            messages = [
+                [
+                    span("t", "recv", "http"),  # the first: kept either way
+                    span("t", "http", role=SpanRole.ROOT),
+                    span("t", "sql", "chain"),
+                    span("t", "chain", "http", SpanRole.ROOT, query="q?", answer="a."),
+                    span("t", "cache", "chain"),
+                    span("t", "llm", "chain", SpanRole.LLM, query="q?", answer="a.", model="m1"),
+                    span("u", "x", "y"),
+                    span("u", "x2", "y"),
+                ],
+                [span("t", "late", "chain"), span("t", "late2", "chain"), span("t", "late3", "chain")],
+                [span("w", "w1", "y"), span("w", "w2", "y", SpanRole.LLM, answer="a.")],
+            ]
+            if rootless:
+                messages[0] = [s for s in messages[0] if s.role is not SpanRole.ROOT]
+            out: list[Finished] = []
+            state = []
+            for i, spans in enumerate(messages):
+                ref = tracker.track("p0", i)
+                assert ref is not None
+                others: dict[str, int] = {}
+                if counted:
+                    for s in spans:
+                        if s.span_id in inert:
+                            others[s.trace_id] = others.get(s.trace_id, 0) + 1
+                    spans = [s for s in spans if s.span_id not in inert]
+                asm.add_spans(spans, ref, 10, float(i), out, others)
+                ref.release()
+                out += asm.poll(float(i))
+                holds = {t: [r.offset for r in tr.refs] for t, tr in asm._open.items()}
+                state.append((asm.open_bytes, holds))
+            out += asm.flush(complete_only=False)
+            left = [(f.trace_id, f.record, f.reason, [r.offset for r in f.refs]) for f in out]
+            results.append((state, left))
+            for f in out:
+                release_all(f.refs)
+            assert tracker.committable() == {"p0": 3}
+        assert results[0] == results[1]
+        # "t" with its root is emitted at once, so its next message is late; the rootless one is
+        # still open then, and made to leave (a record all the same) by "w"'s bytes
+        late = [] if rootless else [Reject.LATE_SPAN] * 3
+        assert [f[2] for f in results[0][1]] == [None, *late, Reject.NOT_RAG, Reject.MISSING_QUERY]
+
+
 def test_track_run_stops_where_track_would() -> None:
     tracker = OffsetTracker()
     tracker.assign(["p0"])

@@ -1,11 +1,11 @@
 """The compiled `otlp_proto` decoder (`monitor/ingest/_wire.c`) against the pure-Python reference.
 
-Both paths must give the same `Decoded` — spans, problems, reject reason and detail — for every
-decoder test case (test_decode.py runs again here with each `decode` call made on both paths and
-compared), the bad-input corpus, the workload generator's messages, production-like traffic where
-most spans are not RAG, and fuzzed and structurally mutated messages. Canonical messages must be
-taken by the compiled path itself, not handed back to the reference, or the comparison proves
-nothing.
+Both paths must give the same `Decoded` — spans, inert spans counted per trace (`for_assembly`),
+problems, reject reason and detail — with and without `for_assembly`, for every decoder test case
+(test_decode.py runs again here with each `decode` call made on both paths and compared), the
+bad-input corpus, the workload generator's messages, production-like traffic where most spans are
+not RAG, and fuzzed and structurally mutated messages. Canonical messages must be taken by the
+compiled path itself, not handed back to the reference, or the comparison proves nothing.
 
 `RAGMON_REQUIRE_COMPILED=1` (set by `make test`) turns a missing extension into a failure rather
 than a skip.
@@ -13,6 +13,7 @@ than a skip.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import random
@@ -30,11 +31,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.trace import SpanKind
 from support import sdk_trace
 
+from monitor.config import AssemblyConfig
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
+from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.decode import Decoded, Encoding
-from monitor.model import Reject, SpanFacts, SpanRole
+from monitor.kafka.offsets import OffsetTracker, release_all
+from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 
 WIRE = decode_mod.compiled_decoder()
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
@@ -55,31 +59,60 @@ def test_compiled_decoder_is_built_when_required() -> None:
 # the comparison
 
 
-def on_path(wire: Any, value: bytes, encoding: Encoding, now: int) -> Decoded:
+def on_path(wire: Any, value: bytes, encoding: Encoding, now: int, lean: bool = False) -> Decoded:
     saved = decode_mod._wire
     decode_mod._wire = wire
     try:
-        return decode_mod.decode(value, encoding, now)
+        return decode_mod.decode(value, encoding, now, for_assembly=lean)
     finally:
         decode_mod._wire = saved
 
 
 def both(value: bytes, encoding: Encoding = Encoding.OTLP_PROTO, now_ns: int | None = None) -> Decoded:
-    """Decode on both paths; they must agree to the last field and type (repr tells 1 from True)."""
+    """Decode on both paths, with and without `for_assembly`; they must agree to the last field and
+    type (repr tells 1 from True), and `for_assembly` must only set inert spans aside."""
     assert WIRE is not None, "compiled decoder not built"
     now = time.time_ns() if now_ns is None else now_ns
     ref = on_path(None, value, encoding, now)
     out = on_path(WIRE, value, encoding, now)
     assert repr(out) == repr(ref)
     assert out == ref
+    lean_ref = on_path(None, value, encoding, now, lean=True)
+    lean = on_path(WIRE, value, encoding, now, lean=True)
+    assert repr(lean) == repr(lean_ref)
+    assert lean == lean_ref
+    assert_set_aside(out, lean)
     return out
+
+
+def assert_set_aside(full: Decoded, lean: Decoded) -> None:
+    """`lean` is `full` less the inert spans after their trace's first, counted per trace."""
+    assert (lean.error, lean.detail, lean.problems, lean.records) == (
+        full.error,
+        full.detail,
+        full.problems,
+        full.records,
+    )
+    kept = iter(lean.spans)
+    k = next(kept, None)
+    seen: set[str] = set()
+    counted: dict[str, int] = {}
+    for s in full.spans:
+        if k is not None and repr(s) == repr(k):
+            seen.add(s.trace_id)
+            k = next(kept, None)
+        else:
+            assert s.trace_id in seen and dialects.is_inert(s)
+            counted[s.trace_id] = counted.get(s.trace_id, 0) + 1
+    assert k is None and counted == lean.others
 
 
 def taken(value: bytes, now_ns: int | None = None) -> Decoded:
     """`both`, and the compiled path decoded it itself (no hand-back to the reference)."""
     assert WIRE is not None
     now = time.time_ns() if now_ns is None else now_ns
-    assert WIRE.decode_spans(value, now) is not None, "handed back to the reference path"
+    for lean in (False, True):
+        assert WIRE.decode_spans(value, now, lean) is not None, "handed back to the reference path"
     return both(value, Encoding.OTLP_PROTO, now)
 
 
@@ -205,6 +238,7 @@ def production_trace(t: cases.Spans) -> None:
                 "retrieve",
                 **{
                     "openinference.span.kind": "RETRIEVER",
+                    "input.value": "q?",
                     "retrieval.documents.0.document.id": "d1",
                     "retrieval.documents.0.document.content": "Paris is the capital.",
                     "retrieval.documents.0.document.score": 0.9,
@@ -232,6 +266,82 @@ def test_non_rag_spans_are_skipped_with_the_same_result() -> None:
     assert roles["POST /query"] is SpanRole.ROOT and roles["GET /healthz"] is SpanRole.ROOT
     assert roles["SELECT docs"] is roles["GET"] is roles["internal"] is SpanRole.OTHER
     assert roles["rag"] is SpanRole.ROOT and roles["retrieve"] is SpanRole.RETRIEVER
+    lean = on_path(WIRE, cases.proto_bytes(t.finished), Encoding.OTLP_PROTO, time.time_ns(), lean=True)
+    # each trace's first span (the spans end, and are exported, children first) is kept
+    assert [f.name for f in lean.spans if f.role is SpanRole.OTHER] == ["SELECT docs", "internal"]
+    assert list(lean.others.values()) == [2]  # the cache GET and the embedding POST
+
+
+@needs_wire
+def test_set_aside_with_many_traces_in_one_message() -> None:
+    """The compiled path's table of a message's traces grows past its first 16 slots."""
+    t = cases.Spans()
+    for _ in range(40):
+        with t.span("POST /query", **HTTP_SERVER), t.span("SELECT docs", **DB), t.span("GET", **CACHE):
+            pass
+    d = taken(cases.proto_bytes(t.finished))
+    lean = on_path(WIRE, cases.proto_bytes(t.finished), Encoding.OTLP_PROTO, time.time_ns(), lean=True)
+    assert len(d.spans) == 120 and len(lean.spans) == 80 and list(lean.others.values()) == [1] * 40
+
+
+def test_spans_set_aside_assemble_to_the_same_records() -> None:
+    """Assembling what `decode(..., for_assembly=True)` gives yields the records, rejections and
+    message holds that assembling every span does: production-like traces in one message and
+    spread over several, and the workload split across messages (on whichever path is active)."""
+    whole, spread = cases.Spans(), cases.Spans()
+    for _ in range(3):
+        production_trace(whole)
+        production_trace(spread)
+    values = [cases.proto_bytes(whole.finished)]
+    values += [cases.proto_bytes(spread.finished[i : i + 4]) for i in range(0, len(spread.finished), 4)]
+    values += [m.value for m in generate(20, seed=3, mode="split").messages]
+    now = time.time_ns()
+    results = []
+    for lean in (False, True):
+        tracker = OffsetTracker()
+        tracker.assign(["p0"])
+        asm = Assembler(AssemblyConfig(grace_seconds=1, timeout_seconds=5))
+        out: list[Finished] = []
+        for offset, value in enumerate(values):
+            ref = tracker.track("p0", offset)
+            assert ref is not None
+            d = decode_mod.decode(value, Encoding.OTLP_PROTO, now, for_assembly=lean)
+            n_spans = len(d.spans) + sum(d.others.values())
+            asm.add_spans(d.spans, ref, len(value) // n_spans + 1, offset / 10, out, d.others)
+            assert d.others or not lean or offset  # the whole traces' message sets spans aside
+            ref.release()
+            out += asm.poll(offset / 10)
+        out += asm.flush(complete_only=False)
+        results.append([(f.trace_id, f.record, f.reason, [r.offset for r in f.refs]) for f in out])
+        for f in out:
+            release_all(f.refs)
+        assert tracker.committable() == {"p0": len(values)}
+    assert results[0] == results[1]
+    reasons = [r[2] for r in results[0]]
+    assert reasons.count(None) == 6 + 20 and reasons.count(Reject.NOT_RAG) == 6  # the healthz traces
+
+
+def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
+    """`_wire` fills the slots of SpanFacts, Chunk and Decoded itself (their `__init__` only
+    stores values); a dataclass that does more, or has no slots, is called instead."""
+    facts = decode_mod._slots_layout(SpanFacts)
+    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 7 + [2]
+    assert facts[7] == ("role", 1, SpanRole.OTHER)
+    assert decode_mod._slots_layout(Chunk) == [("id", 0, None), ("content", 1, None), ("score", 1, None)]
+    assert [k for _, k, _ in decode_mod._slots_layout(Decoded) or ()] == [2, 3, 2, 1, 1, 2]
+
+    @dataclasses.dataclass(slots=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self) -> None:
+            assert self.x
+
+    @dataclasses.dataclass
+    class NoSlots:
+        x: int
+
+    assert decode_mod._slots_layout(Checked) is None and decode_mod._slots_layout(NoSlots) is None
 
 
 def test_every_key_apply_reads_is_in_the_shared_table() -> None:
@@ -422,6 +532,121 @@ def test_fuzz_attributes_of_any_type(
     raw = bytes(req.SerializeToString())
     taken(raw)
     both(raw, Encoding.AUTO)
+
+
+def _any(value: Any) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, list):
+        return AnyValue(array_value={"values": [_any(v) for v in value]})
+    return AnyValue(string_value=value)
+
+
+TEXT = st.sampled_from(
+    [
+        "q?",
+        "",
+        " ",
+        "  a plain answer",
+        '{"query": "x"}',
+        ' ["x"]',
+        '"quoted" and more',
+        "\u3000{x",
+        "\xa0[",
+        "日本",
+    ]
+) | st.text(max_size=4)
+ODD = st.integers(-2, 2) | st.floats(allow_nan=True) | st.booleans() | st.lists(st.just("x"), max_size=2)
+ROLE_WORD = st.sampled_from(
+    ["user", "USER", "Human", "assistant", "AI", "bot", "model", "system", "tool", "ＵＳＥＲ"]
+)
+
+
+def _oi_attrs() -> st.SearchStrategy[dict[str, Any]]:
+    """OpenInference spans near the shapes `_wire.c` maps itself, and just outside them."""
+    kind = st.sampled_from(
+        ["CHAIN", "chain", "Agent", "RETRIEVER", "LLM", "llm", "TOOL", "RERANKER", "chaın", "", "EMBEDDING"]
+    )
+    text = TEXT | ODD
+    doc = st.fixed_dictionaries(
+        {},
+        optional={
+            "id": st.sampled_from(["d1", "d2", ""]) | st.integers(0, 3),
+            "content": TEXT | st.integers(0, 3),
+            "score": st.floats(allow_nan=True, allow_infinity=True) | st.integers(0, 1) | st.just("0.5"),
+            "metadata": st.just('{"id": "m1"}'),
+        },
+    )
+    message = st.fixed_dictionaries({}, optional={"role": ROLE_WORD | ODD, "content": TEXT | ODD})
+    single = st.fixed_dictionaries(
+        {},
+        optional={
+            "openinference.span.kind": kind | st.integers(0, 1),
+            "input.value": text,
+            "output.value": text,
+            "rag.query_type": TEXT | st.integers(0, 2),
+            "rag.replay": st.booleans() | st.sampled_from(["true", "no", 1]),
+            "metadata": st.just('{"query_type": "m"}'),
+            "llm.model_name": TEXT | st.integers(0, 1),
+            "gen_ai.request.model": TEXT,
+            "traceloop.entity.input": TEXT,
+            "traceloop.entity.output": TEXT,
+            "gen_ai.retrieval.query.text": TEXT,
+            "gen_ai.retrieval.documents": st.just('[{"id": "g1", "content": "x"}]'),
+            "gen_ai.input.messages": st.just('[{"role": "user", "content": "u"}]'),
+            "gen_ai.completion.0.content": TEXT,
+            "input.mime_type": st.just("text/plain"),
+        },
+    )
+
+    def build(
+        one: dict[str, Any], docs: list[dict[str, Any]], ins: list[dict[str, Any]], outs: list[Any]
+    ) -> Any:
+        out = dict(one)
+        for i, d in enumerate(docs):
+            out |= {f"retrieval.documents.{i}.document.{k}": v for k, v in d.items()}
+        for prefix, msgs in (("llm.input_messages", ins), ("llm.output_messages", outs)):
+            for i, m in enumerate(msgs):
+                out |= {f"{prefix}.{i}.message.{k}": v for k, v in m.items()}
+        return out
+
+    lists = st.lists(message, max_size=3)
+    return st.builds(build, single, st.lists(doc, max_size=4), lists, lists)
+
+
+@needs_wire
+@fuzz
+@given(attrs=_oi_attrs(), parent=st.booleans(), dup=st.booleans())
+def test_fuzz_dialect_shapes_mapped_natively(attrs: dict[str, Any], parent: bool, dup: bool) -> None:
+    """The shapes `_wire.c` maps without `dialects.apply`, and every way out of them, agree; an
+    attribute given twice counts once, as the last value (upb and the dict agree)."""
+    req = ExportTraceServiceRequest()
+    req.CopyFrom(SAMPLE)
+    span = req.resource_spans[0].scope_spans[0].spans[0]
+    del span.attributes[:]
+    if parent:
+        span.parent_span_id = b"\x02" * 8
+    for key, value in attrs.items():
+        if dup:
+            span.attributes.append(KeyValue(key=key, value=_any("first")))
+        span.attributes.append(KeyValue(key=key, value=_any(value)))
+    taken(bytes(req.SerializeToString()))
+
+
+@needs_wire
+def test_openinference_spans_are_mapped_without_apply() -> None:
+    """The workload's spans take the native mapping (else the fuzz above would prove little): all
+    but those whose text looks like JSON (a quoted title in an answer)."""
+    assert WIRE is not None
+    before = WIRE.counts()
+    spans = [s for m in generate(40, seed=5).messages for s in taken(m.value).spans]
+    native, by_apply = (now - then for now, then in zip(WIRE.counts(), before, strict=True))
+    assert native + by_apply == 4 * len(spans)  # each decoded four times by `taken`
+    assert by_apply <= native // 20
 
 
 @needs_wire

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from support import eventually, running, sample, settings_for
 
-import monitor.ingest.stage
 from monitor.config import ConfigError, load_settings
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
@@ -361,12 +360,6 @@ async def test_ingest_stage_exports_retrieval_drift_of_every_record(
             assert 0 < value("psi", "comparison", feature) < 0.25
 
 
-WIRED = hasattr(monitor.ingest.stage, "retrieval_monitor")
-
-
-@pytest.mark.skipif(
-    not WIRED, reason="monitor/ingest/stage.py does not build its monitor with retrieval_monitor yet"
-)
 async def test_ingest_stage_watches_a_pinned_slice_from_its_first_record(
     broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:

@@ -5,6 +5,9 @@
  * read, as a dict with only those keys (`dialects.ATTRIBUTE_KEYS`, `dialects.INDEXED_PREFIXES`).
  * Every other attribute is validated, never materialised; a span with no such attribute gets its
  * role without any Python call (ROOT without a parent, else OTHER: what `apply` says for `{}`).
+ * With `lean` (decode's `for_assembly`), such a span with a parent is not materialised at all
+ * unless it is its trace's first in the message: it is counted per trace (`others`), and so is
+ * any mapped span `dialects.is_inert` finds nothing in.
  *
  * It accepts a message only when it is sure upb would parse it to the same values: the whole
  * message is checked against the installed schema (wire types, lengths, UTF-8 of every `string`
@@ -16,8 +19,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 /* Field kinds of the schema table (built in Python from the installed descriptors). */
 enum { K_UNKNOWN = 0, K_VARINT = 1, K_FIXED64 = 2, K_FIXED32 = 3, K_BYTES = 4, K_STRING = 5, K_MESSAGE = 6 };
@@ -38,13 +43,14 @@ static field_t schema[MAX_MESSAGES][MAX_FIELD];
 static int n_messages = 0;
 
 /* Relevant attribute keys: open-addressing table of interned str objects, plus prefixes. */
-#define KEY_SLOTS 256
+#define KEY_SLOTS 2048 /* the exact keys, and the indexed ones map_span probes (interned, hashed) */
 typedef struct {
     const char *s;
     Py_ssize_t n;
     PyObject *obj;
 } key_t_;
 static key_t_ keys[KEY_SLOTS];
+static int n_keys = 0;
 static uint8_t first_byte[256];
 #define MAX_PREFIXES 16
 static key_t_ prefixes[MAX_PREFIXES];
@@ -53,8 +59,9 @@ static int n_prefixes = 0;
 static key_t_ merged_events[MAX_EVENTS];
 static int n_merged = 0;
 
-static PyObject *span_facts_cls = NULL, *role_root = NULL, *bad_attribute = NULL, *bad_timestamp = NULL;
-static PyObject *apply_fn = NULL, *wants_events_fn = NULL, *unknown_service = NULL;
+static PyObject *bad_attribute = NULL, *bad_timestamp = NULL;
+static PyObject *apply_fn = NULL, *wants_events_fn = NULL, *is_inert_fn = NULL, *finish_fn = NULL;
+static PyObject *unknown_service = NULL;
 static PyObject *str_role = NULL, *str_problems = NULL, *empty_str = NULL;
 static int ready = 0;
 
@@ -501,11 +508,74 @@ static int all_zero(ptr b, Py_ssize_t n)
     return 1;
 }
 
+/* The traces of one message (with `lean`): open addressing on the id, load at most 1/2. */
+typedef struct {
+    uint8_t id[16];
+    PyObject *str;          /* the id as hex, from the trace's first span; NULL: a free slot */
+    Py_ssize_t n_inert;     /* inert spans after the first, counted into `others` */
+} trace_t;
+
+#define TRACE_SLOTS 16
+
 typedef struct {
     int64_t lo, hi; /* plausible span times */
-    PyObject *spans, *problems;
+    PyObject *spans, *problems, *others;
     long dropped;
+    int lean;
+    trace_t *traces;
+    Py_ssize_t n_traces, cap;
+    trace_t first_traces[TRACE_SLOTS];
 } ctx_t;
+
+static int grow_traces(ctx_t *c)
+{
+    Py_ssize_t cap = 2 * c->cap;
+    trace_t *t = PyMem_Calloc((size_t)cap, sizeof(trace_t));
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    for (Py_ssize_t i = 0; i < c->cap; i++) {
+        trace_t *old = &c->traces[i];
+        if (old->str == NULL)
+            continue;
+        uint64_t a;
+        memcpy(&a, old->id + 8, 8);
+        Py_ssize_t j = (Py_ssize_t)(a & (uint64_t)(cap - 1));
+        while (t[j].str != NULL)
+            j = (j + 1) & (cap - 1);
+        t[j] = *old;
+    }
+    if (c->traces != c->first_traces)
+        PyMem_Free(c->traces);
+    c->traces = t;
+    c->cap = cap;
+    return 0;
+}
+
+/* The slot of trace `id` in this message: its entry, or the free slot to fill. */
+static trace_t *trace_slot(ctx_t *c, ptr id)
+{
+    if (2 * (c->n_traces + 1) > c->cap && grow_traces(c))
+        return NULL;
+    uint64_t a;
+    memcpy(&a, id + 8, 8); /* random bits of the id (W3C: the low half at least) */
+    Py_ssize_t i = (Py_ssize_t)(a & (uint64_t)(c->cap - 1));
+    while (c->traces[i].str != NULL && memcmp(c->traces[i].id, id, 16) != 0)
+        i = (i + 1) & (c->cap - 1);
+    return &c->traces[i];
+}
+
+/* An inert span after its trace's first: counted, not kept. `others` gets the trace's key at its
+ * first such span (the order the reference path's dict has) and the count at the end. */
+static int count_inert(ctx_t *c, trace_t *t)
+{
+    if (t->n_inert++)
+        return 0;
+    if (c->others == NULL && (c->others = PyDict_New()) == NULL)
+        return FAIL;
+    return PyDict_SetItem(c->others, t->str, Py_None);
+}
 
 #define MAX_EVENT_SEGMENTS 64
 
@@ -575,6 +645,427 @@ static int append_problem(PyObject *facts, PyObject *problem)
     return rc;
 }
 
+/* --- SpanFacts, Chunk and Decoded ------------------------------------------------------------
+ *
+ * All three are slots dataclasses whose generated __init__ only stores its arguments and the
+ * defaults in the slots. Given their layout (decode._slots_layout: each field's name, and whether
+ * it is required, has a default, or is a new list or dict), an instance is allocated and its
+ * slots filled here, without running that __init__; without a layout the class is called.
+ */
+
+#define MAX_SLOTS 16
+enum { F_REQUIRED, F_DEFAULT, F_NEW_LIST, F_NEW_DICT };
+typedef struct {
+    PyObject *cls;
+    int n_fields, n_required; /* 0 fields: call the class */
+    Py_ssize_t offset[MAX_SLOTS];
+    int kind[MAX_SLOTS];
+    PyObject *value[MAX_SLOTS]; /* F_DEFAULT's */
+} layout_t;
+static layout_t span_facts, chunk, decoded;
+
+/* cls(*args): the first `nargs` fields from args, the others their defaults */
+static PyObject *make(layout_t *l, PyObject *const *args, int nargs)
+{
+    if (l->n_fields == 0 || nargs < l->n_required || nargs > l->n_fields)
+        return PyObject_Vectorcall(l->cls, args, nargs, NULL);
+    PyTypeObject *type = (PyTypeObject *)l->cls;
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL)
+        return NULL;
+    for (int i = 0; i < l->n_fields; i++) {
+        PyObject *v = i < nargs ? args[i] : l->kind[i] == F_DEFAULT ? l->value[i] : NULL;
+        if (v != NULL)
+            Py_INCREF(v);
+        else if ((v = l->kind[i] == F_NEW_DICT ? PyDict_New() : PyList_New(0)) == NULL) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        *(PyObject **)((char *)obj + l->offset[i]) = v;
+    }
+    return obj;
+}
+
+/* `layout` is None or a list of (name, kind, default): kind F_REQUIRED (first, in order),
+ * F_DEFAULT, F_NEW_LIST or F_NEW_DICT. */
+static int set_layout(layout_t *l, PyObject *cls, PyObject *layout)
+{
+    Py_INCREF(cls);
+    l->cls = cls;
+    l->n_fields = l->n_required = 0;
+    if (layout == Py_None)
+        return 0;
+    PyObject *fast = PySequence_Fast(layout, "layout must be a sequence");
+    if (fast == NULL)
+        return FAIL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    int rc = PyType_Check(cls) && n <= MAX_SLOTS ? 0 : FAIL;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *name, *deflt, *descr;
+        int kind;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "UiO", &name, &kind, &deflt)
+            || (descr = PyObject_GetAttr(cls, name)) == NULL) {
+            rc = FAIL;
+            break;
+        }
+        PyMemberDef *m = Py_IS_TYPE(descr, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+        if (m == NULL || m->type != T_OBJECT_EX || (kind == F_REQUIRED && i != l->n_required) || kind < F_REQUIRED
+            || kind > F_NEW_DICT)
+            rc = FAIL;
+        else {
+            l->offset[i] = m->offset;
+            l->kind[i] = kind;
+            l->value[i] = kind == F_DEFAULT ? deflt : NULL;
+            Py_XINCREF(l->value[i]);
+            l->n_required += kind == F_REQUIRED;
+        }
+        Py_DECREF(descr);
+    }
+    Py_DECREF(fast);
+    if (rc) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "%R: not a plain slots dataclass", cls);
+        return FAIL;
+    }
+    l->n_fields = (int)n;
+    return 0;
+}
+
+/* --- the dialects' common shapes ------------------------------------------------------------
+ *
+ * `dialects.apply` step by step for the shapes OpenInference instrumentations write: an explicit
+ * `openinference.span.kind` of CHAIN, AGENT, RETRIEVER, LLM or a kind without a role; plain text
+ * (not JSON-looking) and string fields; documents with a non-empty string id, string content and
+ * a finite float score; indexed messages with string content. Each step reads the same keys of
+ * the same dict `apply` would, and the first that would take another branch (a JSON value to
+ * unwrap, a number to convert, a problem to note, another dialect's key) gives the whole span to
+ * `apply` instead; nothing is written to the span before the mapping is complete.
+ */
+
+#define UNSUPPORTED 1
+#define MAX_INDEX 64 /* indexed keys probed here; a longer list is apply's */
+
+enum { R_ROOT, R_RETRIEVER, R_RERANKER, R_LLM, R_OTHER, N_ROLES };
+static PyObject *roles[N_ROLES];
+static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay;
+static unsigned long long mapped_native = 0, mapped_apply = 0;
+
+enum { K_KIND, K_INPUT, K_OUTPUT, K_TL_INPUT, K_TL_OUTPUT, K_RETRIEVAL_QUERY, K_GENAI_DOCS, K_QUERY_TYPE,
+       K_METADATA, K_REPLAY, K_MODEL, K_MODEL_END = K_MODEL + 5, K_JSON_IN = K_MODEL_END, K_JSON_OUT = K_JSON_IN + 2,
+       K_LEGACY_IN = K_JSON_OUT + 2, K_LEGACY_OUT, N_KEYS };
+static const char *const key_names[N_KEYS] = {
+    "openinference.span.kind", "input.value", "output.value", "traceloop.entity.input",
+    "traceloop.entity.output", "gen_ai.retrieval.query.text", "gen_ai.retrieval.documents", "rag.query_type",
+    "metadata", "rag.replay",
+    /* _model's order */
+    "llm.model_name", "gen_ai.response.model", "gen_ai.request.model", "llm.response.model", "llm.request.model",
+    /* _MESSAGE_KEYS */
+    "gen_ai.input.messages", "gen_ai.prompt", "gen_ai.output.messages", "gen_ai.completion",
+    "gen_ai.prompt.0.content", "gen_ai.completion.0.content",
+};
+static PyObject *key_objs[N_KEYS];
+
+/* Indexed families: "{prefix}{i}{suffix}", built once per index. */
+enum { F_DOC_ID, F_DOC_CONTENT, F_DOC_SCORE, F_DOC_METADATA, F_IN_ROLE, F_IN_CONTENT, F_OUT_ROLE, F_OUT_CONTENT,
+       N_FAMILIES };
+static const char *const family_fmt[N_FAMILIES] = {
+    "retrieval.documents.%d.document.id",      "retrieval.documents.%d.document.content",
+    "retrieval.documents.%d.document.score",   "retrieval.documents.%d.document.metadata",
+    "llm.input_messages.%d.message.role",      "llm.input_messages.%d.message.content",
+    "llm.output_messages.%d.message.role",     "llm.output_messages.%d.message.content",
+};
+static PyObject *indexed[N_FAMILIES][MAX_INDEX]; /* also in the relevant keys' table: decoded once */
+
+static inline PyObject *indexed_key(int family, int i)
+{
+    return indexed[family][i];
+}
+
+/* attrs.get(key) as a borrowed reference: NULL when absent, NULL with an error on failure. */
+static inline PyObject *get(PyObject *attrs, PyObject *key)
+{
+    return PyDict_GetItemWithError(attrs, key);
+}
+
+/* *out = attrs.get(key) (borrowed, NULL when absent): 0, or FAIL. */
+static inline int lookup(PyObject *attrs, PyObject *key, PyObject **out)
+{
+    *out = get(attrs, key);
+    return *out == NULL && PyErr_Occurred() ? FAIL : 0;
+}
+
+/* `key in attrs`: 1, 0, or FAIL */
+static inline int has(PyObject *attrs, PyObject *key)
+{
+    return PyDict_Contains(attrs, key);
+}
+
+/* `_text_attr` for a string that does not look like JSON (its first non-space character is none
+ * of `{["`): the string itself. *out is NULL when absent (borrowed otherwise). */
+static int plain_text(PyObject *attrs, int key, PyObject **out)
+{
+    PyObject *v;
+    *out = NULL;
+    if (lookup(attrs, key_objs[key], &v))
+        return FAIL;
+    if (v == NULL)
+        return 0;
+    if (!PyUnicode_CheckExact(v))
+        return UNSUPPORTED; /* _scalar_text: converted or a problem */
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    int kind = PyUnicode_KIND(v);
+    const void *data = PyUnicode_DATA(v);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        if (Py_UNICODE_ISSPACE(ch)) /* what str.lstrip() strips */
+            continue;
+        if (ch == '{' || ch == '[' || ch == '"')
+            return UNSUPPORTED;
+        break;
+    }
+    *out = v;
+    return 0;
+}
+
+/* `_model`: the first non-empty string among its keys. */
+static int model_of(PyObject *attrs, PyObject **out)
+{
+    *out = NULL;
+    for (int k = K_MODEL; k < K_MODEL_END; k++) {
+        PyObject *v;
+        if (lookup(attrs, key_objs[k], &v))
+            return FAIL;
+        if (v == NULL)
+            continue;
+        if (!PyUnicode_CheckExact(v))
+            return UNSUPPORTED;
+        if (PyUnicode_GET_LENGTH(v)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Is an ASCII string, lowercased, one of `words`? -1: not ASCII (str.lower() is apply's then). */
+static int ascii_lower_in(PyObject *s, const char *const *words)
+{
+    if (!PyUnicode_IS_ASCII(s))
+        return -1;
+    const char *d = (const char *)PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    for (; *words; words++) {
+        if ((Py_ssize_t)strlen(*words) != n)
+            continue;
+        Py_ssize_t i = 0;
+        while (i < n && Py_TOLOWER(d[i]) == (*words)[i])
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+static const char *const user_roles[] = {"user", "human", NULL};
+static const char *const assistant_roles[] = {"assistant", "ai", "model", "bot", NULL};
+
+/* `_messages_text` when the messages are OpenInference's indexed ones with string content (or
+ * there are none of any dialect). `output`: 1 for llm.output_messages, 0 for llm.input_messages. */
+static int messages_text(PyObject *attrs, int output, PyObject **out)
+{
+    int f_role = output ? F_OUT_ROLE : F_IN_ROLE, f_content = output ? F_OUT_CONTENT : F_IN_CONTENT;
+    const char *const *words = output ? assistant_roles : user_roles;
+    *out = NULL;
+    int any = has(attrs, indexed_key(f_content, 0));
+    if (any == 0)
+        any = has(attrs, indexed_key(f_role, 0));
+    if (any < 0)
+        return FAIL;
+    if (any) {
+        PyObject *last = NULL;
+        for (int i = 0;; i++) {
+            if (i == MAX_INDEX)
+                return UNSUPPORTED;
+            PyObject *content, *role;
+            if (lookup(attrs, indexed_key(f_content, i), &content) || lookup(attrs, indexed_key(f_role, i), &role))
+                return FAIL;
+            if (content == NULL) {
+                if (role == NULL)
+                    break;
+                return UNSUPPORTED; /* multimodal content parts, or a message without text */
+            }
+            if (!PyUnicode_CheckExact(content))
+                return UNSUPPORTED;
+            int match = 1; /* a message without a (string) role counts as matching */
+            if (role != NULL && PyUnicode_Check(role) && (match = ascii_lower_in(role, words)) < 0)
+                return UNSUPPORTED;
+            if (match)
+                last = content;
+        }
+        if (last != NULL) {
+            *out = last;
+            return 0;
+        }
+    }
+    int json0 = output ? K_JSON_OUT : K_JSON_IN;
+    int others[3] = {json0, json0 + 1, output ? K_LEGACY_OUT : K_LEGACY_IN};
+    for (int k = 0; k < 3; k++) {
+        int h = has(attrs, key_objs[others[k]]);
+        if (h)
+            return h < 0 ? FAIL : UNSUPPORTED; /* GenAI JSON or legacy indexed messages */
+    }
+    return 0;
+}
+
+/* `_has_oi_docs(attrs, "retrieval.documents.")` */
+static int has_documents(PyObject *attrs)
+{
+    int h = 0;
+    for (int f = F_DOC_ID; f <= F_DOC_SCORE && h == 0; f++)
+        h = has(attrs, indexed_key(f, 0));
+    return h;
+}
+
+/* `_retrieved` when the documents are OpenInference's, each well formed (apply's fast case). */
+static int documents(PyObject *attrs, PyObject **out)
+{
+    *out = NULL;
+    int h = has_documents(attrs);
+    if (h <= 0) {
+        if (h == 0 && (h = has(attrs, key_objs[K_GENAI_DOCS])) == 0)
+            return 0;
+        return h < 0 ? FAIL : UNSUPPORTED;
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return FAIL;
+    int rc = 0;
+    for (int i = 0;; i++) {
+        if (i == MAX_INDEX) {
+            rc = UNSUPPORTED;
+            break;
+        }
+        PyObject *id, *content, *score;
+        if (lookup(attrs, indexed_key(F_DOC_ID, i), &id) || lookup(attrs, indexed_key(F_DOC_CONTENT, i), &content)
+            || lookup(attrs, indexed_key(F_DOC_SCORE, i), &score)) {
+            rc = FAIL;
+            break;
+        }
+        if (id == NULL && content == NULL && score == NULL) {
+            int m = has(attrs, indexed_key(F_DOC_METADATA, i));
+            if (m > 0)
+                continue;
+            rc = m;
+            break;
+        }
+        if (!(id != NULL && PyUnicode_CheckExact(id) && PyUnicode_GET_LENGTH(id) && content != NULL
+              && PyUnicode_CheckExact(content) && score != NULL && PyFloat_CheckExact(score)
+              && isfinite(PyFloat_AS_DOUBLE(score)))) {
+            rc = UNSUPPORTED; /* make_chunk's cases */
+            break;
+        }
+        PyObject *args[3] = {id, content, score};
+        PyObject *c = make(&chunk, args, 3);
+        if (c == NULL || PyList_Append(list, c)) {
+            Py_XDECREF(c);
+            rc = FAIL;
+            break;
+        }
+        Py_DECREF(c);
+    }
+    if (rc) {
+        Py_DECREF(list);
+        return rc;
+    }
+    *out = list;
+    return 0;
+}
+
+/* The role `_OI_ROLES.get(kind.upper(), OTHER)` gives; -1 when kind is not ASCII. */
+static int oi_role(PyObject *kind)
+{
+    static const char *const chain[] = {"chain", "agent", NULL}, *const retriever[] = {"retriever", NULL},
+                             *const reranker[] = {"reranker", NULL}, *const llm[] = {"llm", NULL};
+    static const char *const *const by_role[] = {chain, retriever, reranker, llm};
+    for (int r = R_ROOT; r <= R_LLM; r++) {
+        int m = ascii_lower_in(kind, by_role[r]);
+        if (m)
+            return m < 0 ? -1 : r;
+    }
+    return R_OTHER;
+}
+
+/* `dialects.apply(facts, attrs)` for the shapes above: 0 done, UNSUPPORTED (facts untouched),
+ * FAIL with an error. */
+static int map_span(PyObject *facts, PyObject *attrs)
+{
+    PyObject *kind, *query = NULL, *answer = NULL, *model = NULL, *chunks = NULL, *qt = NULL, *replay = NULL;
+    if (lookup(attrs, key_objs[K_KIND], &kind))
+        return FAIL;
+    if (kind == NULL || !PyUnicode_CheckExact(kind))
+        return UNSUPPORTED; /* another dialect's role, or one inferred */
+    int role = oi_role(kind), rc;
+    switch (role) {
+    case R_ROOT:
+        if ((rc = plain_text(attrs, K_INPUT, &query)) || (query == NULL && (rc = has(attrs, key_objs[K_TL_INPUT]))))
+            break;
+        if ((query == NULL && (rc = has(attrs, key_objs[K_RETRIEVAL_QUERY])))
+            || (query == NULL && (rc = messages_text(attrs, 0, &query))))
+            break;
+        if ((rc = plain_text(attrs, K_OUTPUT, &answer)) || (answer == NULL && (rc = has(attrs, key_objs[K_TL_OUTPUT]))))
+            break;
+        if ((answer == NULL && (rc = messages_text(attrs, 1, &answer))) || (rc = model_of(attrs, &model)))
+            break;
+        rc = documents(attrs, &chunks);
+        break;
+    case R_RETRIEVER:
+        if ((rc = has(attrs, key_objs[K_RETRIEVAL_QUERY])) || (rc = plain_text(attrs, K_INPUT, &query)))
+            break;
+        if (query == NULL && (rc = has(attrs, key_objs[K_TL_INPUT])))
+            break;
+        rc = documents(attrs, &chunks);
+        break;
+    case R_LLM:
+        if ((rc = messages_text(attrs, 1, &answer)) || (answer == NULL && (rc = plain_text(attrs, K_OUTPUT, &answer))))
+            break;
+        if ((rc = messages_text(attrs, 0, &query)))
+            break;
+        rc = model_of(attrs, &model);
+        break;
+    case R_OTHER: /* a kind without a role: only a traceloop retriever task could change that */
+        rc = has(attrs, key_objs[K_TL_OUTPUT]);
+        break;
+    default: /* a reranker, or a kind that is not ASCII */
+        rc = UNSUPPORTED;
+    }
+    /* has() is 1 (UNSUPPORTED) where it finds a key that takes apply elsewhere */
+    if (rc == 0 && (rc = lookup(attrs, key_objs[K_QUERY_TYPE], &qt)) == 0) {
+        if (qt == NULL)
+            rc = has(attrs, key_objs[K_METADATA]); /* a query type in metadata */
+        else if (!PyUnicode_CheckExact(qt))
+            rc = UNSUPPORTED;
+    }
+    if (rc == 0 && (rc = lookup(attrs, key_objs[K_REPLAY], &replay)) == 0 && replay != NULL && !PyBool_Check(replay))
+        rc = UNSUPPORTED; /* parse_bool of a string or number */
+    if (rc == 0) {
+        rc = PyObject_SetAttr(facts, str_role, roles[role]);
+        if (rc == 0 && query != NULL)
+            rc = PyObject_SetAttr(facts, str_query, query);
+        if (rc == 0 && answer != NULL)
+            rc = PyObject_SetAttr(facts, str_answer, answer);
+        if (rc == 0 && chunks != NULL)
+            rc = PyObject_SetAttr(facts, str_chunks, chunks);
+        if (rc == 0 && model != NULL)
+            rc = PyObject_SetAttr(facts, str_model, model);
+        if (rc == 0 && qt != NULL)
+            rc = PyObject_SetAttr(facts, str_query_type, qt);
+        if (rc == 0 && replay != NULL)
+            rc = PyObject_SetAttr(facts, str_replay, replay);
+    }
+    Py_XDECREF(chunks);
+    return rc;
+}
+
 static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
 {
     ptr tid = NULL, sid = NULL, pid = NULL, name = NULL;
@@ -631,8 +1122,26 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     }
     /* end < start or start < now - past or end > now + future: times dropped, span kept */
     int bad_times = stop < start || (c->lo > 0 && start < (uint64_t)c->lo) || c->hi < 0 || stop > (uint64_t)c->hi;
+    trace_t *trace = NULL;
+    int seen = 0;
+    if (c->lean) {
+        if ((trace = trace_slot(c, tid)) == NULL)
+            goto fail;
+        seen = trace->str != NULL;
+        if (seen && attrs == NULL && pid_n != 0) { /* what apply(facts, {}) leaves inert */
+            if (bad_times && PyList_Append(c->problems, bad_timestamp))
+                goto fail;
+            return count_inert(c, trace);
+        }
+    }
     PyObject *args[7] = {NULL};
-    args[0] = hex(tid, 16);
+    if (seen) { /* the trace's id, as its first span in the message has it */
+        Py_INCREF(trace->str);
+        args[0] = trace->str;
+    }
+    else {
+        args[0] = hex(tid, 16);
+    }
     args[1] = hex(sid, 8);
     args[2] = hex(pid, pid_n);
     args[3] = name_n ? PyUnicode_DecodeUTF8((const char *)name, name_n, NULL) : (Py_INCREF(empty_str), empty_str);
@@ -640,7 +1149,13 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     args[5] = PyLong_FromUnsignedLongLong(bad_times ? 0 : start);
     args[6] = PyLong_FromUnsignedLongLong(bad_times ? 0 : stop);
     if (args[0] && args[1] && args[2] && args[3] && args[5] && args[6])
-        facts = PyObject_Vectorcall(span_facts_cls, args, 7, NULL);
+        facts = make(&span_facts, args, 7);
+    if (facts != NULL && trace != NULL && !seen) {
+        memcpy(trace->id, tid, 16);
+        Py_INCREF(args[0]);
+        trace->str = args[0];
+        c->n_traces++;
+    }
     for (int i = 0; i < 7; i++)
         if (i != 4)
             Py_XDECREF(args[i]);
@@ -657,13 +1172,23 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
             if (wants < 0 || (wants && merge_events(attrs, ev, ev_n, n_ev, depth + 1)))
                 goto fail;
         }
-        PyObject *r = PyObject_CallFunctionObjArgs(apply_fn, facts, attrs, NULL);
-        if (r == NULL)
+        int rc = map_span(facts, attrs);
+        if (rc == UNSUPPORTED) {
+            PyObject *r = PyObject_CallFunctionObjArgs(apply_fn, facts, attrs, NULL);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+            mapped_apply++;
+        }
+        else if (rc) {
             goto fail;
-        Py_DECREF(r);
+        }
+        else {
+            mapped_native++;
+        }
         Py_CLEAR(attrs);
     }
-    else if (pid_n == 0 && PyObject_SetAttr(facts, str_role, role_root)) {
+    else if (pid_n == 0 && PyObject_SetAttr(facts, str_role, roles[R_ROOT])) {
         goto fail; /* apply(facts, {}): ROOT without a parent, else OTHER (the default) */
     }
     if (bad_times || mapped) { /* facts.problems may hold something: the message's list gets it */
@@ -675,6 +1200,17 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         Py_DECREF(lst);
         if (rc)
             goto fail;
+    }
+    if (seen) { /* mapped, and not its trace's first: kept unless `is_inert` */
+        PyObject *r = PyObject_CallOneArg(is_inert_fn, facts);
+        int inert = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        if (inert < 0 || (inert && count_inert(c, trace)))
+            goto fail;
+        if (inert) {
+            Py_DECREF(facts);
+            return 0;
+        }
     }
     if (PyList_Append(c->spans, facts))
         goto fail;
@@ -797,10 +1333,13 @@ static PyObject *decode_spans(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_RuntimeError, "_wire.init was not called");
         return NULL;
     }
-    if (nargs != 2 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "decode_spans(value: bytes, now_ns: int)");
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_spans(value: bytes, now_ns: int, lean: bool)");
         return NULL;
     }
+    int lean = PyObject_IsTrue(args[2]);
+    if (lean < 0)
+        return NULL;
     int overflow = 0;
     long long now = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (now == -1 && PyErr_Occurred())
@@ -811,10 +1350,17 @@ static PyObject *decode_spans(PyObject *self, PyObject *const *args, Py_ssize_t 
     c.lo = now - 30LL * 86400 * 1000000000LL; /* decode._PAST_NS */
     c.hi = now + 3600LL * 1000000000LL;       /* decode._FUTURE_NS */
     c.dropped = 0;
+    c.lean = lean;
+    c.others = NULL;
+    c.traces = c.first_traces;
+    c.n_traces = 0;
+    c.cap = TRACE_SLOTS;
+    memset(c.first_traces, 0, sizeof c.first_traces);
+    PyObject *out = NULL;
     c.spans = PyList_New(0);
     c.problems = PyList_New(0);
     if (c.spans == NULL || c.problems == NULL)
-        goto fail;
+        goto done;
     ptr p = (ptr)PyBytes_AS_STRING(args[0]);
     ptr end = p + PyBytes_GET_SIZE(args[0]);
     while (p < end) {
@@ -832,57 +1378,94 @@ static PyObject *decode_spans(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto fallback;
         }
     }
-    return Py_BuildValue("(NNl)", c.spans, c.problems, c.dropped);
-fallback:
-    if (PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            goto fail; /* KeyboardInterrupt and the like go on up */
-        PyErr_Clear();
+    for (Py_ssize_t i = 0; c.others != NULL && i < c.cap; i++) {
+        trace_t *t = &c.traces[i];
+        if (t->n_inert) {
+            PyObject *n = PyLong_FromSsize_t(t->n_inert);
+            int rc = n == NULL ? -1 : PyDict_SetItem(c.others, t->str, n);
+            Py_XDECREF(n);
+            if (rc)
+                goto done;
+        }
     }
-    Py_DECREF(c.spans);
-    Py_DECREF(c.problems);
-    Py_RETURN_NONE;
-fail:
+    if (c.others == NULL && (c.others = PyDict_New()) == NULL)
+        goto done;
+    if (PyList_GET_SIZE(c.spans) && !PyList_GET_SIZE(c.problems) && !c.dropped) {
+        PyObject *args[2] = {c.spans, c.others}; /* Decoded(spans, others): nothing to report */
+        out = make(&decoded, args, 2);
+    }
+    else {
+        out = PyObject_CallFunction(finish_fn, "OOOl", c.spans, c.others, c.problems, c.dropped);
+    }
+    goto done;
+fallback:
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear(); /* KeyboardInterrupt and the like go on up */
+    if (!PyErr_Occurred()) {
+        Py_INCREF(Py_None);
+        out = Py_None;
+    }
+done:
+    for (Py_ssize_t i = 0; i < c.cap; i++)
+        Py_XDECREF(c.traces[i].str);
+    if (c.traces != c.first_traces)
+        PyMem_Free(c.traces);
     Py_XDECREF(c.spans);
+    Py_XDECREF(c.others);
     Py_XDECREF(c.problems);
-    return NULL;
+    return out;
 }
 
 /* --- set-up ------------------------------------------------------------------------------ */
 
-static int fill_keys(key_t_ *out, int cap, PyObject *seq, int *count, int hashed)
+/* Into the entry `out` (or the hashed table of exact keys when NULL): the str `s`, interned.
+ * Returns the entry (the one there already for a repeated exact key), NULL on failure. */
+static key_t_ *add_key(key_t_ *out, PyObject *s)
+{
+    Py_ssize_t len;
+    const char *u = PyUnicode_Check(s) ? PyUnicode_AsUTF8AndSize(s, &len) : NULL;
+    if (u == NULL || len == 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "keys must be non-empty str");
+        return NULL;
+    }
+    if (out == NULL) {
+        if (2 * (n_keys + 1) > KEY_SLOTS) {
+            PyErr_SetString(PyExc_ValueError, "too many keys");
+            return NULL;
+        }
+        uint32_t h = key_hash((ptr)u, len);
+        for (; keys[h & (KEY_SLOTS - 1)].obj != NULL; h++)
+            if (keys[h & (KEY_SLOTS - 1)].n == len && memcmp(keys[h & (KEY_SLOTS - 1)].s, u, len) == 0)
+                return &keys[h & (KEY_SLOTS - 1)];
+        out = &keys[h & (KEY_SLOTS - 1)];
+        n_keys++;
+    }
+    Py_INCREF(s);
+    PyUnicode_InternInPlace(&s);
+    out->obj = s;
+    out->s = PyUnicode_AsUTF8AndSize(s, &out->n);
+    first_byte[(uint8_t)u[0]] = 1;
+    return out;
+}
+
+/* The str items of `seq` into the table `out` (hashed: NULL) of `cap` entries. */
+static int fill_keys(key_t_ *out, int cap, PyObject *seq, int *count)
 {
     PyObject *fast = PySequence_Fast(seq, "expected a sequence of str");
     if (fast == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    if (n > cap / (hashed ? 2 : 1)) {
+    if (out != NULL && n > cap) {
         Py_DECREF(fast);
         PyErr_SetString(PyExc_ValueError, "too many keys");
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *s = PySequence_Fast_GET_ITEM(fast, i);
-        Py_ssize_t len;
-        const char *u = PyUnicode_Check(s) ? PyUnicode_AsUTF8AndSize(s, &len) : NULL;
-        if (u == NULL || len == 0) {
+        if (add_key(out == NULL ? NULL : &out[i], PySequence_Fast_GET_ITEM(fast, i)) == NULL) {
             Py_DECREF(fast);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "keys must be non-empty str");
             return -1;
         }
-        key_t_ *slot = &out[i];
-        if (hashed) {
-            uint32_t h = key_hash((ptr)u, len);
-            while (out[h & (cap - 1)].obj != NULL)
-                h++;
-            slot = &out[h & (cap - 1)];
-        }
-        Py_INCREF(s);
-        PyUnicode_InternInPlace(&s);
-        slot->obj = s;
-        slot->s = PyUnicode_AsUTF8AndSize(s, &slot->n);
-        first_byte[(uint8_t)u[0]] = 1;
     }
     if (count)
         *count = (int)n;
@@ -890,20 +1473,24 @@ static int fill_keys(key_t_ *out, int cap, PyObject *seq, int *count, int hashed
     return 0;
 }
 
-PyDoc_STRVAR(init_doc, "init(schema, keys, prefixes, merged_events, span_facts, root, bad_attribute, "
-                       "bad_timestamp, apply, wants_events, unknown_service)\n\n"
+PyDoc_STRVAR(init_doc, "init(schema, keys, prefixes, merged_events, span_facts, span_facts_layout, chunk, "
+                       "chunk_layout, decoded, decoded_layout, span_role, bad_attribute, bad_timestamp, apply, "
+                       "wants_events, is_inert, finish, unknown_service)\n\n"
                        "schema: one list per message (TracesData, ResourceSpans, Resource, ScopeSpans, Span, "
                        "Span.Event, KeyValue, AnyValue, ArrayValue, KeyValueList, then any other) of "
                        "(field number, kind, child message index).");
 
 static PyObject *init(PyObject *self, PyObject *args)
 {
-    PyObject *sch, *k, *pre, *ev, *cls, *root, *ba, *bt, *ap, *we, *us;
+    PyObject *sch, *k, *pre, *ev, *facts_cls, *facts_layout, *chunk_cls, *chunk_layout, *decoded_cls, *decoded_layout,
+        *span_role, *ba, *bt, *ap, *we, *ii, *fin, *us;
     if (ready) {
         PyErr_SetString(PyExc_RuntimeError, "_wire.init called twice");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOU", &sch, &k, &pre, &ev, &cls, &root, &ba, &bt, &ap, &we, &us))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOU", &sch, &k, &pre, &ev, &facts_cls, &facts_layout, &chunk_cls,
+                          &chunk_layout, &decoded_cls, &decoded_layout, &span_role, &ba, &bt, &ap, &we, &ii, &fin,
+                          &us))
         return NULL;
     PyObject *msgs = PySequence_Fast(sch, "schema must be a sequence");
     if (msgs == NULL)
@@ -936,29 +1523,62 @@ static PyObject *init(PyObject *self, PyObject *args)
         Py_DECREF(fields);
     }
     Py_DECREF(msgs);
-    if (fill_keys(keys, KEY_SLOTS, k, NULL, 1) || fill_keys(prefixes, MAX_PREFIXES, pre, &n_prefixes, 0)
-        || fill_keys(merged_events, MAX_EVENTS, ev, &n_merged, 0))
+    if (fill_keys(NULL, KEY_SLOTS, k, NULL) || fill_keys(prefixes, MAX_PREFIXES, pre, &n_prefixes)
+        || fill_keys(merged_events, MAX_EVENTS, ev, &n_merged))
         return NULL;
-    PyObject **refs[] = {&span_facts_cls, &role_root, &bad_attribute, &bad_timestamp, &apply_fn,
-                         &wants_events_fn, &unknown_service};
-    PyObject *vals[] = {cls, root, ba, bt, ap, we, us};
+    for (int f = 0; f < N_FAMILIES; f++) {
+        for (int i = 0; i < MAX_INDEX; i++) {
+            PyObject *key = PyUnicode_FromFormat(family_fmt[f], i);
+            key_t_ *entry = key == NULL ? NULL : add_key(NULL, key);
+            Py_XDECREF(key);
+            if (entry == NULL)
+                return NULL;
+            indexed[f][i] = entry->obj;
+        }
+    }
+    if (set_layout(&span_facts, facts_cls, facts_layout) || set_layout(&chunk, chunk_cls, chunk_layout)
+        || set_layout(&decoded, decoded_cls, decoded_layout))
+        return NULL;
+    PyObject **refs[] = {&bad_attribute, &bad_timestamp, &apply_fn, &wants_events_fn, &is_inert_fn, &finish_fn,
+                         &unknown_service};
+    PyObject *vals[] = {ba, bt, ap, we, ii, fin, us};
     for (int i = 0; i < 7; i++) {
         Py_INCREF(vals[i]);
         *refs[i] = vals[i];
     }
-    str_role = PyUnicode_InternFromString("role");
-    str_problems = PyUnicode_InternFromString("problems");
+    static const char *const role_names[N_ROLES] = {"ROOT", "RETRIEVER", "RERANKER", "LLM", "OTHER"};
+    for (int r = 0; r < N_ROLES; r++)
+        if ((roles[r] = PyObject_GetAttrString(span_role, role_names[r])) == NULL)
+            return NULL;
+    for (int i = 0; i < N_KEYS; i++)
+        if ((key_objs[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
+            return NULL;
+    PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
+                          &str_query_type, &str_replay};
+    const char *const name_strs[] = {"role", "problems", "query", "answer", "chunks", "model", "query_type", "replay"};
+    for (int i = 0; i < 8; i++)
+        if ((*names[i] = PyUnicode_InternFromString(name_strs[i])) == NULL)
+            return NULL;
     empty_str = PyUnicode_New(0, 0);
-    if (str_role == NULL || str_problems == NULL || empty_str == NULL)
+    if (empty_str == NULL)
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
 }
 
+static PyObject *counts(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("(KK)", mapped_native, mapped_apply);
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
+    {"counts", counts, METH_NOARGS,
+     "counts() -> (native, apply): spans with dialect attributes mapped here, and by dialects.apply, so far"},
     {"decode_spans", (PyCFunction)(void (*)(void))decode_spans, METH_FASTCALL,
-     "decode_spans(value, now_ns) -> (spans, problems, dropped), or None: use the reference path"},
+     "decode_spans(value, now_ns, lean) -> Decoded (finish(spans, others, problems, dropped) when there is "
+     "something to report), or None: use the reference path. With lean, inert spans after their trace's "
+     "first are only counted, per trace, in others"},
     {NULL, NULL, 0, NULL},
 };
 

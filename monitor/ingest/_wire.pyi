@@ -3,7 +3,8 @@
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monitor.model import Reject, SpanFacts, SpanRole
+from monitor.ingest.decode import Decoded
+from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 
 def init(
     schema: Sequence[Sequence[tuple[int, int, int]]],
@@ -11,12 +12,20 @@ def init(
     prefixes: Sequence[str],
     merged_events: Sequence[str],
     span_facts: type[SpanFacts],
-    root: SpanRole,
+    span_facts_layout: Sequence[tuple[str, int, Any]] | None,
+    chunk: type[Chunk],
+    chunk_layout: Sequence[tuple[str, int, Any]] | None,
+    decoded: type[Decoded],
+    decoded_layout: Sequence[tuple[str, int, Any]] | None,
+    span_role: type[SpanRole],
     bad_attribute: Reject,
     bad_timestamp: Reject,
     apply: Callable[[SpanFacts, dict[str, Any]], None],
     wants_events: Callable[[dict[str, Any]], bool],
+    is_inert: Callable[[SpanFacts], bool],
+    finish: Callable[[list[SpanFacts], dict[str, int], list[Reject], int], Decoded],
     unknown_service: str,
     /,
 ) -> None: ...
-def decode_spans(value: bytes, now_ns: int, /) -> tuple[list[SpanFacts], list[Reject], int] | None: ...
+def decode_spans(value: bytes, now_ns: int, lean: bool, /) -> Decoded | None: ...
+def counts() -> tuple[int, int]: ...

@@ -8,10 +8,11 @@ traces are bounded by count and bytes; the oldest goes first.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from monitor.config import AssemblyConfig
+from monitor.ingest.dialects import is_inert
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
@@ -44,7 +45,6 @@ _ROOT = SpanRole.ROOT
 _RETRIEVER = SpanRole.RETRIEVER
 _RERANKER = SpanRole.RERANKER
 _LLM = SpanRole.LLM
-_OTHER = SpanRole.OTHER
 
 
 class Assembler:
@@ -74,15 +74,23 @@ class Assembler:
         return out
 
     def add_spans(
-        self, spans: Sequence[SpanFacts], ref: MessageRef, size: int, now: float, out: list[Finished]
+        self,
+        spans: Sequence[SpanFacts],
+        ref: MessageRef,
+        size: int,
+        now: float,
+        out: list[Finished],
+        others: Mapping[str, int] | None = None,
     ) -> None:
         """Take the spans of one message, `size` bytes each, in order; what `add` returns goes to
         `out`.
 
-        A span that cannot shape the record (role OTHER and none of the record's fields: the HTTP,
-        database and cache spans around a RAG request) is counted, not kept, unless it is its
-        trace's first (the record's anchor when the trace has no root). Its message is held all
-        the same, and `build_record` gives what it would have given with every span.
+        A span that cannot shape the record (`dialects.is_inert`: the HTTP, database and cache
+        spans around a RAG request) is counted, not kept, unless it is its trace's first (the
+        record's anchor when the trace has no root). Its message is held all the same, and
+        `build_record` gives what it would have given with every span. `others` are more such
+        spans, decoded only as a count per trace (`decode`'s `for_assembly`), each trace already
+        among `spans`: they are counted after them.
         """
         open_ = self._open
         cfg = self._cfg
@@ -98,14 +106,7 @@ class Assembler:
                 ref.acquire()
                 trace = open_[tid] = _OpenTrace(now, span, ref)
             else:
-                if (
-                    span.role is not _OTHER
-                    or span.query
-                    or span.answer
-                    or span.chunks
-                    or span.query_type
-                    or span.replay
-                ):
+                if not is_inert(span):
                     trace.spans.append(span)
                 if trace.refs[-1] is not ref:
                     ref.acquire()
@@ -118,6 +119,26 @@ class Assembler:
                 trace.root_seen = True
                 self._root_ready.append((now + cfg.grace_seconds, tid))
             while len(open_) > max_traces or (self._bytes > max_bytes and len(open_) > 1):
+                out.append(self._finish(next(iter(open_)), evicted=True))
+        if others:
+            self._add_others(others, ref, size, out)
+
+    def _add_others(self, others: Mapping[str, int], ref: MessageRef, size: int, out: list[Finished]) -> None:
+        """`add_spans`' counted spans: bytes and the message's hold, as each span would add them."""
+        open_ = self._open
+        max_bytes = self._cfg.max_open_bytes
+        for tid, n in others.items():
+            trace = open_.get(tid)
+            if trace is None:  # emitted by capacity while this message was assembled: late
+                if tid in self._recent:
+                    out.extend(Finished(tid, None, Reject.LATE_SPAN, []) for _ in range(n))
+                continue
+            if trace.refs[-1] is not ref:
+                ref.acquire()
+                trace.refs.append(ref)
+            trace.nbytes += n * size
+            self._bytes += n * size
+            while self._bytes > max_bytes and len(open_) > 1:
                 out.append(self._finish(next(iter(open_)), evicted=True))
 
     def poll(self, now: float) -> list[Finished]:

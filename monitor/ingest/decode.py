@@ -7,15 +7,18 @@ reason, because one poison message must not stop the consumer.
 
 `otlp_proto` has two implementations with identical results. The compiled one (`_wire.c`, built by
 `pip install` where a C compiler exists) walks the wire bytes once and materialises only the
-attributes the dialects read, so a span without any costs no attribute objects; it hands every
-message it is not sure about (errors included) to the pure-Python one below, which is the reference
-(tests/test_decode_compiled.py compares them). `RAGMON_PURE_PYTHON=1` forces the reference.
+attributes the dialects read, so a span without any costs no attribute objects, maps the common
+OpenInference shapes itself (anything else goes to `dialects.apply`), and with `for_assembly` does
+not materialise the spans set aside at all; it hands every message it is not sure about (errors
+included) to the pure-Python one below, which is the reference (tests/test_decode_compiled.py
+compares them). `RAGMON_PURE_PYTHON=1` forces the reference.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import hashlib
 import json
@@ -33,7 +36,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from monitor.ingest import dialects
-from monitor.model import RagRecord, Reject, SpanFacts, SpanRole
+from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 __all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "decode"]
 
@@ -57,6 +60,9 @@ class Decoded:
     """
 
     spans: list[SpanFacts] = field(default_factory=list)
+    # With `for_assembly`: spans not in `spans` because they cannot shape a record (and are not
+    # their trace's first in the message), counted per trace id; every such trace is in `spans`.
+    others: dict[str, int] = field(default_factory=dict)
     # Flat-JSON records; `query_type` is raw ("" when the producer gave none), not yet bounded.
     records: list[RagRecord] = field(default_factory=list)
     error: Reject | None = None
@@ -74,26 +80,35 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _HEX = frozenset("0123456789abcdef")
 
 
-def decode(value: bytes, encoding: Encoding, now_ns: int | None = None) -> Decoded:
-    """Decode one record value; `now_ns` (default: the wall clock) bounds plausible span times."""
+def decode(
+    value: bytes, encoding: Encoding, now_ns: int | None = None, *, for_assembly: bool = False
+) -> Decoded:
+    """Decode one record value; `now_ns` (default: the wall clock) bounds plausible span times.
+
+    `for_assembly` (what the ingest stage asks for): a span that cannot shape a record
+    (`dialects.is_inert`) is only counted in `Decoded.others` unless it is its trace's first in the
+    message, the one `Assembler.add_spans` may keep as the trace's anchor. The compiled decoder
+    then never materialises the HTTP, database and cache spans around a RAG request.
+    """
     try:
-        return _decode(bytes(value) if not isinstance(value, bytes) else value, encoding, now_ns)
+        value = value if isinstance(value, bytes) else bytes(value)
+        return _decode(value, encoding, now_ns, for_assembly)
     except Exception as exc:  # last resort: a decoder bug must not kill the consumer loop
         return Decoded(error=Reject.DECODE_ERROR, detail=f"unexpected {type(exc).__name__}")
 
 
-def _decode(value: bytes, encoding: Encoding, now_ns: int | None) -> Decoded:
+def _decode(value: bytes, encoding: Encoding, now_ns: int | None, lean: bool) -> Decoded:
     if not value:
         return Decoded(error=Reject.EMPTY, detail="empty message")
     now = time.time_ns() if now_ns is None else now_ns
     if encoding == Encoding.OTLP_PROTO:
-        return _from_proto(value, now)
+        return _from_proto(value, now, lean)
     if encoding == Encoding.OTLP_JSON or encoding == Encoding.JSON:
         obj = _parse_json(value)
         if isinstance(obj, Decoded):
             return obj
         if encoding == Encoding.OTLP_JSON:
-            return _from_otlp_json(obj, now)
+            return _from_otlp_json(obj, now, lean)
         return _from_flat(obj, value, now)
     if encoding != Encoding.AUTO:
         return Decoded(error=Reject.DECODE_ERROR, detail=f"unknown encoding {str(encoding)[:40]!r}")
@@ -103,17 +118,17 @@ def _decode(value: bytes, encoding: Encoding, now_ns: int | None) -> Decoded:
     if start == len(value):
         return Decoded(error=Reject.EMPTY, detail="blank message")
     if value[start] != 0x7B:  # "{"
-        return _from_proto(value, now)
+        return _from_proto(value, now, lean)
     obj = _parse_json(value)
     if isinstance(obj, Decoded):
         # A protobuf can start with b"\n{" (field 1, length 123): only trust "{" at byte 0.
         if start > 0:
-            alt = _from_proto(value, now)
+            alt = _from_proto(value, now, lean)
             if alt.error is None:
                 return alt
         return obj
     if "resourceSpans" in obj or "resource_spans" in obj:
-        return _from_otlp_json(obj, now)
+        return _from_otlp_json(obj, now, lean)
     return _from_flat(obj, value, now)
 
 
@@ -121,14 +136,35 @@ def _bad_times(start: int, end: int, now: int) -> bool:
     return end < start or start < now - _PAST_NS or end > now + _FUTURE_NS
 
 
-def _finish(spans: list[SpanFacts], problems: list[Reject], dropped: int) -> Decoded:
+def _finish(spans: list[SpanFacts], others: dict[str, int], problems: list[Reject], dropped: int) -> Decoded:
     if not spans:
         if dropped:
             return Decoded(error=Reject.DECODE_ERROR, detail=f"all {dropped} span(s) malformed (ids/shape)")
         return Decoded(error=Reject.EMPTY, detail="no spans")
     if dropped:
         problems.extend([Reject.DECODE_ERROR] * dropped)
-    return Decoded(spans=spans, problems=problems, detail=_summary(problems, len(spans) + dropped))
+    if not problems:
+        return Decoded(spans=spans, others=others)
+    n_spans = len(spans) + sum(others.values()) + dropped
+    return Decoded(spans=spans, others=others, problems=problems, detail=_summary(problems, n_spans))
+
+
+def _set_aside(spans: list[SpanFacts], lean: bool) -> tuple[list[SpanFacts], dict[str, int]]:
+    """With `lean` (`decode`'s `for_assembly`): the spans to assemble, and the inert ones after
+    their trace's first span counted per trace instead."""
+    others: dict[str, int] = {}
+    if not lean:
+        return spans, others
+    kept: list[SpanFacts] = []
+    seen: set[str] = set()
+    for s in spans:
+        tid = s.trace_id
+        if tid in seen and dialects.is_inert(s):
+            others[tid] = others.get(tid, 0) + 1
+        else:
+            seen.add(tid)
+            kept.append(s)
+    return kept, others
 
 
 def _summary(problems: list[Reject], n_spans: int = 0) -> str:
@@ -145,15 +181,15 @@ def _summary(problems: list[Reject], n_spans: int = 0) -> str:
 # --- OTLP protobuf ------------------------------------------------------------------------------
 
 
-def _from_proto(value: bytes, now: int) -> Decoded:
+def _from_proto(value: bytes, now: int, lean: bool) -> Decoded:
     if _wire is not None:
-        out = _wire.decode_spans(value, now)
+        out: Decoded | None = _wire.decode_spans(value, now, lean)
         if out is not None:
-            return _finish(*out)
-    return _from_proto_reference(value, now)
+            return out
+    return _from_proto_reference(value, now, lean)
 
 
-def _from_proto_reference(value: bytes, now: int) -> Decoded:
+def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
     data = TracesData()
     try:
         data.ParseFromString(value)
@@ -210,7 +246,7 @@ def _from_proto_reference(value: bytes, now: int) -> Decoded:
                 if facts.problems:
                     problems.extend(facts.problems)
                 spans.append(facts)
-    return _finish(spans, problems, dropped)
+    return _finish(*_set_aside(spans, lean), problems, dropped)
 
 
 def _pb_attrs(kvs: Any) -> dict[str, Any]:
@@ -312,7 +348,7 @@ def _jget(d: dict[str, Any], camel: str, snake: str) -> Any:
     return v if v is not None else d.get(snake)
 
 
-def _from_otlp_json(obj: dict[str, Any], now: int) -> Decoded:
+def _from_otlp_json(obj: dict[str, Any], now: int, lean: bool) -> Decoded:
     rss = _jget(obj, "resourceSpans", "resource_spans")
     if rss is None:
         return Decoded(error=Reject.EMPTY, detail="no resourceSpans")
@@ -343,7 +379,7 @@ def _from_otlp_json(obj: dict[str, Any], now: int) -> Decoded:
                 if facts.problems:
                     problems.extend(facts.problems)
                 spans.append(facts)
-    return _finish(spans, problems, dropped)
+    return _finish(*_set_aside(spans, lean), problems, dropped)
 
 
 def _json_service(resource: Any, problems: list[Reject]) -> str:
@@ -713,6 +749,25 @@ def _wire_schema() -> list[list[tuple[int, int, int]]]:
     return out
 
 
+def _slots_layout(cls: type) -> list[tuple[str, int, Any]] | None:
+    """How `_wire` may build a `cls` without calling it: each field's name and kind (0 required,
+    1 with its default, 2 a new list, 3 a new dict), for a slots dataclass whose `__init__` only
+    stores them; None (call the class) for anything else."""
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        return None
+    layout: list[tuple[str, int, Any]] = []
+    for f in dataclasses.fields(cls):
+        factory: Any = f.default_factory
+        if not f.init or factory not in (dataclasses.MISSING, list, dict):
+            return None
+        if factory is not dataclasses.MISSING:
+            layout.append((f.name, 2 if factory is list else 3, None))
+        else:
+            required = f.default is dataclasses.MISSING
+            layout.append((f.name, 0 if required else 1, None if required else f.default))
+    return layout
+
+
 @functools.cache
 def compiled_decoder() -> Any:
     """The compiled `_wire` module, initialised; None where it was not built (no compiler)."""
@@ -726,11 +781,18 @@ def compiled_decoder() -> Any:
         list(dialects.INDEXED_PREFIXES),
         sorted(dialects.MERGED_EVENTS),
         SpanFacts,
-        SpanRole.ROOT,
+        _slots_layout(SpanFacts),
+        Chunk,
+        _slots_layout(Chunk),
+        Decoded,
+        _slots_layout(Decoded),
+        SpanRole,
         Reject.BAD_ATTRIBUTE,
         Reject.BAD_TIMESTAMP,
         dialects.apply,
         dialects.wants_events,
+        dialects.is_inert,
+        _finish,
         UNKNOWN_SERVICE,
     )
     return wire

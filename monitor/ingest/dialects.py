@@ -130,7 +130,10 @@ _MAX_DEPTH = 6
 def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
     """Fill role, query, answer, chunks, model, query_type and replay of `facts` from `attrs`.
 
-    Fields a span has in an unusable shape are dropped and noted in `facts.problems`.
+    Fields a span has in an unusable shape are dropped and noted in `facts.problems`. The compiled
+    decoder (`_wire.c`, `map_span`) follows these steps itself for spans with an explicit
+    OpenInference kind and plain values, and calls this for anything else: a change here needs
+    the same change there (tests/test_decode_compiled.py fuzzes both against each other).
     """
     problems = facts.problems
     role = _explicit_role(attrs)
@@ -172,6 +175,14 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
     rp = attrs.get("rag.replay")
     if rp is not None:
         facts.replay = parse_bool(rp, problems)
+
+
+def is_inert(facts: SpanFacts) -> bool:
+    """`apply` found nothing a record can use: role OTHER, and no query, answer, chunks, query type
+    or replay. The HTTP, database and cache spans around a RAG request; assembly only counts them."""
+    return facts.role is _OTHER and not (
+        facts.query or facts.answer or facts.chunks or facts.query_type or facts.replay
+    )
 
 
 # --- role ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift import RetrievalDriftMonitor
+from monitor.drift import retrieval_monitor
 from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.decode import Encoding, decode
@@ -60,7 +60,9 @@ class IngestStage:
         )
         self.sampler = Sampler(settings.sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
-        self.retrieval_drift = RetrievalDriftMonitor(settings.alerts.drift.retrieval, metrics.retrieval_drift)
+        self.retrieval_drift = retrieval_monitor(
+            settings.alerts.drift, metrics.retrieval_drift, metrics.drift.baseline
+        )
         spec = SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
         self.source = KafkaSource(
             kafka,
@@ -153,7 +155,7 @@ class IngestStage:
                         detail = f"{size} bytes > max_message_bytes {max_bytes}"
                         self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
                         continue
-                    decoded = decode(value, encoding, wall_ns)
+                    decoded = decode(value, encoding, wall_ns, for_assembly=True)
                     if decoded.error is not None:
                         self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
                         continue
@@ -163,7 +165,9 @@ class IngestStage:
                             self.rejections.count(problem, decoded.detail, where)
                     spans = decoded.spans
                     if spans:
-                        add_spans(spans, ref, size // len(spans) + 1, now, finished)
+                        others = decoded.others
+                        n_spans = len(spans) + sum(others.values()) if others else len(spans)
+                        add_spans(spans, ref, size // n_spans + 1, now, finished, others)
                     for record in decoded.records:
                         ref.acquire()
                         finished.append(Finished(record.trace_id, record, None, [ref]))

@@ -25,7 +25,6 @@ from monitor.config import Settings
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sample import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
-from monitor.judge.batches import BatchCollector
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
@@ -109,6 +108,9 @@ class JudgeStage:
         self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
         batch_stats = getattr(judge, "batch_stats", None)
         if batch_stats is not None:
+            # Imported here: it brings the anthropic SDK (~40 MiB), which only batch mode needs.
+            from monitor.judge.batches import BatchCollector
+
             metrics.registry.register(BatchCollector(batch_stats))
         self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
