@@ -496,6 +496,17 @@ def test_fuzz_mutated_messages(data: st.DataObject) -> None:
         both(bytes(raw[:cut]), enc, now)
 
 
+def _bare_first_span(parent: bool) -> tuple[ExportTraceServiceRequest, Any]:
+    """A copy of SAMPLE whose first span has no attributes (and a parent when asked)."""
+    req = ExportTraceServiceRequest()
+    req.CopyFrom(SAMPLE)
+    span = req.resource_spans[0].scope_spans[0].spans[0]
+    del span.attributes[:]
+    if parent:
+        span.parent_span_id = b"\x02" * 8
+    return req, span
+
+
 @needs_wire
 @fuzz
 @given(
@@ -513,12 +524,7 @@ def test_fuzz_mutated_messages(data: st.DataObject) -> None:
 def test_fuzz_attributes_of_any_type(
     kvs: list[tuple[str, dict[str, Any]]], parent: bool, events: list[tuple[str, str]]
 ) -> None:
-    req = ExportTraceServiceRequest()
-    req.CopyFrom(SAMPLE)
-    span = req.resource_spans[0].scope_spans[0].spans[0]
-    del span.attributes[:]
-    if parent:
-        span.parent_span_id = b"\x02" * 8
+    req, span = _bare_first_span(parent)
     values = []
     for key, value in kvs:
         av = AnyValue()
@@ -624,12 +630,7 @@ def _oi_attrs() -> st.SearchStrategy[dict[str, Any]]:
 def test_fuzz_dialect_shapes_mapped_natively(attrs: dict[str, Any], parent: bool, dup: bool) -> None:
     """The shapes `_wire.c` maps without `dialects.apply`, and every way out of them, agree; an
     attribute given twice counts once, as the last value (upb and the dict agree)."""
-    req = ExportTraceServiceRequest()
-    req.CopyFrom(SAMPLE)
-    span = req.resource_spans[0].scope_spans[0].spans[0]
-    del span.attributes[:]
-    if parent:
-        span.parent_span_id = b"\x02" * 8
+    req, span = _bare_first_span(parent)
     for key, value in attrs.items():
         if dup:
             span.attributes.append(KeyValue(key=key, value=_any("first")))
