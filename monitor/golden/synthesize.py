@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -519,16 +518,12 @@ class LLMGenerator:
             }
             self._format: dict[str, Any] = dict(self._tool)
         else:
-            from monitor.judge.openai_judge import OpenAIJudgeConfig
+            from monitor.judge.openai_judge import OpenAIJudgeConfig, chat_client
 
             cfg = OpenAIJudgeConfig.model_validate(dict(options))
             self.config = self._openai = cfg
             key = cfg.resolve_api_key("OPENAI_API_KEY")
-            self._http = httpx.AsyncClient(
-                base_url=(cfg.base_url or "https://api.openai.com/v1").rstrip("/") + "/",
-                headers={"Authorization": f"Bearer {key}"} if key else {},
-                timeout=httpx.Timeout(cfg.timeout_seconds),
-            )
+            self._http = chat_client(cfg, key)
             self._format = {
                 "type": "json_schema",
                 "json_schema": {"name": TOOL_NAME, "strict": cfg.strict_schema, "schema": _OUTPUT_SCHEMA},
@@ -625,7 +620,7 @@ class LLMGenerator:
         return tool.input
 
     async def _ask_openai(self, task: Task) -> Any:
-        from monitor.judge.openai_judge import _retry_after
+        from monitor.judge.openai_judge import ChatFailed, chat_usage, post_chat
 
         cfg = self._openai
         payload: dict[str, Any] = {
@@ -639,49 +634,22 @@ class LLMGenerator:
         }
         if cfg.temperature is not None:
             payload["temperature"] = cfg.temperature
-        detail = ""
-        for retry in range(cfg.max_retries + 1):
-            if retry:
-                await asyncio.sleep(
-                    min(cfg.initial_backoff_seconds * 2 ** (retry - 1), cfg.max_backoff_seconds)
-                )
-            try:
-                resp = await self._http.post("chat/completions", json=payload)
-            except httpx.TransportError as exc:  # timeouts included
-                detail = type(exc).__name__
-                continue
-            if resp.status_code in (408, 409, 429) or resp.status_code >= 500:
-                detail = f"HTTP {resp.status_code}"
-                wait = _retry_after(resp.headers)
-                if wait is not None and wait > cfg.max_retry_after_seconds:
-                    break
-                if wait is not None and retry < cfg.max_retries:
-                    await asyncio.sleep(wait)
-                continue
-            if resp.status_code >= 400:
-                raise _Failed(BACKEND_ERROR, f"HTTP {resp.status_code}: {resp.text[:200]}")
-            self._calls += 1
-            try:
-                body = resp.json()
-                choice = body["choices"][0]
-                usage = body.get("usage") or {}
-                cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-                self._usage.add(
-                    TokenUsage(
-                        input=max(0, int(usage.get("prompt_tokens") or 0) - cached),
-                        output=int(usage.get("completion_tokens") or 0),
-                        cache_read=cached,
-                    )
-                )
-                content = choice["message"].get("content")
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-                raise _Failed(MALFORMED, "the response is not a chat completion") from None
-            if choice.get("finish_reason") == "length":
-                raise _Failed(MALFORMED, f"the output was cut at {cfg.max_tokens} tokens")
-            if not isinstance(content, str):
-                raise _Failed(MALFORMED, "the reply has no content")
-            return content
-        raise _Failed(BACKEND_ERROR, f"{detail} ({cfg.max_retries + 1} attempts)")
+        try:
+            body = await post_chat(self._http, cfg, payload)
+        except ChatFailed as exc:
+            raise _Failed(BACKEND_ERROR, exc.detail) from None
+        self._calls += 1
+        try:
+            choice = body["choices"][0]
+            self._usage.add(chat_usage(body))
+            content = choice["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise _Failed(MALFORMED, "the response is not a chat completion") from None
+        if choice.get("finish_reason") == "length":
+            raise _Failed(MALFORMED, f"the output was cut at {cfg.max_tokens} tokens")
+        if not isinstance(content, str):
+            raise _Failed(MALFORMED, "the reply has no content")
+        return content
 
     async def aclose(self) -> None:
         if self.name == "anthropic":

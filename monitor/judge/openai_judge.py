@@ -43,7 +43,15 @@ from monitor.judge.base import (
 from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
 from monitor.model import RagRecord
 
-__all__ = ["DEFAULT_OPENAI_MODEL", "OpenAIJudge", "OpenAIJudgeConfig"]
+__all__ = [
+    "DEFAULT_OPENAI_MODEL",
+    "ChatFailed",
+    "OpenAIJudge",
+    "OpenAIJudgeConfig",
+    "chat_client",
+    "chat_usage",
+    "post_chat",
+]
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 _RETRYABLE = frozenset((408, 409, 429))
@@ -64,8 +72,8 @@ class OpenAIJudgeConfig(LLMJudgeConfig):
     max_retry_after_seconds: float = Field(default=60.0, ge=0)
 
 
-class _Failed(Exception):
-    """One request's final failure, already classified."""
+class ChatFailed(Exception):
+    """One chat completion's final failure, retries spent, already classified."""
 
     def __init__(self, outcome: JudgeOutcome, detail: str) -> None:
         super().__init__(detail)
@@ -81,13 +89,7 @@ class OpenAIJudge(LLMJudgeBase):
         config = config or OpenAIJudgeConfig()
         key = config.resolve_api_key("OPENAI_API_KEY")
         super().__init__(config, Redactor([key]))
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.AsyncClient(
-            base_url=(config.base_url or "https://api.openai.com/v1").rstrip("/") + "/",
-            headers=headers,
-            timeout=httpx.Timeout(config.timeout_seconds),
-            event_hooks={"request": [count_request]},
-        )
+        self._client = chat_client(config, key, event_hooks={"request": [count_request]})
         self._response_format = {
             "type": "json_schema",
             "json_schema": {
@@ -116,23 +118,14 @@ class OpenAIJudge(LLMJudgeBase):
         for attempt in range(2):  # the judgement, then at most one repair
             try:
                 body = await self._post(messages, state)
-            except _Failed as f:
+            except ChatFailed as f:
                 return self._fail(f.outcome, f.detail, meta, state)
             try:
                 choice = body["choices"][0]
                 message = choice["message"]
                 content = message.get("content")
                 finish = choice.get("finish_reason")
-                usage = body.get("usage") or {}
-                cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-                prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                state.tokens.add(
-                    TokenUsage(
-                        input=max(0, prompt_tokens - int(cached)),
-                        output=int(usage.get("completion_tokens") or 0),
-                        cache_read=int(cached),
-                    )
-                )
+                state.tokens.add(chat_usage(body))
             except (KeyError, IndexError, TypeError, ValueError, AttributeError):
                 return self._fail(JudgeOutcome.SERVER_ERROR, "response is not a chat completion", meta, state)
             state.raw = content
@@ -163,7 +156,7 @@ class OpenAIJudge(LLMJudgeBase):
         return self._fail(JudgeOutcome.INVALID_OUTPUT, problem, meta, state)
 
     async def _post(self, messages: list[dict[str, Any]], state: CallState) -> dict[str, Any]:
-        """One chat completion with retries; the parsed body, or `_Failed`."""
+        """One chat completion with retries; the parsed body, or `ChatFailed`."""
         cfg = self.config
         payload: dict[str, Any] = {
             "model": cfg.model,
@@ -173,47 +166,76 @@ class OpenAIJudge(LLMJudgeBase):
         }
         if cfg.temperature is not None:
             payload["temperature"] = cfg.temperature
-        for retry in range(cfg.max_retries + 1):
-            last = retry == cfg.max_retries
-            try:
-                resp = await self._client.post("chat/completions", json=payload)
-            except httpx.TimeoutException as exc:
-                if last:
-                    raise _Failed(
-                        JudgeOutcome.TIMEOUT,
-                        f"request timed out after {cfg.timeout_seconds:g}s ({cfg.max_retries} retries)",
-                    ) from exc
-                await asyncio.sleep(self._backoff(retry))
-                continue
-            except httpx.TransportError as exc:
-                if last:
-                    raise _Failed(JudgeOutcome.CONNECTION_ERROR, type(exc).__name__) from exc
-                await asyncio.sleep(self._backoff(retry))
-                continue
-            status = resp.status_code
-            if status < 300:
-                try:
-                    body = resp.json()
-                except ValueError as exc:
-                    raise _Failed(JudgeOutcome.SERVER_ERROR, f"HTTP {status} with a non-JSON body") from exc
-                if not isinstance(body, dict):
-                    raise _Failed(JudgeOutcome.SERVER_ERROR, f"HTTP {status} with a non-object body")
-                return body
-            detail = f"HTTP {status}{_error_message(resp)}"
-            if status not in _RETRYABLE and status < 500:
-                raise _Failed(outcome_for_status(status), detail)
-            wait = _retry_after(resp.headers)
-            if last or (wait is not None and wait > cfg.max_retry_after_seconds):
-                if not last:
-                    detail += f" (asked to retry after {wait:g}s > {cfg.max_retry_after_seconds:g}s)"
-                raise _Failed(outcome_for_status(status), detail)
-            await asyncio.sleep(wait if wait is not None else self._backoff(retry))
-        raise AssertionError("unreachable")  # the loop always returns or raises on its last pass
+        return await post_chat(self._client, cfg, payload)
 
-    def _backoff(self, retry: int) -> float:
-        cfg = self.config
-        base = min(cfg.initial_backoff_seconds * 2.0**retry, cfg.max_backoff_seconds)
-        return base * (1 - 0.25 * random.random())
+
+def chat_client(cfg: OpenAIJudgeConfig, key: str | None, **kwargs: Any) -> httpx.AsyncClient:
+    """An httpx client for the configured OpenAI-compatible server (key as a bearer token)."""
+    return httpx.AsyncClient(
+        base_url=(cfg.base_url or "https://api.openai.com/v1").rstrip("/") + "/",
+        headers={"Authorization": f"Bearer {key}"} if key else {},
+        timeout=httpx.Timeout(cfg.timeout_seconds),
+        **kwargs,
+    )
+
+
+async def post_chat(
+    client: httpx.AsyncClient, cfg: OpenAIJudgeConfig, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """POST chat/completions with the config's retries (backoff with jitter, `Retry-After`
+    honoured up to `max_retry_after_seconds`); the parsed body, or `ChatFailed`."""
+    for retry in range(cfg.max_retries + 1):
+        last = retry == cfg.max_retries
+        try:
+            resp = await client.post("chat/completions", json=payload)
+        except httpx.TimeoutException as exc:
+            if last:
+                raise ChatFailed(
+                    JudgeOutcome.TIMEOUT,
+                    f"request timed out after {cfg.timeout_seconds:g}s ({cfg.max_retries} retries)",
+                ) from exc
+            await asyncio.sleep(_backoff(cfg, retry))
+            continue
+        except httpx.TransportError as exc:
+            if last:
+                raise ChatFailed(JudgeOutcome.CONNECTION_ERROR, type(exc).__name__) from exc
+            await asyncio.sleep(_backoff(cfg, retry))
+            continue
+        status = resp.status_code
+        if status < 300:
+            try:
+                body = resp.json()
+            except ValueError as exc:
+                raise ChatFailed(JudgeOutcome.SERVER_ERROR, f"HTTP {status} with a non-JSON body") from exc
+            if not isinstance(body, dict):
+                raise ChatFailed(JudgeOutcome.SERVER_ERROR, f"HTTP {status} with a non-object body")
+            return body
+        detail = f"HTTP {status}{_error_message(resp)}"
+        if status not in _RETRYABLE and status < 500:
+            raise ChatFailed(outcome_for_status(status), detail)
+        wait = _retry_after(resp.headers)
+        if last or (wait is not None and wait > cfg.max_retry_after_seconds):
+            if not last:
+                detail += f" (asked to retry after {wait:g}s > {cfg.max_retry_after_seconds:g}s)"
+            raise ChatFailed(outcome_for_status(status), detail)
+        await asyncio.sleep(wait if wait is not None else _backoff(cfg, retry))
+    raise AssertionError("unreachable")  # the loop always returns or raises on its last pass
+
+
+def _backoff(cfg: OpenAIJudgeConfig, retry: int) -> float:
+    base = min(cfg.initial_backoff_seconds * 2.0**retry, cfg.max_backoff_seconds)
+    return base * (1 - 0.25 * random.random())
+
+
+def chat_usage(body: dict[str, Any]) -> TokenUsage:
+    """A chat completion's `usage`, cached prompt tokens apart (raises on a malformed one)."""
+    usage = body.get("usage") or {}
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return TokenUsage(
+        input=max(0, int(usage.get("prompt_tokens") or 0) - cached),
+        output=int(usage.get("completion_tokens") or 0),
+        cache_read=cached,
+    )
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
