@@ -495,22 +495,12 @@ class LLMGenerator:
     def __init__(self, backend: Literal["anthropic", "openai"], options: Mapping[str, Any]) -> None:
         self.name = backend
         self.config: LLMJudgeConfig
+        key: str | None
         if backend == "anthropic":
-            import anthropic
-
-            from monitor.judge.anthropic_judge import AnthropicJudgeConfig
+            from monitor.judge.anthropic_judge import AnthropicJudgeConfig, messages_client
 
             self.config = AnthropicJudgeConfig.model_validate(dict(options))
-            key = self.config.resolve_api_key("ANTHROPIC_API_KEY")
-            if key is None:
-                raise ValueError("no Anthropic API key: set ANTHROPIC_API_KEY, or api_key / api_key_file")
-            self._anthropic = anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=self.config.base_url,
-                timeout=self.config.timeout_seconds,
-                max_retries=self.config.max_retries,
-                open_telemetry=False,  # the generator's calls are no gen_ai traffic to monitor
-            )
+            key, self._anthropic = messages_client(self.config)
             self._tool: ToolParam = {
                 "name": TOOL_NAME,
                 "description": _TOOL_DESCRIPTION,

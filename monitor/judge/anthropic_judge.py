@@ -79,27 +79,36 @@ class AnthropicJudgeConfig(LLMJudgeConfig):
         return self
 
 
+def messages_client(config: LLMJudgeConfig, **kwargs: Any) -> tuple[str, anthropic.AsyncAnthropic]:
+    """The configured key (ValueError without one) and an SDK client using it."""
+    key = config.resolve_api_key("ANTHROPIC_API_KEY")
+    if key is None:
+        raise ValueError("no Anthropic API key: set ANTHROPIC_API_KEY, or api_key / api_key_file")
+    # An explicit key: the SDK then consults no other credential source (profiles, federation).
+    client = anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=config.base_url,
+        timeout=config.timeout_seconds,
+        max_retries=config.max_retries,
+        # No SDK spans of our own calls: a monitor whose process exports traces to the topic it
+        # reads would otherwise ingest its judge (or generator) as gen_ai traffic.
+        open_telemetry=False,
+        **kwargs,
+    )
+    return key, client
+
+
 class AnthropicJudge(LLMJudgeBase):
     name = "anthropic"
 
     def __init__(self, config: AnthropicJudgeConfig | None = None) -> None:
         config = config or AnthropicJudgeConfig()
-        key = config.resolve_api_key("ANTHROPIC_API_KEY")
-        if key is None:
-            raise ValueError("no Anthropic API key: set ANTHROPIC_API_KEY, or api_key / api_key_file")
-        super().__init__(config, Redactor([key]))
-        # An explicit key: the SDK then consults no other credential source (profiles, federation).
-        self._client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=config.base_url,
-            timeout=config.timeout_seconds,
-            max_retries=config.max_retries,
-            # No SDK spans of the judge's own calls: a monitor whose process exports traces to the
-            # topic it reads would otherwise ingest its judge as gen_ai traffic.
-            open_telemetry=False,
+        key, self._client = messages_client(
+            config,
             # The SDK's defaults, plus the hook that counts every request it sends, retries included.
             http_client=anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [count_request]}),
         )
+        super().__init__(config, Redactor([key]))
         self._tool: ToolParam = {
             "name": TOOL_NAME,
             "description": TOOL_DESCRIPTION,
