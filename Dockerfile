@@ -11,8 +11,11 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-RUN python -m venv /opt/venv
-COPY pyproject.toml README.md ./
+# A C compiler for the compiled span decoder and trace assembler (the wheel carries them built).
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && python -m venv /opt/venv
+COPY pyproject.toml setup.py README.md ./
 COPY monitor ./monitor
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/venv/bin/pip wheel --no-deps --wheel-dir /dist . \

@@ -524,6 +524,7 @@ typedef struct {
     int lean;
     trace_t *traces;
     Py_ssize_t n_traces, cap;
+    Py_ssize_t n_inert; /* the counted spans in `others`, all traces */
     trace_t first_traces[TRACE_SLOTS];
 } ctx_t;
 
@@ -1327,6 +1328,90 @@ fail:
     return FAIL;
 }
 
+/* One message's walk into `c` (which `ctx_open` set up and `ctx_close` releases): 0 when the
+ * compiled path took it, 1 when the reference path must (the error cleared), FAIL with an
+ * exception set (KeyboardInterrupt and the like). */
+static void ctx_open(ctx_t *c, long long now, int lean)
+{
+    c->lo = now - 30LL * 86400 * 1000000000LL; /* decode._PAST_NS */
+    c->hi = now + 3600LL * 1000000000LL;       /* decode._FUTURE_NS */
+    c->dropped = 0;
+    c->lean = lean;
+    c->others = NULL;
+    c->traces = c->first_traces;
+    c->n_traces = 0;
+    c->cap = TRACE_SLOTS;
+    memset(c->first_traces, 0, sizeof c->first_traces);
+    c->spans = NULL;
+    c->problems = NULL;
+}
+
+static void ctx_close(ctx_t *c)
+{
+    for (Py_ssize_t i = 0; i < c->cap; i++)
+        Py_XDECREF(c->traces[i].str);
+    if (c->traces != c->first_traces)
+        PyMem_Free(c->traces);
+    Py_XDECREF(c->spans);
+    Py_XDECREF(c->others);
+    Py_XDECREF(c->problems);
+}
+
+static int walk(ctx_t *c, PyObject *value)
+{
+    c->spans = PyList_New(0);
+    c->problems = PyList_New(0);
+    if (c->spans == NULL || c->problems == NULL)
+        return FAIL;
+    ptr p = (ptr)PyBytes_AS_STRING(value);
+    ptr end = p + PyBytes_GET_SIZE(value);
+    while (p < end) {
+        uint32_t field;
+        int wt;
+        ptr body;
+        Py_ssize_t n;
+        if (read_tag(&p, end, &field, &wt))
+            goto fallback;
+        if (field == 1 && wt == 2) {
+            if (read_len(&p, end, &body, &n) || resource_spans(c, body, body + n, 1))
+                goto fallback;
+        }
+        else if (skip_field(M_TRACES, field, wt, &p, end, 0)) {
+            goto fallback;
+        }
+    }
+    c->n_inert = 0;
+    for (Py_ssize_t i = 0; c->others != NULL && i < c->cap; i++) {
+        trace_t *t = &c->traces[i];
+        if (t->n_inert) {
+            PyObject *n = PyLong_FromSsize_t(t->n_inert);
+            int rc = n == NULL ? -1 : PyDict_SetItem(c->others, t->str, n);
+            Py_XDECREF(n);
+            if (rc)
+                return FAIL;
+            c->n_inert += t->n_inert;
+        }
+    }
+    if (c->others == NULL && (c->others = PyDict_New()) == NULL)
+        return FAIL;
+    return 0;
+fallback:
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+        return FAIL;
+    PyErr_Clear();
+    return 1;
+}
+
+/* now_ns as a C number, or 1 (use the reference path) when absurd; FAIL on a type error. */
+static int now_of(PyObject *obj, long long *now)
+{
+    int overflow = 0;
+    *now = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (*now == -1 && PyErr_Occurred())
+        return FAIL;
+    return overflow || *now > (1LL << 62) || *now < -(1LL << 62);
+}
+
 static PyObject *decode_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (!ready) {
@@ -1340,80 +1425,114 @@ static PyObject *decode_spans(PyObject *self, PyObject *const *args, Py_ssize_t 
     int lean = PyObject_IsTrue(args[2]);
     if (lean < 0)
         return NULL;
-    int overflow = 0;
-    long long now = PyLong_AsLongLongAndOverflow(args[1], &overflow);
-    if (now == -1 && PyErr_Occurred())
-        return NULL;
-    if (overflow || now > (1LL << 62) || now < -(1LL << 62))
-        Py_RETURN_NONE;
+    long long now;
+    int rc = now_of(args[1], &now);
+    if (rc)
+        return rc == FAIL ? NULL : Py_NewRef(Py_None);
     ctx_t c;
-    c.lo = now - 30LL * 86400 * 1000000000LL; /* decode._PAST_NS */
-    c.hi = now + 3600LL * 1000000000LL;       /* decode._FUTURE_NS */
-    c.dropped = 0;
-    c.lean = lean;
-    c.others = NULL;
-    c.traces = c.first_traces;
-    c.n_traces = 0;
-    c.cap = TRACE_SLOTS;
-    memset(c.first_traces, 0, sizeof c.first_traces);
+    ctx_open(&c, now, lean);
     PyObject *out = NULL;
-    c.spans = PyList_New(0);
-    c.problems = PyList_New(0);
-    if (c.spans == NULL || c.problems == NULL)
-        goto done;
-    ptr p = (ptr)PyBytes_AS_STRING(args[0]);
-    ptr end = p + PyBytes_GET_SIZE(args[0]);
-    while (p < end) {
-        uint32_t field;
-        int wt;
-        ptr body;
-        Py_ssize_t n;
-        if (read_tag(&p, end, &field, &wt))
-            goto fallback;
-        if (field == 1 && wt == 2) {
-            if (read_len(&p, end, &body, &n) || resource_spans(&c, body, body + n, 1))
-                goto fallback;
+    rc = walk(&c, args[0]);
+    if (rc == 1) {
+        out = Py_NewRef(Py_None);
+    }
+    else if (rc == 0) {
+        if (PyList_GET_SIZE(c.spans) && !PyList_GET_SIZE(c.problems) && !c.dropped) {
+            PyObject *a[2] = {c.spans, c.others}; /* Decoded(spans, others): nothing to report */
+            out = make(&decoded, a, 2);
         }
-        else if (skip_field(M_TRACES, field, wt, &p, end, 0)) {
-            goto fallback;
+        else {
+            out = PyObject_CallFunction(finish_fn, "OOOl", c.spans, c.others, c.problems, c.dropped);
         }
     }
-    for (Py_ssize_t i = 0; c.others != NULL && i < c.cap; i++) {
-        trace_t *t = &c.traces[i];
-        if (t->n_inert) {
-            PyObject *n = PyLong_FromSsize_t(t->n_inert);
-            int rc = n == NULL ? -1 : PyDict_SetItem(c.others, t->str, n);
-            Py_XDECREF(n);
-            if (rc)
-                goto done;
-        }
-    }
-    if (c.others == NULL && (c.others = PyDict_New()) == NULL)
-        goto done;
-    if (PyList_GET_SIZE(c.spans) && !PyList_GET_SIZE(c.problems) && !c.dropped) {
-        PyObject *args[2] = {c.spans, c.others}; /* Decoded(spans, others): nothing to report */
-        out = make(&decoded, args, 2);
-    }
-    else {
-        out = PyObject_CallFunction(finish_fn, "OOOl", c.spans, c.others, c.problems, c.dropped);
-    }
-    goto done;
-fallback:
-    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
-        PyErr_Clear(); /* KeyboardInterrupt and the like go on up */
-    if (!PyErr_Occurred()) {
-        Py_INCREF(Py_None);
-        out = Py_None;
-    }
-done:
-    for (Py_ssize_t i = 0; i < c.cap; i++)
-        Py_XDECREF(c.traces[i].str);
-    if (c.traces != c.first_traces)
-        PyMem_Free(c.traces);
-    Py_XDECREF(c.spans);
-    Py_XDECREF(c.others);
-    Py_XDECREF(c.problems);
+    ctx_close(&c);
     return out;
+}
+
+/* --- the ingest stage's loop ------------------------------------------------------------- */
+
+static PyObject *str_value = NULL, *str_holds = NULL, *one = NULL;
+
+/* What `IngestStage._process` does with one message, for the plain ones: decode (lean) and hand
+ * the spans to the assembler, then drop the consumer's hold. Anything else — no value or too
+ * large, a value JSON may start (with `auto`), a message the reference path must decode, one with
+ * problems or malformed spans — stops the loop there for the stage's own path. */
+static PyObject *feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "_wire.init was not called");
+        return NULL;
+    }
+    if (nargs != 9 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "feed(messages: list, refs: list, start: int, now_ns: int, auto: bool, max_bytes: int, "
+                        "add_spans, now: float, finished: list)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *refs = args[1], *add_spans = args[6];
+    Py_ssize_t i = PyLong_AsSsize_t(args[2]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    long long now;
+    int rc = now_of(args[3], &now);
+    if (rc)
+        return rc == FAIL ? NULL : PyLong_FromSsize_t(i);
+    int auto_ = PyObject_IsTrue(args[4]);
+    Py_ssize_t max_bytes = PyLong_AsSsize_t(args[5]);
+    if (auto_ < 0 || (max_bytes == -1 && PyErr_Occurred()))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(refs);
+    if (PyList_GET_SIZE(messages) < n)
+        n = PyList_GET_SIZE(messages);
+    for (; i < n; i++) {
+        PyObject *value = PyObject_GetAttr(PyList_GET_ITEM(messages, i), str_value);
+        if (value == NULL)
+            return NULL;
+        Py_ssize_t size = PyBytes_Check(value) ? PyBytes_GET_SIZE(value) : 0;
+        /* JSON may start with a BOM, whitespace or "{" (decode's _JSON_START) */
+        uint8_t first = size ? (uint8_t)PyBytes_AS_STRING(value)[0] : 0;
+        if (size == 0 || size > max_bytes ||
+            (auto_ && (first == '{' || first == ' ' || first == '\t' || first == '\r' || first == '\n' || first == 0xEF))) {
+            Py_DECREF(value);
+            break;
+        }
+        ctx_t c;
+        ctx_open(&c, now, 1);
+        rc = walk(&c, value);
+        Py_DECREF(value);
+        if (rc == 0 && (!PyList_GET_SIZE(c.spans) || PyList_GET_SIZE(c.problems) || c.dropped))
+            rc = 1;
+        if (rc) {
+            ctx_close(&c);
+            if (rc == FAIL)
+                return NULL;
+            break;
+        }
+        PyObject *ref = PyList_GET_ITEM(refs, i);
+        Py_ssize_t n_spans = PyList_GET_SIZE(c.spans) + c.n_inert;
+        PyObject *size_obj = PyLong_FromSsize_t(size / n_spans + 1);
+        PyObject *r = NULL;
+        if (size_obj != NULL) {
+            PyObject *a[6] = {c.spans, ref, size_obj, args[7], args[8], c.n_inert ? c.others : Py_None};
+            r = PyObject_Vectorcall(add_spans, a, 6, NULL);
+            Py_DECREF(size_obj);
+        }
+        ctx_close(&c);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+        /* ref.release() */
+        PyObject *holds = PyObject_GetAttr(ref, str_holds);
+        PyObject *less = holds == NULL ? NULL : PyNumber_Subtract(holds, one);
+        Py_XDECREF(holds);
+        if (less == NULL)
+            return NULL;
+        rc = PyObject_SetAttr(ref, str_holds, less);
+        Py_DECREF(less);
+        if (rc)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(i);
 }
 
 /* --- set-up ------------------------------------------------------------------------------ */
@@ -1554,13 +1673,15 @@ static PyObject *init(PyObject *self, PyObject *args)
         if ((key_objs[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
             return NULL;
     PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
-                          &str_query_type, &str_replay};
-    const char *const name_strs[] = {"role", "problems", "query", "answer", "chunks", "model", "query_type", "replay"};
-    for (int i = 0; i < 8; i++)
+                          &str_query_type, &str_replay, &str_value, &str_holds};
+    const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",
+                                     "model",      "query_type", "replay", "value", "holds"};
+    for (int i = 0; i < 10; i++)
         if ((*names[i] = PyUnicode_InternFromString(name_strs[i])) == NULL)
             return NULL;
     empty_str = PyUnicode_New(0, 0);
-    if (empty_str == NULL)
+    one = PyLong_FromLong(1);
+    if (empty_str == NULL || one == NULL)
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
@@ -1579,6 +1700,10 @@ static PyMethodDef methods[] = {
      "decode_spans(value, now_ns, lean) -> Decoded (finish(spans, others, problems, dropped) when there is "
      "something to report), or None: use the reference path. With lean, inert spans after their trace's "
      "first are only counted, per trace, in others"},
+    {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL,
+     "feed(messages, refs, start, now_ns, auto, max_bytes, add_spans, now, finished) -> index: from start, "
+     "each plain message decoded (lean), add_spans(spans, ref, size, now, finished, others or None) called "
+     "and ref.holds released, up to the first message the caller's own path must take"},
     {NULL, NULL, 0, NULL},
 };
 

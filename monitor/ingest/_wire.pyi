@@ -29,3 +29,15 @@ def init(
 ) -> None: ...
 def decode_spans(value: bytes, now_ns: int, lean: bool, /) -> Decoded | None: ...
 def counts() -> tuple[int, int]: ...
+def feed(
+    messages: list[Any],
+    refs: list[Any],
+    start: int,
+    now_ns: int,
+    auto: bool,
+    max_bytes: int,
+    add_spans: Callable[..., None],
+    now: float,
+    finished: list[Any],
+    /,
+) -> int: ...

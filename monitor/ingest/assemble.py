@@ -3,18 +3,33 @@
 A trace is emitted `grace_seconds` after its root span arrives (children of a distributed trace may
 trail the root), or after `timeout_seconds` if the root never comes and enough is present. Open
 traces are bounded by count and bytes; the oldest goes first.
+
+`Assembler` has two implementations with identical results. The compiled one (`_assembly.c`,
+built by `pip install` where a C compiler exists, `build_record` included) is used when it was
+built; `PyAssembler` below is the reference (tests/test_assemble_compiled.py compares them).
+`RAGMON_PURE_PYTHON=1` forces the reference. `ASSEMBLER` says which one `Assembler` is.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
+import os
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from monitor.config import AssemblyConfig
 from monitor.ingest.dialects import is_inert
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
+
+__all__ = ["ASSEMBLER", "Assembler", "Finished", "PyAssembler", "build_record"]
+
+log = logging.getLogger(__name__)
 
 
 class _OpenTrace:
@@ -47,7 +62,9 @@ _RERANKER = SpanRole.RERANKER
 _LLM = SpanRole.LLM
 
 
-class Assembler:
+class PyAssembler:
+    """The reference assembler (the compiled `_assembly.Assembler` does the same, call for call)."""
+
     def __init__(self, config: AssemblyConfig) -> None:
         self._cfg = config
         self._open: OrderedDict[str, _OpenTrace] = OrderedDict()  # oldest first
@@ -289,3 +306,60 @@ def _final_ranking(rerankers: list[SpanFacts], retrievers: list[SpanFacts]) -> l
                 seen.add(c.id)
                 out.append(c)
     return out
+
+
+# --- the compiled assembler ---------------------------------------------------------------------
+
+
+def _plain_slots(cls: type) -> list[str] | None:
+    """The field names of a slots dataclass whose `__init__` only stores its arguments, which
+    `_assembly` may then build by filling its slots; None (call the class) for anything else."""
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        return None
+    fields = dataclasses.fields(cls)
+    return [f.name for f in fields] if all(f.init for f in fields) else None
+
+
+@functools.cache
+def compiled_assembler() -> Any:
+    """The compiled `_assembly.Assembler` class, set up; None where it was not built."""
+    try:
+        from monitor.ingest import _assembly
+    except ImportError:
+        return None
+    _assembly.setup(
+        SpanFacts,
+        Chunk,
+        MessageRef,
+        RagRecord,
+        _plain_slots(RagRecord),
+        Finished,
+        _plain_slots(Finished),
+        (_ROOT, _RETRIEVER, _RERANKER, _LLM, SpanRole.OTHER),
+        (Reject.LATE_SPAN, Reject.EVICTED, Reject.NOT_RAG, Reject.MISSING_QUERY, Reject.MISSING_ANSWER),
+        functools.partial(sorted, key=_end_ns),
+        functools.partial(sorted, key=attrgetter("start_ns")),
+        functools.partial(max, key=_end_ns),
+    )
+    return _assembly.Assembler
+
+
+def _choose() -> tuple[Any, str]:
+    if os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0"):
+        return None, "python (RAGMON_PURE_PYTHON is set)"
+    try:
+        compiled = compiled_assembler()
+    except Exception as exc:  # model classes the compiled one cannot take: the reference still works
+        return None, f"python (compiled assembler unusable: {exc})"
+    if compiled is None:
+        return None, "python (the compiled assembler monitor.ingest._assembly was not built)"
+    return compiled, "compiled"
+
+
+_compiled, ASSEMBLER = _choose()
+log.info("trace assembler: %s", ASSEMBLER)
+
+if TYPE_CHECKING:
+    Assembler = PyAssembler
+else:
+    Assembler = _compiled or PyAssembler

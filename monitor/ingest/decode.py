@@ -38,7 +38,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from monitor.ingest import dialects
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
-__all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "decode"]
+__all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "compiled_feed", "decode"]
 
 log = logging.getLogger(__name__)
 
@@ -796,6 +796,15 @@ def compiled_decoder() -> Any:
         UNKNOWN_SERVICE,
     )
     return wire
+
+
+def compiled_feed(encoding: Encoding) -> Callable[..., int] | None:
+    """`_wire.feed`, the ingest stage's compiled loop over plain messages, where it applies: the
+    compiled decoder is in use and the encoding may be protobuf."""
+    if _wire is None or encoding not in (Encoding.OTLP_PROTO, Encoding.AUTO):
+        return None
+    feed: Callable[..., int] = _wire.feed
+    return feed
 
 
 def _choose() -> tuple[Any, str]:

@@ -21,7 +21,7 @@ from monitor.config import Settings
 from monitor.drift import retrieval_monitor
 from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import Encoding, compiled_feed, decode
 from monitor.ingest.sample import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
@@ -86,6 +86,8 @@ class IngestStage:
             else None
         )
         self._encoding = Encoding(kafka.encoding)
+        # The compiled decoder's loop over plain messages (None: each through `_message`).
+        self._feed = compiled_feed(self._encoding)
         # Labelled series per bounded (service, query_type), counted locally and flushed once
         # per batch: `.labels()` and a Prometheus observation cost more than the rest of a
         # record's accounting. Both label sets are bounded, so this dict is too.
@@ -131,8 +133,9 @@ class IngestStage:
         now = time.monotonic()
         wall_ns = time.time_ns()
         max_bytes = self.settings.kafka.max_message_bytes
-        encoding = self._encoding
         add_spans = self.assembler.add_spans
+        feed = self._feed
+        auto = self._encoding is Encoding.AUTO
         tracker = self.tracker
         finished: list[Finished] = []
         for tp, messages in batch.items():
@@ -145,40 +148,53 @@ class IngestStage:
                     await asyncio.sleep(0)  # let the fetcher and heartbeats run
                 run = messages[first : first + _RUN]
                 refs = tracker.track_run(tp, [msg.offset for msg in run], generation)
-                for msg, ref in zip(run, refs, strict=False):
-                    value = msg.value
-                    if not value:
-                        self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
-                        continue
-                    size = len(value)
-                    if size > max_bytes:
-                        detail = f"{size} bytes > max_message_bytes {max_bytes}"
-                        self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
-                        continue
-                    decoded = decode(value, encoding, wall_ns, for_assembly=True)
-                    if decoded.error is not None:
-                        self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
-                        continue
-                    if decoded.problems:
-                        where = f"{tp.topic}/{tp.partition}@{msg.offset}"
-                        for problem in decoded.problems:
-                            self.rejections.count(problem, decoded.detail, where)
-                    spans = decoded.spans
-                    if spans:
-                        others = decoded.others
-                        n_spans = len(spans) + sum(others.values()) if others else len(spans)
-                        add_spans(spans, ref, size // n_spans + 1, now, finished, others)
-                    for record in decoded.records:
-                        ref.acquire()
-                        finished.append(Finished(record.trace_id, record, None, [ref]))
-                    ref.release()
-                if len(refs) < len(run):
+                i, n = 0, len(refs)
+                while i < n:
+                    if feed is not None:  # the plain messages, up to one it leaves to `_message`
+                        i = feed(run, refs, i, wall_ns, auto, max_bytes, add_spans, now, finished)
+                        if i == n:
+                            break
+                    self._message(tp, run[i], refs[i], wall_ns, now, finished)
+                    i += 1
+                if n < len(run):
                     break  # the rest is no longer this generation's, or was seen already
         finished.extend(self.assembler.poll(now))
         for fin in finished:
             self._finish(fin)
         self._flush_counts()
         await self._flush()
+
+    def _message(
+        self, tp: TopicPartition, msg: Any, ref: MessageRef, wall_ns: int, now: float, out: list[Finished]
+    ) -> None:
+        """One message: rejected whole, or its spans assembled and its flat records finished."""
+        value = msg.value
+        if not value:
+            self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
+            return
+        size = len(value)
+        max_bytes = self.settings.kafka.max_message_bytes
+        if size > max_bytes:
+            detail = f"{size} bytes > max_message_bytes {max_bytes}"
+            self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
+            return
+        decoded = decode(value, self._encoding, wall_ns, for_assembly=True)
+        if decoded.error is not None:
+            self._reject_message(decoded.error, decoded.detail, tp, msg, ref)
+            return
+        if decoded.problems:
+            where = f"{tp.topic}/{tp.partition}@{msg.offset}"
+            for problem in decoded.problems:
+                self.rejections.count(problem, decoded.detail, where)
+        spans = decoded.spans
+        if spans:
+            others = decoded.others
+            n_spans = len(spans) + sum(others.values()) if others else len(spans)
+            self.assembler.add_spans(spans, ref, size // n_spans + 1, now, out, others)
+        for record in decoded.records:
+            ref.acquire()
+            out.append(Finished(record.trace_id, record, None, [ref]))
+        ref.release()
 
     def _flush_counts(self) -> None:
         """The batch's record counts into their Prometheus series: a scrape is at most a batch
