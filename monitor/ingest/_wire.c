@@ -417,12 +417,23 @@ static PyObject *any_value(ptr p, ptr end, int depth)
 
 /* --- relevant keys ----------------------------------------------------------------------- */
 
+/* Eight bytes at a time: attribute keys run to ~40 bytes, and every key of a RAG span is probed. */
 static inline uint32_t key_hash(ptr s, Py_ssize_t n)
 {
-    uint32_t h = 2166136261u;
-    for (Py_ssize_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 16777619u;
-    return h;
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL, w;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 29;
+    }
+    if (i < n) {
+        w = 0;
+        memcpy(&w, s + i, (size_t)(n - i));
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 29;
+    }
+    return (uint32_t)(h ^ (h >> 32));
 }
 
 /* The str key under which `dialects.apply` may look this attribute up; NULL (no error) if it
@@ -1453,6 +1464,17 @@ static PyObject *decode_spans(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 static PyObject *str_value = NULL, *str_holds = NULL, *one = NULL;
 
+/* With encoding `auto`, decode.py sends a message to the protobuf path when, after an optional
+ * BOM and JSON whitespace (`_JSON_START`), something other than "{" follows; anything else is
+ * for it to decide. */
+static int maybe_json(ptr p, Py_ssize_t n)
+{
+    Py_ssize_t i = n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF ? 3 : 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
+        i++;
+    return i == n || p[i] == '{';
+}
+
 /* What `IngestStage._process` does with one message, for the plain ones: decode (lean) and hand
  * the spans to the assembler, then drop the consumer's hold. Anything else — no value or too
  * large, a value JSON may start (with `auto`), a message the reference path must decode, one with
@@ -1489,10 +1511,7 @@ static PyObject *feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (value == NULL)
             return NULL;
         Py_ssize_t size = PyBytes_Check(value) ? PyBytes_GET_SIZE(value) : 0;
-        /* JSON may start with a BOM, whitespace or "{" (decode's _JSON_START) */
-        uint8_t first = size ? (uint8_t)PyBytes_AS_STRING(value)[0] : 0;
-        if (size == 0 || size > max_bytes ||
-            (auto_ && (first == '{' || first == ' ' || first == '\t' || first == '\r' || first == '\n' || first == 0xEF))) {
+        if (size == 0 || size > max_bytes || (auto_ && maybe_json((ptr)PyBytes_AS_STRING(value), size))) {
             Py_DECREF(value);
             break;
         }
