@@ -14,6 +14,7 @@ than a skip.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 import os
 import random
@@ -342,6 +343,22 @@ def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
         x: int
 
     assert decode_mod._slots_layout(Checked) is None and decode_mod._slots_layout(NoSlots) is None
+
+
+@needs_wire
+def test_compiled_spans_stay_out_of_the_cyclic_collector() -> None:
+    """Spans, chunks and their lists can hold no cycle, so the compiled path builds them untracked:
+    the collector no longer walks every open trace's spans at each collection. The reference
+    path's objects are tracked as usual, and both compare equal."""
+    value = generate(1, seed=4).messages[0].value
+    out = taken(value)
+    spans = out.spans
+    chunks = [c for s in spans for c in s.chunks or ()]
+    assert spans and chunks
+    assert not any(gc.is_tracked(o) for o in [*spans, *chunks, *(s.chunks for s in spans if s.chunks)])
+    assert not any(gc.is_tracked(s.problems) for s in spans)
+    ref = on_path(None, value, Encoding.OTLP_PROTO, time.time_ns())
+    assert all(gc.is_tracked(s) for s in ref.spans)
 
 
 def test_every_key_apply_reads_is_in_the_shared_table() -> None:

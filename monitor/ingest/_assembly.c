@@ -62,6 +62,9 @@ static PyObject *build(builder_t *b, PyObject *const *args, int nargs)
         Py_INCREF(args[i]);
         SLOT(obj, b->off[i]) = args[i];
     }
+    /* A record and its `Finished` refer to strings, chunks and message refs only: never part of
+     * a cycle, so kept out of the cyclic collector's traversals (as `_wire` does with spans). */
+    PyObject_GC_UnTrack(obj);
     return obj;
 }
 
