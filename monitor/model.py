@@ -45,6 +45,15 @@ class Chunk:
     id: str
     content: str | None = None
     score: float | None = None
+    # The ingest stage's decoder (`decode(..., for_assembly=True)` of OTLP protobuf) leaves the
+    # text as the message's valid UTF-8 bytes here, `content` None: only the few sampled records
+    # ever need it as a string, so the rest never pay for decoding and allocating it. `text` reads
+    # either form.
+    raw: memoryview | None = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str | None:
+        return self.content if self.raw is None else str(self.raw, "utf-8")
 
 
 @dataclass(slots=True)
@@ -95,7 +104,7 @@ class RagRecord:
             "service": self.service,
             "query": self.query,
             "query_type": self.query_type,
-            "chunks": [{"id": c.id, "content": c.content, "score": c.score} for c in self.chunks],
+            "chunks": [{"id": c.id, "content": c.text, "score": c.score} for c in self.chunks],
             "answer": self.answer,
             "model": self.model,
             "start": self.start_ns / 1e9 if self.start_ns else None,

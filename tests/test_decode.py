@@ -1217,3 +1217,38 @@ def _proto_sample() -> bytes:
 
 
 _PROTO_SAMPLE = _proto_sample()
+
+
+def test_for_assembly_leaves_chunk_text_undecoded() -> None:
+    """The ingest stage's decode (`for_assembly`) hands retrieved text over as its UTF-8 bytes
+    (`Chunk.raw`, `content` None), whether the documents were mapped natively or by `apply` (a
+    score sent as a string); `text`, and so the record's JSON, read it back unchanged."""
+    t = Spans()
+    doc = "Zürich — 東京 \U0001f600 plain"
+    with t.span("rag", **attrs(openinference__span__kind="CHAIN", input__value="q?", output__value="a.")):
+        for name, score in (("native", 0.9), ("by-apply", "0.5")):
+            with t.span(
+                name,
+                **{
+                    "openinference.span.kind": "RETRIEVER",
+                    "retrieval.documents.0.document.id": "d1",
+                    "retrieval.documents.0.document.content": doc,
+                    "retrieval.documents.0.document.score": score,
+                    "retrieval.documents.1.document.id": "d2",
+                    "retrieval.documents.1.document.content": "",
+                },
+            ):
+                pass
+    value = proto_bytes(t.finished)
+    full = by_name(ok(decode(value, Encoding.OTLP_PROTO)).spans)
+    lean = by_name(ok(decode(value, Encoding.OTLP_PROTO, for_assembly=True)).spans)
+    for name in ("native", "by-apply"):
+        assert [(c.content, c.raw) for c in full[name].chunks or ()] == [(doc, None), ("", None)]
+        chunks = lean[name].chunks or []
+        assert [(c.id, c.content, c.score) for c in chunks] == [
+            (c.id, None, c.score) for c in full[name].chunks or ()
+        ]
+        assert [bytes(c.raw) for c in chunks if c.raw is not None] == [doc.encode(), b""]
+        assert [c.text for c in chunks] == [doc, ""]
+    record = RagRecord("t", "s", "svc", "q?", "", lean["native"].chunks or [], "a.")
+    assert [c["content"] for c in record.to_json_dict()["chunks"]] == [doc, ""]

@@ -460,9 +460,59 @@ static PyObject *relevant_key(ptr s, Py_ssize_t n)
     return NULL;
 }
 
+/* What this file builds (spans, chunks, their lists) only ever refers to strings, numbers and
+ * more of the same, so it can never be part of a reference cycle: taken out of the cyclic
+ * garbage collector, which would otherwise traverse every span of every open trace again at each
+ * collection (~12 % of a rag3 message's CPU). Reference counting still frees them. */
+static PyObject *untracked(PyObject *obj)
+{
+    if (obj != NULL && PyObject_IS_GC(obj))
+        PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
+/* --- chunk text left undecoded ---------------------------------------------------------- */
+
+/* With `lean`, a retrieved document's text is not decoded: `Chunk.raw` gets a memoryview of its
+ * (validated) UTF-8 bytes in the message, and `content` stays None (decode._raw_text). */
+typedef struct {
+    PyObject *value; /* the message's bytes; NULL: decode text as usual */
+    PyObject *view;  /* a memoryview of them, made on first use */
+} source_t;
+
+static const char doc_prefix[] = "retrieval.documents.", doc_suffix[] = ".document.content";
+#define DOC_PREFIX_N (sizeof doc_prefix - 1)
+#define DOC_SUFFIX_N (sizeof doc_suffix - 1)
+
+static int is_doc_content(ptr k, Py_ssize_t n)
+{
+    return n > (Py_ssize_t)(DOC_PREFIX_N + DOC_SUFFIX_N) && memcmp(k, doc_prefix, DOC_PREFIX_N) == 0
+           && memcmp(k + n - DOC_SUFFIX_N, doc_suffix, DOC_SUFFIX_N) == 0;
+}
+
+/* The AnyValue at p..end when it is exactly one string: a memoryview of its bytes; NO_VALUE when
+ * it is anything else (decode it as usual); NULL on failure. */
+static PyObject *raw_string(source_t *src, ptr p, ptr end)
+{
+    uint32_t field;
+    int wt;
+    ptr body;
+    Py_ssize_t n;
+    if (read_tag(&p, end, &field, &wt) || field != 1 || wt != 2 || read_len(&p, end, &body, &n) || p != end)
+        return NO_VALUE;
+    if (!utf8_ok(body, n)) {
+        PyErr_SetString(PyExc_ValueError, "invalid UTF-8"); /* what decoding it would have raised */
+        return NULL;
+    }
+    if (src->view == NULL && (src->view = PyMemoryView_FromObject(src->value)) == NULL)
+        return NULL;
+    Py_ssize_t at = body - (ptr)PyBytes_AS_STRING(src->value);
+    return PySequence_GetSlice(src->view, at, at + n); /* tracked: memoryview's dealloc insists */
+}
+
 /* Read one attribute KeyValue; if its key is relevant, store its value in *attrs (created on
- * first use); otherwise only validate the value. */
-static int take_attribute(ptr p, ptr end, PyObject **attrs, int depth)
+ * first use); otherwise only validate the value. `src`: see source_t (NULL for events). */
+static int take_attribute(source_t *src, ptr p, ptr end, PyObject **attrs, int depth)
 {
     kv_t kv;
     if (read_kv(p, end, &kv, depth))
@@ -475,7 +525,11 @@ static int take_attribute(ptr p, ptr end, PyObject **attrs, int depth)
     }
     int rc = 0;
     if (kv.has_val) {
-        PyObject *v = any_value(kv.val, kv.val + kv.val_n, depth + 1);
+        PyObject *v = NO_VALUE;
+        if (src != NULL && src->value != NULL && is_doc_content(kv.key, kv.key_n))
+            v = raw_string(src, kv.val, kv.val + kv.val_n);
+        if (v == NO_VALUE)
+            v = any_value(kv.val, kv.val + kv.val_n, depth + 1);
         if (v == NULL) {
             rc = FAIL;
         }
@@ -536,6 +590,7 @@ typedef struct {
     trace_t *traces;
     Py_ssize_t n_traces, cap;
     Py_ssize_t n_inert; /* the counted spans in `others`, all traces */
+    source_t src;       /* with `lean`: the message, for chunk text left undecoded */
     trace_t first_traces[TRACE_SLOTS];
 } ctx_t;
 
@@ -623,7 +678,7 @@ static int merge_events(PyObject *attrs, ptr *ev, Py_ssize_t *ev_n, int n_ev, in
             if (read_tag(&p, end, &field, &wt))
                 goto fail;
             if (field == 3 && wt == 2) {
-                if (read_len(&p, end, &body, &n) || take_attribute(body, body + n, &ev_attrs, depth + 1))
+                if (read_len(&p, end, &body, &n) || take_attribute(NULL, body, body + n, &ev_attrs, depth + 1))
                     goto fail;
             }
             else if (skip_field(M_EVENT, field, wt, &p, end, depth)) {
@@ -675,17 +730,6 @@ typedef struct {
     PyObject *value[MAX_SLOTS]; /* F_DEFAULT's */
 } layout_t;
 static layout_t span_facts, chunk, decoded;
-
-/* What this file builds (spans, chunks, their lists) only ever refers to strings, numbers and
- * more of the same, so it can never be part of a reference cycle: taken out of the cyclic
- * garbage collector, which would otherwise traverse every span of every open trace again at each
- * collection (~12 % of a rag3 message's CPU). Reference counting still frees them. */
-static PyObject *untracked(PyObject *obj)
-{
-    if (obj != NULL && PyObject_IS_GC(obj))
-        PyObject_GC_UnTrack(obj);
-    return obj;
-}
 
 /* cls(*args): the first `nargs` fields from args, the others their defaults */
 static PyObject *make(layout_t *l, PyObject *const *args, int nargs)
@@ -770,7 +814,7 @@ static int set_layout(layout_t *l, PyObject *cls, PyObject *layout)
 
 enum { R_ROOT, R_RETRIEVER, R_RERANKER, R_LLM, R_OTHER, N_ROLES };
 static PyObject *roles[N_ROLES];
-static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay;
+static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay, *str_content, *str_raw;
 static unsigned long long mapped_native = 0, mapped_apply = 0;
 
 enum { K_KIND, K_INPUT, K_OUTPUT, K_TL_INPUT, K_TL_OUTPUT, K_RETRIEVAL_QUERY, K_GENAI_DOCS, K_QUERY_TYPE,
@@ -949,8 +993,69 @@ static int has_documents(PyObject *attrs)
     return h;
 }
 
+/* memoryview(text.encode()): a chunk's text as `Chunk.raw` holds it. */
+static PyObject *raw_of(PyObject *text)
+{
+    PyObject *b = PyUnicode_AsUTF8String(text);
+    if (b == NULL)
+        return NULL;
+    PyObject *view = PyMemoryView_FromObject(b);
+    Py_DECREF(b);
+    return view;
+}
+
+/* The attributes' undecoded text decoded after all, for `apply`. */
+static int text_again(PyObject *attrs)
+{
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(attrs, &pos, &k, &v)) { /* values replaced, keys unchanged: allowed */
+        if (!PyMemoryView_Check(v))
+            continue;
+        Py_buffer *b = PyMemoryView_GET_BUFFER(v);
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)b->buf, b->len, NULL);
+        int rc = s == NULL ? -1 : PyDict_SetItem(attrs, k, s);
+        Py_XDECREF(s);
+        if (rc)
+            return FAIL;
+    }
+    return 0;
+}
+
+/* decode._raw_text for a span `apply` mapped: each chunk's str `content` moved to `raw`. */
+static int raw_chunks(PyObject *facts)
+{
+    PyObject *chunks = PyObject_GetAttr(facts, str_chunks);
+    if (chunks == NULL)
+        return FAIL;
+    int t = PyObject_IsTrue(chunks);
+    PyObject *it = t > 0 ? PyObject_GetIter(chunks) : NULL;
+    Py_DECREF(chunks);
+    if (t <= 0)
+        return t;
+    if (it == NULL)
+        return FAIL;
+    PyObject *ch;
+    int rc = 0;
+    while (rc == 0 && (ch = PyIter_Next(it)) != NULL) {
+        PyObject *content = PyObject_GetAttr(ch, str_content);
+        if (content == NULL) {
+            rc = FAIL;
+        }
+        else if (PyUnicode_Check(content)) {
+            PyObject *raw = raw_of(content);
+            rc = raw == NULL || PyObject_SetAttr(ch, str_raw, raw) || PyObject_SetAttr(ch, str_content, Py_None) ? FAIL : 0;
+            Py_XDECREF(raw);
+        }
+        Py_XDECREF(content);
+        Py_DECREF(ch);
+    }
+    Py_DECREF(it);
+    return rc == 0 && PyErr_Occurred() ? FAIL : rc;
+}
+
 /* `_retrieved` when the documents are OpenInference's, each well formed (apply's fast case). */
-static int documents(PyObject *attrs, PyObject **out)
+static int documents(PyObject *attrs, int lean, PyObject **out)
 {
     *out = NULL;
     int h = has_documents(attrs);
@@ -982,13 +1087,22 @@ static int documents(PyObject *attrs, PyObject **out)
             break;
         }
         if (!(id != NULL && PyUnicode_CheckExact(id) && PyUnicode_GET_LENGTH(id) && content != NULL
-              && PyUnicode_CheckExact(content) && score != NULL && PyFloat_CheckExact(score)
-              && isfinite(PyFloat_AS_DOUBLE(score)))) {
+              && (PyUnicode_CheckExact(content) || PyMemoryView_Check(content)) && score != NULL
+              && PyFloat_CheckExact(score) && isfinite(PyFloat_AS_DOUBLE(score)))) {
             rc = UNSUPPORTED; /* make_chunk's cases */
             break;
         }
-        PyObject *args[3] = {id, content, score};
-        PyObject *c = make(&chunk, args, 3);
+        PyObject *c = NULL;
+        if (lean) { /* Chunk(id, None, score, raw) */
+            PyObject *raw = PyMemoryView_Check(content) ? Py_NewRef(content) : raw_of(content); /* from an event */
+            PyObject *args[4] = {id, Py_None, score, raw};
+            c = raw == NULL ? NULL : make(&chunk, args, 4);
+            Py_XDECREF(raw);
+        }
+        else {
+            PyObject *args[3] = {id, content, score};
+            c = make(&chunk, args, 3);
+        }
         if (c == NULL || PyList_Append(list, c)) {
             Py_XDECREF(c);
             rc = FAIL;
@@ -1020,7 +1134,7 @@ static int oi_role(PyObject *kind)
 
 /* `dialects.apply(facts, attrs)` for the shapes above: 0 done, UNSUPPORTED (facts untouched),
  * FAIL with an error. */
-static int map_span(PyObject *facts, PyObject *attrs)
+static int map_span(PyObject *facts, PyObject *attrs, int lean)
 {
     PyObject *kind, *query = NULL, *answer = NULL, *model = NULL, *chunks = NULL, *qt = NULL, *replay = NULL;
     if (lookup(attrs, key_objs[K_KIND], &kind))
@@ -1039,14 +1153,14 @@ static int map_span(PyObject *facts, PyObject *attrs)
             break;
         if ((answer == NULL && (rc = messages_text(attrs, 1, &answer))) || (rc = model_of(attrs, &model)))
             break;
-        rc = documents(attrs, &chunks);
+        rc = documents(attrs, lean, &chunks);
         break;
     case R_RETRIEVER:
         if ((rc = has(attrs, key_objs[K_RETRIEVAL_QUERY])) || (rc = plain_text(attrs, K_INPUT, &query)))
             break;
         if (query == NULL && (rc = has(attrs, key_objs[K_TL_INPUT])))
             break;
-        rc = documents(attrs, &chunks);
+        rc = documents(attrs, lean, &chunks);
         break;
     case R_LLM:
         if ((rc = messages_text(attrs, 1, &answer)) || (answer == NULL && (rc = plain_text(attrs, K_OUTPUT, &answer))))
@@ -1119,7 +1233,7 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
                 name_n = n;
                 break;
             case 9:
-                if (take_attribute(body, body + n, &attrs, depth + 1))
+                if (take_attribute(&c->src, body, body + n, &attrs, depth + 1))
                     goto fail;
                 break;
             case 11:
@@ -1195,12 +1309,16 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
             if (wants < 0 || (wants && merge_events(attrs, ev, ev_n, n_ev, depth + 1)))
                 goto fail;
         }
-        int rc = map_span(facts, attrs);
+        int rc = map_span(facts, attrs, c->lean);
         if (rc == UNSUPPORTED) {
+            if (c->lean && text_again(attrs)) /* apply reads text as str */
+                goto fail;
             PyObject *r = PyObject_CallFunctionObjArgs(apply_fn, facts, attrs, NULL);
             if (r == NULL)
                 goto fail;
             Py_DECREF(r);
+            if (c->lean && raw_chunks(facts))
+                goto fail;
             mapped_apply++;
         }
         else if (rc) {
@@ -1366,6 +1484,7 @@ static void ctx_open(ctx_t *c, long long now, int lean)
     memset(c->first_traces, 0, sizeof c->first_traces);
     c->spans = NULL;
     c->problems = NULL;
+    c->src.value = c->src.view = NULL;
 }
 
 static void ctx_close(ctx_t *c)
@@ -1377,10 +1496,13 @@ static void ctx_close(ctx_t *c)
     Py_XDECREF(c->spans);
     Py_XDECREF(c->others);
     Py_XDECREF(c->problems);
+    Py_XDECREF(c->src.view);
 }
 
 static int walk(ctx_t *c, PyObject *value)
 {
+    if (c->lean)
+        c->src.value = value;
     c->spans = PyList_New(0);
     c->problems = PyList_New(0);
     if (c->spans == NULL || c->problems == NULL)
@@ -1703,10 +1825,10 @@ static PyObject *init(PyObject *self, PyObject *args)
         if ((key_objs[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
             return NULL;
     PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
-                          &str_query_type, &str_replay, &str_value, &str_holds};
-    const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",
-                                     "model",      "query_type", "replay", "value", "holds"};
-    for (int i = 0; i < 10; i++)
+                          &str_query_type, &str_replay, &str_value, &str_holds, &str_content, &str_raw};
+    const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",  "model",
+                                     "query_type", "replay",   "value", "holds",  "content", "raw"};
+    for (int i = 0; i < 12; i++)
         if ((*names[i] = PyUnicode_InternFromString(name_strs[i])) == NULL)
             return NULL;
     empty_str = PyUnicode_New(0, 0);

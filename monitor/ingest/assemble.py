@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
@@ -28,8 +27,6 @@ from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 __all__ = ["ASSEMBLER", "Assembler", "Finished", "PyAssembler", "build_record"]
-
-log = logging.getLogger(__name__)
 
 
 class _OpenTrace:
@@ -357,7 +354,6 @@ def _choose() -> tuple[Any, str]:
 
 
 _compiled, ASSEMBLER = _choose()
-log.info("trace assembler: %s", ASSEMBLER)
 
 if TYPE_CHECKING:
     Assembler = PyAssembler

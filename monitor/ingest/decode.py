@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import logging
 import math
 import os
 import re
@@ -39,8 +38,6 @@ from monitor.ingest import dialects
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 __all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "compiled_feed", "decode"]
-
-log = logging.getLogger(__name__)
 
 
 class Encoding(StrEnum):
@@ -246,7 +243,20 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
                 if facts.problems:
                     problems.extend(facts.problems)
                 spans.append(facts)
-    return _finish(*_set_aside(spans, lean), problems, dropped)
+    kept, others = _set_aside(spans, lean)
+    if lean:
+        _raw_text(kept)
+    return _finish(kept, others, problems, dropped)
+
+
+def _raw_text(spans: list[SpanFacts]) -> None:
+    """With `for_assembly`, chunk text is handed over as its UTF-8 bytes (`Chunk.raw`): decoded
+    only for the records the ingest stage samples."""
+    for s in spans:
+        for c in s.chunks or ():
+            if isinstance(c.content, str):
+                c.raw = memoryview(c.content.encode())
+                c.content = None
 
 
 def _pb_attrs(kvs: Any) -> dict[str, Any]:
@@ -820,4 +830,3 @@ def _choose() -> tuple[Any, str]:
 
 
 _wire, OTLP_PROTO_DECODER = _choose()
-log.info("otlp_proto decoder: %s", OTLP_PROTO_DECODER)

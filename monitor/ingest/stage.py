@@ -19,9 +19,9 @@ from aiokafka import TopicPartition
 
 from monitor.config import Settings
 from monitor.drift import retrieval_monitor
-from monitor.ingest.assemble import Assembler, Finished
+from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
-from monitor.ingest.decode import Encoding, compiled_feed, decode
+from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, decode
 from monitor.ingest.sample import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
@@ -99,6 +99,7 @@ class IngestStage:
     async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
         """Consume until `stop`, then within the seconds `left()` gives: emit complete traces,
         wait for their samples to be acknowledged, commit, leave the group."""
+        log.info("span path: otlp_proto decoder %s, trace assembler %s", OTLP_PROTO_DECODER, ASSEMBLER)
         if not await self.source.start(stop):
             return
         keeper = asyncio.create_task(self._housekeeping(), name="ragmon-ingest-housekeeping")
