@@ -46,10 +46,11 @@ class Chunk:
     content: str | None = None
     score: float | None = None
     # The ingest stage's decoder (`decode(..., for_assembly=True)` of OTLP protobuf) leaves the
-    # text as the message's valid UTF-8 bytes here, `content` None: only the few sampled records
-    # ever need it as a string, so the rest never pay for decoding and allocating it. `text` reads
-    # either form.
-    raw: memoryview | None = field(default=None, repr=False)
+    # text here as valid UTF-8, `content` None: only the few sampled records ever need it as a
+    # string, so the rest never pay for decoding and allocating it. `bytes`, or the compiled
+    # decoder's `RawText` (the bytes where they lie in the message; reads and compares as bytes).
+    # `text` reads either form.
+    raw: Any = field(default=None, repr=False)
 
     @property
     def text(self) -> str | None:

@@ -387,6 +387,22 @@ def test_compiled_spans_stay_out_of_the_cyclic_collector() -> None:
     assert all(gc.is_tracked(s) for s in ref.spans)
 
 
+@needs_wire
+def test_raw_text_reads_and_compares_as_bytes_and_keeps_its_message() -> None:
+    """`Chunk.raw` from the compiled path points into the message: it must keep the message
+    alive, read as bytes and compare equal to the bytes the reference path holds."""
+    value = generate(1, seed=9).messages[0].value
+    lean = WIRE.decode_spans(value, time.time_ns(), True)
+    chunk = next(c for s in lean.spans for c in s.chunks or ())
+    raw, text = chunk.raw, chunk.text
+    assert type(raw).__name__ == "RawText" and chunk.content is None and text
+    assert raw == text.encode() and text.encode() == raw and raw != text.encode() + b"x"
+    assert raw != text  # text only equals its bytes, not the str
+    del value, lean, chunk
+    gc.collect()
+    assert str(raw, "utf-8") == text and bytes(raw) == text.encode() and memoryview(raw).readonly
+
+
 def test_every_key_apply_reads_is_in_the_shared_table() -> None:
     """`_wire` gives `apply` only the keys in `ATTRIBUTE_KEYS`/`INDEXED_PREFIXES`: a key read
     outside them would make the compiled path answer differently."""

@@ -473,11 +473,67 @@ static PyObject *untracked(PyObject *obj)
 
 /* --- chunk text left undecoded ---------------------------------------------------------- */
 
-/* With `lean`, a retrieved document's text is not decoded: `Chunk.raw` gets a memoryview of its
- * (validated) UTF-8 bytes in the message, and `content` stays None (decode._raw_text). */
+/* With `lean`, a retrieved document's text is not decoded: `Chunk.raw` gets a RawText, its
+ * (validated) UTF-8 bytes where they lie in the message, and `content` stays None
+ * (decode._raw_text). One small object, no copy, no collector tracking: what the few sampled
+ * records decode (`Chunk.text`) the others never pay for. It reads as bytes (buffer protocol) and
+ * compares equal to the bytes it holds. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *msg; /* the message's bytes */
+    Py_ssize_t off, len;
+} raw_text_t;
+
+static int raw_text_buffer(PyObject *self, Py_buffer *view, int flags)
+{
+    raw_text_t *r = (raw_text_t *)self;
+    return PyBuffer_FillInfo(view, self, PyBytes_AS_STRING(r->msg) + r->off, r->len, 1, flags);
+}
+
+static void raw_text_dealloc(PyObject *self)
+{
+    Py_DECREF(((raw_text_t *)self)->msg);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *raw_text_compare(PyObject *a, PyObject *b, int op)
+{
+    Py_buffer x, y;
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_CheckBuffer(a) || !PyObject_CheckBuffer(b))
+        Py_RETURN_NOTIMPLEMENTED;
+    if (PyObject_GetBuffer(a, &x, PyBUF_SIMPLE))
+        return NULL;
+    if (PyObject_GetBuffer(b, &y, PyBUF_SIMPLE)) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    int eq = x.len == y.len && memcmp(x.buf, y.buf, (size_t)x.len) == 0;
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&y);
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static PyObject *raw_text_repr(PyObject *self)
+{
+    return PyUnicode_FromFormat("<RawText, %zd bytes>", ((raw_text_t *)self)->len);
+}
+
+static PyBufferProcs raw_text_as_buffer = {raw_text_buffer, NULL};
+
+static PyTypeObject RawText = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "monitor.ingest._wire.RawText",
+    .tp_basicsize = sizeof(raw_text_t),
+    .tp_dealloc = raw_text_dealloc,
+    .tp_repr = raw_text_repr,
+    .tp_as_buffer = &raw_text_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "UTF-8 text left undecoded where it lies in a message: str(raw, 'utf-8') decodes it",
+    .tp_richcompare = raw_text_compare,
+};
+
 typedef struct {
     PyObject *value; /* the message's bytes; NULL: decode text as usual */
-    PyObject *view;  /* a memoryview of them, made on first use */
 } source_t;
 
 static const char doc_prefix[] = "retrieval.documents.", doc_suffix[] = ".document.content";
@@ -490,8 +546,8 @@ static int is_doc_content(ptr k, Py_ssize_t n)
            && memcmp(k + n - DOC_SUFFIX_N, doc_suffix, DOC_SUFFIX_N) == 0;
 }
 
-/* The AnyValue at p..end when it is exactly one string: a memoryview of its bytes; NO_VALUE when
- * it is anything else (decode it as usual); NULL on failure. */
+/* The AnyValue at p..end when it is exactly one string: a RawText of it; NO_VALUE when it is
+ * anything else (decode it as usual); NULL on failure. */
 static PyObject *raw_string(source_t *src, ptr p, ptr end)
 {
     uint32_t field;
@@ -504,10 +560,13 @@ static PyObject *raw_string(source_t *src, ptr p, ptr end)
         PyErr_SetString(PyExc_ValueError, "invalid UTF-8"); /* what decoding it would have raised */
         return NULL;
     }
-    if (src->view == NULL && (src->view = PyMemoryView_FromObject(src->value)) == NULL)
+    raw_text_t *r = PyObject_New(raw_text_t, &RawText);
+    if (r == NULL)
         return NULL;
-    Py_ssize_t at = body - (ptr)PyBytes_AS_STRING(src->value);
-    return PySequence_GetSlice(src->view, at, at + n); /* tracked: memoryview's dealloc insists */
+    r->msg = Py_NewRef(src->value);
+    r->off = body - (ptr)PyBytes_AS_STRING(src->value);
+    r->len = n;
+    return (PyObject *)r;
 }
 
 /* Read one attribute KeyValue; if its key is relevant, store its value in *attrs (created on
@@ -993,15 +1052,10 @@ static int has_documents(PyObject *attrs)
     return h;
 }
 
-/* memoryview(text.encode()): a chunk's text as `Chunk.raw` holds it. */
+/* text.encode(): a chunk's text as `Chunk.raw` holds it when it was a str already. */
 static PyObject *raw_of(PyObject *text)
 {
-    PyObject *b = PyUnicode_AsUTF8String(text);
-    if (b == NULL)
-        return NULL;
-    PyObject *view = PyMemoryView_FromObject(b);
-    Py_DECREF(b);
-    return view;
+    return PyUnicode_AsUTF8String(text);
 }
 
 /* The attributes' undecoded text decoded after all, for `apply`. */
@@ -1010,10 +1064,10 @@ static int text_again(PyObject *attrs)
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(attrs, &pos, &k, &v)) { /* values replaced, keys unchanged: allowed */
-        if (!PyMemoryView_Check(v))
+        if (!Py_IS_TYPE(v, &RawText))
             continue;
-        Py_buffer *b = PyMemoryView_GET_BUFFER(v);
-        PyObject *s = PyUnicode_DecodeUTF8((const char *)b->buf, b->len, NULL);
+        raw_text_t *r = (raw_text_t *)v;
+        PyObject *s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(r->msg) + r->off, r->len, NULL);
         int rc = s == NULL ? -1 : PyDict_SetItem(attrs, k, s);
         Py_XDECREF(s);
         if (rc)
@@ -1087,14 +1141,14 @@ static int documents(PyObject *attrs, int lean, PyObject **out)
             break;
         }
         if (!(id != NULL && PyUnicode_CheckExact(id) && PyUnicode_GET_LENGTH(id) && content != NULL
-              && (PyUnicode_CheckExact(content) || PyMemoryView_Check(content)) && score != NULL
+              && (PyUnicode_CheckExact(content) || Py_IS_TYPE(content, &RawText)) && score != NULL
               && PyFloat_CheckExact(score) && isfinite(PyFloat_AS_DOUBLE(score)))) {
             rc = UNSUPPORTED; /* make_chunk's cases */
             break;
         }
         PyObject *c = NULL;
         if (lean) { /* Chunk(id, None, score, raw) */
-            PyObject *raw = PyMemoryView_Check(content) ? Py_NewRef(content) : raw_of(content); /* from an event */
+            PyObject *raw = Py_IS_TYPE(content, &RawText) ? Py_NewRef(content) : raw_of(content); /* from an event */
             PyObject *args[4] = {id, Py_None, score, raw};
             c = raw == NULL ? NULL : make(&chunk, args, 4);
             Py_XDECREF(raw);
@@ -1484,7 +1538,7 @@ static void ctx_open(ctx_t *c, long long now, int lean)
     memset(c->first_traces, 0, sizeof c->first_traces);
     c->spans = NULL;
     c->problems = NULL;
-    c->src.value = c->src.view = NULL;
+    c->src.value = NULL;
 }
 
 static void ctx_close(ctx_t *c)
@@ -1496,7 +1550,6 @@ static void ctx_close(ctx_t *c)
     Py_XDECREF(c->spans);
     Py_XDECREF(c->others);
     Py_XDECREF(c->problems);
-    Py_XDECREF(c->src.view);
 }
 
 static int walk(ctx_t *c, PyObject *value)
@@ -1865,5 +1918,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__wire(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&RawText) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "RawText", (PyObject *)&RawText) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -41,3 +41,9 @@ def feed(
     finished: list[Any],
     /,
 ) -> int: ...
+
+class RawText:
+    """UTF-8 text left undecoded where it lies in a message; reads (buffer protocol) and compares
+    as bytes: `str(raw, "utf-8")` decodes it."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...

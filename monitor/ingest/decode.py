@@ -255,7 +255,7 @@ def _raw_text(spans: list[SpanFacts]) -> None:
     for s in spans:
         for c in s.chunks or ():
             if isinstance(c.content, str):
-                c.raw = memoryview(c.content.encode())
+                c.raw = c.content.encode()
                 c.content = None
 
 
