@@ -732,15 +732,19 @@ typedef struct {
     PyObject *tid;
 } due_t;
 
+/* A FIFO of (time, trace id) that grows by doubling: the grace queue and the emitted ids' order. */
+typedef struct {
+    due_t *buf;
+    Py_ssize_t cap, head, len;
+} ring_t;
+
 typedef struct {
     PyObject_HEAD
     PyObject *open; /* dict tid -> Trace */
     Trace *oldest, *newest;
     PyObject *recent;       /* set of emitted ids */
-    PyObject **recent_buf;  /* their insertion order: a ring */
-    Py_ssize_t recent_cap, recent_head, recent_len;
-    due_t *due_buf; /* _root_ready: a ring of (emit at, tid) */
-    Py_ssize_t due_cap, due_head, due_len;
+    ring_t order;           /* their insertion order */
+    ring_t due;             /* _root_ready: (emit at, tid) */
     long long bytes;
     double grace, timeout;
     long long max_traces, max_bytes;
@@ -779,46 +783,40 @@ static int pop_trace(Asm *a, Trace *t)
     return PyDict_DelItem(a->open, t->tid);
 }
 
-static int due_push(Asm *a, double at, PyObject *tid)
+static int ring_push(ring_t *r, double at, PyObject *tid)
 {
-    if (a->due_len == a->due_cap) {
-        Py_ssize_t cap = a->due_cap ? 2 * a->due_cap : 64;
+    if (r->len == r->cap) {
+        Py_ssize_t cap = r->cap ? 2 * r->cap : 64;
         due_t *buf = PyMem_Malloc(cap * sizeof(due_t));
         if (buf == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        for (Py_ssize_t i = 0; i < a->due_len; i++)
-            buf[i] = a->due_buf[(a->due_head + i) % a->due_cap];
-        PyMem_Free(a->due_buf);
-        a->due_buf = buf;
-        a->due_cap = cap;
-        a->due_head = 0;
+        for (Py_ssize_t i = 0; i < r->len; i++)
+            buf[i] = r->buf[(r->head + i) % r->cap];
+        PyMem_Free(r->buf);
+        r->buf = buf;
+        r->cap = cap;
+        r->head = 0;
     }
     Py_INCREF(tid);
-    a->due_buf[(a->due_head + a->due_len++) % a->due_cap] = (due_t){at, tid};
+    r->buf[(r->head + r->len++) % r->cap] = (due_t){at, tid};
     return 0;
 }
 
-static int recent_push(Asm *a, PyObject *tid)
+/* The oldest entry's id (the ring's reference, now the caller's). */
+static PyObject *ring_pop(ring_t *r)
 {
-    if (a->recent_len == a->recent_cap) {
-        Py_ssize_t cap = a->recent_cap ? 2 * a->recent_cap : 64;
-        PyObject **buf = PyMem_Malloc(cap * sizeof(PyObject *));
-        if (buf == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < a->recent_len; i++)
-            buf[i] = a->recent_buf[(a->recent_head + i) % a->recent_cap];
-        PyMem_Free(a->recent_buf);
-        a->recent_buf = buf;
-        a->recent_cap = cap;
-        a->recent_head = 0;
-    }
-    Py_INCREF(tid);
-    a->recent_buf[(a->recent_head + a->recent_len++) % a->recent_cap] = tid;
-    return 0;
+    PyObject *tid = r->buf[r->head].tid;
+    r->head = (r->head + 1) % r->cap;
+    r->len--;
+    return tid;
+}
+
+static void ring_clear(ring_t *r)
+{
+    while (r->len)
+        Py_DECREF(ring_pop(r));
 }
 
 /* `_finish`: a new Finished. */
@@ -834,12 +832,10 @@ static PyObject *finish(Asm *a, Trace *t, int evicted)
         if (in < 0)
             goto done;
         if (!in) {
-            if (PySet_Add(a->recent, tid) < 0 || recent_push(a, tid) < 0)
+            if (PySet_Add(a->recent, tid) < 0 || ring_push(&a->order, 0.0, tid) < 0)
                 goto done;
-            if (a->recent_len > a->keep) {
-                PyObject *old = a->recent_buf[a->recent_head];
-                a->recent_head = (a->recent_head + 1) % a->recent_cap;
-                a->recent_len--;
+            if (a->order.len > a->keep) {
+                PyObject *old = ring_pop(&a->order);
                 int rc = PySet_Discard(a->recent, old);
                 Py_DECREF(old);
                 if (rc < 0)
@@ -947,7 +943,7 @@ static int add_span(Asm *a, PyObject *span, PyObject *ref, long long size, doubl
         goto fail_t;
     if (!r && !t->root_seen) {
         t->root_seen = 1;
-        if (due_push(a, now + a->grace, tid) < 0)
+        if (ring_push(&a->due, now + a->grace, tid) < 0)
             goto fail_t;
     }
     Py_DECREF(t);
@@ -1101,10 +1097,8 @@ static PyObject *asm_poll(Asm *a, PyObject *const *args, Py_ssize_t nargs, PyObj
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
-    while (a->due_len && a->due_buf[a->due_head].at <= now) {
-        PyObject *tid = a->due_buf[a->due_head].tid; /* our reference, now */
-        a->due_head = (a->due_head + 1) % a->due_cap;
-        a->due_len--;
+    while (a->due.len && a->due.buf[a->due.head].at <= now) {
+        PyObject *tid = ring_pop(&a->due); /* our reference, now */
         Trace *t = (Trace *)PyDict_GetItemWithError(a->open, tid);
         PyObject *fin = NULL;
         if (t != NULL)
@@ -1275,14 +1269,8 @@ static int asm_clear(Asm *a)
     a->oldest = a->newest = NULL;
     Py_CLEAR(a->open);
     Py_CLEAR(a->recent);
-    for (; a->recent_len; a->recent_len--) {
-        Py_DECREF(a->recent_buf[a->recent_head]);
-        a->recent_head = (a->recent_head + 1) % a->recent_cap;
-    }
-    for (; a->due_len; a->due_len--) {
-        Py_DECREF(a->due_buf[a->due_head].tid);
-        a->due_head = (a->due_head + 1) % a->due_cap;
-    }
+    ring_clear(&a->order);
+    ring_clear(&a->due);
     a->bytes = 0;
     return 0;
 }
@@ -1291,8 +1279,8 @@ static void asm_dealloc(Asm *a)
 {
     PyObject_GC_UnTrack(a);
     asm_clear(a);
-    PyMem_Free(a->recent_buf);
-    PyMem_Free(a->due_buf);
+    PyMem_Free(a->order.buf);
+    PyMem_Free(a->due.buf);
     Py_TYPE(a)->tp_free((PyObject *)a);
 }
 
