@@ -32,8 +32,8 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
       judged  the same policy with both stages in the process (`--role all`), the offline
               `lexical` judge and a results file: what judging and writing the ~6 % sample adds
               on top. Reported apart; not the criterion;
-      python  `off` with `RAGMON_PURE_PYTHON=1`: the pure-Python decoder, to compare the compiled
-              one with in the same run (off/python).
+      python  `off` with `RAGMON_PURE_PYTHON=1`: the pure-Python decoder and assembler, to compare
+              the compiled ones with in the same run (off/python).
 
 All figures are Kafka messages per second. The clock starts when the first non-empty fetch
 returns, so the group join (~15 s with tansu) is excluded, and that first batch is not counted.
@@ -994,7 +994,7 @@ def print_table(rep: dict[str, Any]) -> None:
     ]
     labels = {"on": "sampling on, judge none", "judged": "sampling on, lexical judge"}
     if "python" in roles:
-        rows.append(("pure-Python decoder", f"{roles['python']['msgs_per_s']:,.0f} msgs/s"))
+        rows.append(("pure-Python decoder + assembler", f"{roles['python']['msgs_per_s']:,.0f} msgs/s"))
     for role, label in labels.items():
         if role in roles:
             x = roles[role]
