@@ -37,6 +37,7 @@ from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.ingest.assemble import Assembler, Finished
+from monitor.ingest.compiled import slots_layout
 from monitor.ingest.decode import Decoded, Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
@@ -346,16 +347,16 @@ def test_spans_set_aside_assemble_to_the_same_records() -> None:
 def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
     """`_wire` fills the slots of SpanFacts, Chunk and Decoded itself (their `__init__` only
     stores values); a dataclass that does more, or has no slots, is called instead."""
-    facts = decode_mod._slots_layout(SpanFacts)
+    facts = slots_layout(SpanFacts)
     assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 7 + [2]
     assert facts[7] == ("role", 1, SpanRole.OTHER)
-    assert decode_mod._slots_layout(Chunk) == [
+    assert slots_layout(Chunk) == [
         ("id", 0, None),
         ("content", 1, None),
         ("score", 1, None),
         ("raw", 1, None),
     ]
-    assert [k for _, k, _ in decode_mod._slots_layout(Decoded) or ()] == [2, 3, 2, 1, 1, 2]
+    assert [k for _, k, _ in slots_layout(Decoded) or ()] == [2, 3, 2, 1, 1, 2]
 
     @dataclasses.dataclass(slots=True)
     class Checked:
@@ -368,7 +369,7 @@ def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
     class NoSlots:
         x: int
 
-    assert decode_mod._slots_layout(Checked) is None and decode_mod._slots_layout(NoSlots) is None
+    assert slots_layout(Checked) is None and slots_layout(NoSlots) is None
 
 
 @needs_wire

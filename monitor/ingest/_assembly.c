@@ -13,7 +13,7 @@
  *
  * `build_record` runs in C inside `_finish`. Spans must be `SpanFacts` (or a subclass): their
  * fields are read through the slots' offsets (member descriptors), as `RagRecord` and `Finished`
- * are built by filling their slots when they are plain slots dataclasses (assemble._plain_slots;
+ * are built by filling their slots when they are plain slots dataclasses (assemble._field_names;
  * otherwise the class is called). Byte counts are kept as 64-bit integers.
  */
 #define PY_SSIZE_T_CLEAN

@@ -774,7 +774,7 @@ static int append_problem(PyObject *facts, PyObject *problem)
 /* --- SpanFacts, Chunk and Decoded ------------------------------------------------------------
  *
  * All three are slots dataclasses whose generated __init__ only stores its arguments and the
- * defaults in the slots. Given their layout (decode._slots_layout: each field's name, and whether
+ * defaults in the slots. Given their layout (compiled.slots_layout: each field's name, and whether
  * it is required, has a default, or is a new list or dict), an instance is allocated and its
  * slots filled here, without running that __init__; without a layout the class is called.
  */

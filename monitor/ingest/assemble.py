@@ -12,9 +12,7 @@ built; `PyAssembler` below is the reference (tests/test_assemble_compiled.py com
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import os
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from monitor.config import AssemblyConfig
+from monitor.ingest.compiled import choose, slots_layout
 from monitor.ingest.dialects import is_inert
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
@@ -308,13 +307,10 @@ def _final_ranking(rerankers: list[SpanFacts], retrievers: list[SpanFacts]) -> l
 # --- the compiled assembler ---------------------------------------------------------------------
 
 
-def _plain_slots(cls: type) -> list[str] | None:
-    """The field names of a slots dataclass whose `__init__` only stores its arguments, which
-    `_assembly` may then build by filling its slots; None (call the class) for anything else."""
-    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
-        return None
-    fields = dataclasses.fields(cls)
-    return [f.name for f in fields] if all(f.init for f in fields) else None
+def _field_names(cls: type) -> list[str] | None:
+    """The fields `_assembly` fills when it builds a `cls` itself; None: it calls the class."""
+    layout = slots_layout(cls)
+    return None if layout is None else [name for name, _, _ in layout]
 
 
 @functools.cache
@@ -329,9 +325,9 @@ def compiled_assembler() -> Any:
         Chunk,
         MessageRef,
         RagRecord,
-        _plain_slots(RagRecord),
+        _field_names(RagRecord),
         Finished,
-        _plain_slots(Finished),
+        _field_names(Finished),
         (_ROOT, _RETRIEVER, _RERANKER, _LLM, SpanRole.OTHER),
         (Reject.LATE_SPAN, Reject.EVICTED, Reject.NOT_RAG, Reject.MISSING_QUERY, Reject.MISSING_ANSWER),
         functools.partial(sorted, key=_end_ns),
@@ -341,19 +337,7 @@ def compiled_assembler() -> Any:
     return _assembly.Assembler
 
 
-def _choose() -> tuple[Any, str]:
-    if os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0"):
-        return None, "python (RAGMON_PURE_PYTHON is set)"
-    try:
-        compiled = compiled_assembler()
-    except Exception as exc:  # model classes the compiled one cannot take: the reference still works
-        return None, f"python (compiled assembler unusable: {exc})"
-    if compiled is None:
-        return None, "python (the compiled assembler monitor.ingest._assembly was not built)"
-    return compiled, "compiled"
-
-
-_compiled, ASSEMBLER = _choose()
+_compiled, ASSEMBLER = choose("assembler", "monitor.ingest._assembly", compiled_assembler)
 
 if TYPE_CHECKING:
     Assembler = PyAssembler

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import functools
 import hashlib
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Callable
@@ -35,6 +33,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from monitor.ingest import dialects
+from monitor.ingest.compiled import choose, slots_layout
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 __all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "compiled_feed", "decode"]
@@ -759,25 +758,6 @@ def _wire_schema() -> list[list[tuple[int, int, int]]]:
     return out
 
 
-def _slots_layout(cls: type) -> list[tuple[str, int, Any]] | None:
-    """How `_wire` may build a `cls` without calling it: each field's name and kind (0 required,
-    1 with its default, 2 a new list, 3 a new dict), for a slots dataclass whose `__init__` only
-    stores them; None (call the class) for anything else."""
-    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
-        return None
-    layout: list[tuple[str, int, Any]] = []
-    for f in dataclasses.fields(cls):
-        factory: Any = f.default_factory
-        if not f.init or factory not in (dataclasses.MISSING, list, dict):
-            return None
-        if factory is not dataclasses.MISSING:
-            layout.append((f.name, 2 if factory is list else 3, None))
-        else:
-            required = f.default is dataclasses.MISSING
-            layout.append((f.name, 0 if required else 1, None if required else f.default))
-    return layout
-
-
 @functools.cache
 def compiled_decoder() -> Any:
     """The compiled `_wire` module, initialised; None where it was not built (no compiler)."""
@@ -791,11 +771,11 @@ def compiled_decoder() -> Any:
         list(dialects.INDEXED_PREFIXES),
         sorted(dialects.MERGED_EVENTS),
         SpanFacts,
-        _slots_layout(SpanFacts),
+        slots_layout(SpanFacts),
         Chunk,
-        _slots_layout(Chunk),
+        slots_layout(Chunk),
         Decoded,
-        _slots_layout(Decoded),
+        slots_layout(Decoded),
         SpanRole,
         Reject.BAD_ATTRIBUTE,
         Reject.BAD_TIMESTAMP,
@@ -817,16 +797,4 @@ def compiled_feed(encoding: Encoding) -> Callable[..., int] | None:
     return feed
 
 
-def _choose() -> tuple[Any, str]:
-    if os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0"):
-        return None, "python (RAGMON_PURE_PYTHON is set)"
-    try:
-        wire = compiled_decoder()
-    except Exception as exc:  # a schema the walker cannot take: the reference path still works
-        return None, f"python (compiled decoder unusable: {exc})"
-    if wire is None:
-        return None, "python (the compiled decoder monitor.ingest._wire was not built)"
-    return wire, "compiled"
-
-
-_wire, OTLP_PROTO_DECODER = _choose()
+_wire, OTLP_PROTO_DECODER = choose("decoder", "monitor.ingest._wire", compiled_decoder)
