@@ -321,10 +321,16 @@ async def test_a_batch_that_cannot_be_created_fails_each_judgement(api: FakeAPI)
     err = {"type": "error", "error": {"type": "invalid_request_error", "message": "too many requests"}}
     api.script(Reply(400, err))
     judge = batched(api)
+    registry = CollectorRegistry()
+    assert judge.batch_stats is not None
+    registry.register(BatchCollector(judge.batch_stats))
     results = await asyncio.gather(*(judge.judge(record()) for _ in range(3)))
     await judge.aclose()
     assert [j.outcome for j in results] == [JudgeOutcome.CLIENT_ERROR] * 3
     assert all("HTTP 400" in (j.error or "") and j.requests == 1 for j in results)
+    g = registry.get_sample_value  # a batch never created is failed, not "-1 ended"
+    assert g("ragmon_judge_batches_total", {"outcome": "failed"}) == 1
+    assert g("ragmon_judge_batches_total", {"outcome": "ended"}) == 0
 
 
 async def test_a_transient_create_error_is_retried_by_the_sdk(api: FakeAPI) -> None:

@@ -124,6 +124,7 @@ class BatchStats:
     errored: int = 0
     expired: int = 0
     canceled: int = 0
+    ended_batches: int = 0  # results read
     failed_batches: int = 0  # create or results failed: every entry got the error
     canceled_batches: int = 0  # canceled by us: every caller had given up
     max_in_flight: int = 0  # entries submitted and not yet resolved, at most
@@ -246,6 +247,7 @@ class Batcher:
                 setattr(stats, kind, getattr(stats, kind) + 1)
                 if entry is not None and not entry.future.done():
                     entry.future.set_result(item.result)
+            stats.ended_batches += 1
         finally:
             self._open.discard(batch.id)
         for entry in pending.values():
@@ -309,8 +311,11 @@ class BatchCollector:
             "results failed: every entry got the error), canceled (every caller had given up)",
             labels=["outcome"],
         )
-        done = s.batches - s.failed_batches - s.canceled_batches
-        for outcome, n in (("ended", done), ("failed", s.failed_batches), ("canceled", s.canceled_batches)):
+        for outcome, n in (
+            ("ended", s.ended_batches),
+            ("failed", s.failed_batches),
+            ("canceled", s.canceled_batches),
+        ):
             batches.add_metric([outcome], n)
         yield batches
         entries = CounterMetricFamily(
