@@ -74,7 +74,8 @@ collector tuned as `Sidecar.run` tunes it) and prints its CPU µs per message, f
 per-message path, e.g.
 `py-spy record -r 500 -o mix.svg -- python bench/ingest.py --stage-only --workload mix --traces 12000`
 (`--no-gc` disables the cyclic garbage collector for the pass, to see its share; `--gc-threshold`
-tries other thresholds).
+tries other thresholds; `--batch` hands over that many messages a call; `--python-assembler` runs
+the stage with the pure-Python assembler and everything else compiled, for that part's share).
 """
 
 from __future__ import annotations
@@ -640,6 +641,7 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
     from aiokafka import TopicPartition
 
     from monitor.config import load_settings
+    from monitor.ingest.assemble import PyAssembler
     from monitor.ingest.stage import IngestStage
     from monitor.kafka.producer import KafkaOutput
     from monitor.metrics import Metrics
@@ -653,6 +655,8 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
         settings = load_settings(None, sidecar_overrides(args))
         output = KafkaOutput(settings.kafka)  # never started: sampling is off
         stage = IngestStage(settings, Metrics(), output)
+        if args.python_assembler:
+            stage.assembler = PyAssembler(settings.assembly)
         tp = TopicPartition(args.topic, 0)
         stage.tracker.assign([tp])
         if args.no_gc:
@@ -663,8 +667,8 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
                 gc.set_threshold(*(int(x) for x in args.gc_threshold.split(",")))
         before = [x["collections"] for x in gc.get_stats()]
         t0 = time.process_time()
-        for i in range(0, len(msgs), 2000):
-            await stage._process({tp: msgs[i : i + 2000]})
+        for i in range(0, len(msgs), args.batch):
+            await stage._process({tp: msgs[i : i + args.batch]})
         await asyncio.sleep(GRACE_SECONDS)
         await stage._process({})
         cpu = time.process_time() - t0
@@ -674,6 +678,8 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "workload": args.workload,
             "decoder": _decoder(),
+            "assembler": type(stage.assembler).__module__ + "." + type(stage.assembler).__name__,
+            "batch": args.batch,
             "messages": len(msgs),
             "records": stage.records_seen,
             "cpu_us_per_msg": cpu / len(msgs) * 1e6,
@@ -1050,6 +1056,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
     p.add_argument("--stage-only", action="store_true", help="no Kafka: time IngestStage._process (above)")
     p.add_argument("--no-gc", action="store_true", help="with --stage-only: garbage collector off")
+    p.add_argument("--batch", type=int, default=2000, help="with --stage-only: messages per _process call")
+    p.add_argument(
+        "--python-assembler", action="store_true", help="with --stage-only: the pure-Python trace assembler"
+    )
     p.add_argument(
         "--gc-threshold", metavar="G0,G1,G2", help="with --stage-only: gc.set_threshold after the sidecar's"
     )
