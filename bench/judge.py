@@ -105,6 +105,7 @@ from monitor.judge.base import (
     output_schema,
     price_for,
 )
+from monitor.judge.batches import BATCH_PRICE_FACTOR
 from monitor.judge.lexical import is_refusal, split_claims
 from monitor.model import Chunk, RagRecord
 
@@ -399,16 +400,24 @@ class FakeLLM(ThreadingHTTPServer):
             tokens = self.counter.count(request_text(params))
             reply = anthropic_reply(params, tokens, self.counter)
             with self.lock:
-                self.calls[MESSAGES] += 1
-                self.tokens[MESSAGES] += tokens
-                self.out_tokens[MESSAGES] += reply["usage"]["output_tokens"]
-                self.step_calls["judge"] += 1
-                self.step_tokens["judge"] += tokens
+                self._account(MESSAGES, step_of(MESSAGES, params), tokens, reply["usage"])
             results.append((r["custom_id"], {"type": "succeeded", "message": reply}))
         batch_id = f"msgbatch_{uuid.uuid4().hex[:16]}"
         with self.lock:
             self.batches[batch_id] = results
         return self.batch_view(batch_id)
+
+    def _account(self, path: str, step: str, tokens: int | None, usage: dict[str, Any] | None = None) -> None:
+        """Book a request on `path`, prompt `step`: one call of `tokens` input tokens (unless
+        None), and the output tokens of its reply's `usage` (if given). The caller holds
+        `self.lock`."""
+        if tokens is not None:
+            self.calls[path] += 1
+            self.tokens[path] += tokens
+            self.step_calls[step] += 1
+            self.step_tokens[step] += tokens
+        if usage is not None:
+            self.out_tokens[path] += usage.get("output_tokens", usage.get("completion_tokens", 0))
 
     def batch_view(self, batch_id: str) -> dict[str, Any]:
         n = len(self.batches[batch_id])
@@ -497,10 +506,7 @@ class _Handler(BaseHTTPRequestHandler):
         tokens = srv.counter.count(request_text(body))
         step = step_of(self.path, body)
         with srv.lock:
-            srv.calls[self.path] += 1
-            srv.tokens[self.path] += tokens
-            srv.step_calls[step] += 1
-            srv.step_tokens[step] += tokens
+            srv._account(self.path, step, tokens)
             srv.inflight += 1
             srv.max_inflight = max(srv.max_inflight, srv.inflight)
         try:
@@ -519,8 +525,7 @@ class _Handler(BaseHTTPRequestHandler):
             if status != 200:
                 srv.errors += 1
             else:
-                usage = reply["usage"]
-                srv.out_tokens[self.path] += usage.get("output_tokens", usage.get("completion_tokens", 0))
+                srv._account(self.path, step, None, reply["usage"])
         if srv.delay:
             time.sleep(srv.delay)
         with srv.lock:
@@ -947,7 +952,7 @@ def _versions() -> dict[str, str]:
 
 def _usd(input_tokens: float, output_tokens: float, cache_read: float = 0.0, factor: float = 1.0) -> float:
     """USD at `ANTHROPIC_MODEL`'s list price, for every side: the same model's prices; `factor`
-    0.5 for the Message Batches API."""
+    `BATCH_PRICE_FACTOR` for the Message Batches API."""
     return (
         factor
         * (input_tokens * PRICE.input + output_tokens * PRICE.output + cache_read * PRICE.cache_read)
@@ -1007,7 +1012,7 @@ def cost_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
                 "input": bat["input_tokens_per_record"] + TOOL_PROMPT_TOKENS * bat["calls_per_record"],
                 "cached": 0.0,
                 "output": bat["output_tokens_per_record"],
-                "factor": 0.5,
+                "factor": BATCH_PRICE_FACTOR,
                 "how": "measured",
             }
         )
@@ -1017,7 +1022,7 @@ def cost_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
             "input": std["input_tokens_per_record"] + hidden - prefix * calls,
             "cached": prefix * calls,
             "output": out,
-            "factor": 0.5,
+            "factor": BATCH_PRICE_FACTOR,
             "prefix": prefix,
             "how": f"computed: prefix read from cache ({CACHE_MODEL}-class minimum)",
         }
@@ -1039,7 +1044,7 @@ def cost_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
             "input": fmt_in,
             "cached": 0.0,
             "output": out,
-            "factor": 0.5,
+            "factor": BATCH_PRICE_FACTOR,
             "how": "computed: no tool, no hidden prompt",
             "prefix": fmt_prefix,
         }

@@ -42,6 +42,7 @@ __all__ = [
     "MATCH_SHARE",
     "MODE_METRICS",
     "REPLAY_SERVICE",
+    "STOP_WORDS",
     "BaselineMode",
     "Baselines",
     "ModeResult",
@@ -62,7 +63,7 @@ REPLAY_SERVICE = "golden-replay"
 MATCH_SHARE = 0.8
 _ALL = "all"
 _WORD = re.compile(r"\w+")
-_STOP = frozenset(
+STOP_WORDS = frozenset(  # function words left out of a text's key tokens
     _WORD.findall(
         "a an and are as at be but by did do does for from had has have how in is it its of on or that the "
         "their there these this to was were what when where which who whom why will with"
@@ -88,7 +89,7 @@ def replay_ids(key: str) -> tuple[str, str]:
 
 
 def _key_tokens(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+    return {w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
 
 
 def match_reference(answer: str, reference: str) -> float | None:

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from http.client import HTTPException
 from pathlib import Path
@@ -49,7 +48,7 @@ from monitor.golden.run import (
     load_baseline,
     run_replay,
 )
-from monitor.golden.schema import GoldenCheck, load_golden
+from monitor.golden.schema import GoldenCheck, load_golden, write_atomic
 from monitor.golden.targets import HttpTargetConfig, make_target
 from monitor.judge import Judge
 from monitor.model import RagRecord
@@ -108,18 +107,9 @@ def _print_check(check: GoldenCheck) -> None:
         typer.echo(f"warning: {check.path}: {w}", err=True)
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a baseline."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """`data` as indented JSON, written atomically: a reader never sees half a baseline."""
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _load_config(path: Path | None) -> ReplayConfig:
@@ -397,9 +387,9 @@ def replay(
                 "(see rows[].judge_error and ragmon_judge_requests_total)"
             )
     if report is not None:
-        _write_atomic(report, result.to_json_dict())
+        _write_json(report, result.to_json_dict())
     if write_baseline is not None:
-        _write_atomic(write_baseline, result.baseline())
+        _write_json(write_baseline, result.baseline())
         console.print(f"baseline written to {write_baseline}")
     if push is not None:
         failure = push.push(result)
@@ -599,7 +589,7 @@ def synthesize_cmd(
         result.cost = {"estimate": est.to_json_dict(), "actual": actual.to_json_dict()}
         console.print(est.versus(actual))
     if report is not None:
-        _write_atomic(report, result.to_json_dict(read))
+        _write_json(report, result.to_json_dict(read))
     if not result.rows:
         _err("no row kept: nothing written (see the drop reasons)")
         raise typer.Exit(1)

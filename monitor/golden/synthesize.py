@@ -31,10 +31,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import random
 import re
-import tempfile
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,8 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from monitor.golden.baselines import STOP_WORDS
 from monitor.golden.cost import CostActual, CostEstimate, estimate_requests
-from monitor.golden.schema import ChunkText, GoldenRow, Issue
+from monitor.golden.schema import ChunkText, GoldenRow, Issue, write_atomic
 from monitor.golden.targets import Target, TargetError
 from monitor.judge.base import (
     LLMJudgeConfig,
@@ -112,14 +111,7 @@ MAX_QUESTION_CHARS = 1000
 
 _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_STOP = frozenset(
-    re.findall(
-        r"\w+",
-        "a an and are as at be but by did do does for from had has have how in is it its of on or that the "
-        "their there these this to was were what when where which who whom why will with about fills blank "
-        "name number",
-    )
-)
+_STOP = STOP_WORDS | {"about", "fills", "blank", "name", "number"}
 
 
 def _words(text: str) -> list[str]:
@@ -134,6 +126,18 @@ def _phrase(text: str) -> str:
 
 def _content(text: str) -> frozenset[str]:
     return frozenset(w for w in _words(text) if w not in _STOP)
+
+
+@dataclass(frozen=True)
+class _Key:
+    """What a question is compared by for duplicates: its content words and its `_phrase`."""
+
+    words: frozenset[str]
+    exact: str
+
+    @classmethod
+    def of(cls, query: str) -> _Key:
+        return cls(_content(query), _phrase(query))
 
 
 def _problems(exc: ValidationError) -> str:
@@ -825,8 +829,10 @@ class _Synthesis:
         self.report = report
         self.k = k
         self.corpus = "\n".join(_phrase(c.text) for c in chunks)
-        self.taken: list[frozenset[str]] = [_content(r.query) for r in existing]
-        self.taken_exact: set[str] = {_phrase(r.query) for r in existing}
+        self.taken: list[frozenset[str]] = []
+        self.taken_exact: set[str] = set()
+        for r in existing:
+            self.take(_Key.of(r.query))
         self.used: set[str] = set()  # source chunks of kept rows
 
     def drop(self, task: Task, reason: str, query: str, detail: str) -> None:
@@ -835,39 +841,52 @@ class _Synthesis:
             Drop(task.query_type, reason, query, tuple(c.id for c in task.chunks), detail)
         )
 
-    def check(self, task: Task, p: Proposal | Failure) -> str | None:
-        """Filters 1–5 (no target involved): a drop reason and its detail, or None."""
+    def take(self, key: _Key) -> None:
+        """Count `key`'s question as taken: later proposals like it are duplicates."""
+        self.taken.append(key.words)
+        self.taken_exact.add(key.exact)
+
+    def release(self, key: _Key) -> None:
+        """Undo `take(key)`: a later rewording may pass where this question failed."""
+        self.taken.remove(key.words)
+        self.taken_exact.discard(key.exact)
+
+    def is_taken(self, key: _Key) -> bool:
+        return key.exact in self.taken_exact or any(
+            _jaccard(key.words, t) >= DUPLICATE_OVERLAP for t in self.taken
+        )
+
+    def check(self, task: Task, p: Proposal | Failure) -> _Key | None:
+        """Filters 1–5 (no target involved). None when `p` is dropped (its reason and detail
+        recorded); else its question's key, now taken (`release` it if the target drops `p`)."""
         if isinstance(p, Failure):
             self.drop(task, p.reason, "", p.detail)
-            return p.reason
+            return None
         answerable = task.query_type != UNANSWERABLE
-        problem = (
-            "empty question"
-            if not p.query.strip()
-            else f"question over {MAX_QUESTION_CHARS} characters"
-            if len(p.query) > MAX_QUESTION_CHARS
-            else "no reference answer"
-            if answerable and not p.reference_answer.strip()
-            else "no evidence quoted"
-            if answerable and not p.evidence
-            else "no 'missing' (what the corpus does not hold)"
-            if not answerable and not _words(p.missing)
-            else ""
-        )
+        if not p.query.strip():
+            problem = "empty question"
+        elif len(p.query) > MAX_QUESTION_CHARS:
+            problem = f"question over {MAX_QUESTION_CHARS} characters"
+        elif answerable and not p.reference_answer.strip():
+            problem = "no reference answer"
+        elif answerable and not p.evidence:
+            problem = "no evidence quoted"
+        elif not answerable and not _words(p.missing):
+            problem = "no 'missing' (what the corpus does not hold)"
+        else:
+            problem = ""
         if problem:
             self.drop(task, MALFORMED, p.query, problem)
-            return MALFORMED
-        words = _content(p.query)
-        if _phrase(p.query) in self.taken_exact or any(
-            _jaccard(words, t) >= DUPLICATE_OVERLAP for t in self.taken
-        ):
+            return None
+        key = _Key.of(p.query)
+        if self.is_taken(key):
             self.drop(task, DUPLICATE, p.query, "same question as a kept or existing row")
-            return DUPLICATE
+            return None
         sources = [_phrase(c.text) for c in task.chunks]
         if answerable:
-            if _contains(_phrase(p.query), _phrase(p.reference_answer)):
+            if _contains(key.exact, _phrase(p.reference_answer)):
                 self.drop(task, ANSWER_IN_QUESTION, p.query, f"answer {p.reference_answer!r}")
-                return ANSWER_IN_QUESTION
+                return None
             unsourced = [q for q in p.evidence if not any(_contains(s, _phrase(q)) for s in sources)]
             if task.query_type == "exact_match" and not any(
                 _contains(s, _phrase(p.reference_answer)) for s in sources
@@ -877,11 +896,12 @@ class _Synthesis:
                 self.drop(
                     task, ANSWER_NOT_IN_SOURCE, p.query, f"not in the source chunks: {unsourced[0][:200]!r}"
                 )
-                return ANSWER_NOT_IN_SOURCE
+                return None
         elif _contains(self.corpus, _phrase(p.missing)):
             self.drop(task, ANSWER_IN_CORPUS, p.query, f"the corpus mentions {p.missing!r}")
-            return ANSWER_IN_CORPUS
-        return None
+            return None
+        self.take(key)
+        return key
 
     async def retrieval(self, task: Task, p: Proposal) -> tuple[str, str] | None:
         """Filter 6 against the target: (reason, detail), or None to keep."""
@@ -945,37 +965,31 @@ async def synthesize(
         if not batch:
             return report
         proposals = await asyncio.gather(*(generator.propose(t) for t in batch))
-        pending: list[tuple[Task, Proposal, frozenset[str], str]] = []
+        pending: list[tuple[Task, Proposal, _Key]] = []
         for task, p in zip(batch, proposals, strict=True):
             report.by_type[task.query_type].generated += 1
-            if run.check(task, p) is None:
+            key = run.check(task, p)
+            if key is not None:
                 assert isinstance(p, Proposal)
-                words, exact = _content(p.query), _phrase(p.query)
-                run.taken.append(words)
-                run.taken_exact.add(exact)
-                pending.append((task, p, words, exact))
-        verdicts = await asyncio.gather(*(run.retrieval(t, p) for t, p, _, _ in pending))
-        for (task, p, words, exact), verdict in zip(pending, verdicts, strict=True):
+                pending.append((task, p, key))
+        verdicts = await asyncio.gather(*(run.retrieval(t, p) for t, p, _ in pending))
+        for (task, p, key), verdict in zip(pending, verdicts, strict=True):
             if verdict is None:
                 run.keep(task, p)
-            else:  # no longer taken: a later rewording may pass where this one failed
-                run.taken.remove(words)
-                run.taken_exact.discard(exact)
+            else:
+                run.release(key)
                 run.drop(task, verdict[0], p.query, verdict[1])
 
 
 def write_rows(path: Path, rows: Sequence[GoldenRow]) -> None:
     """The rows as JSONL, written via a temporary file and renamed (never half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row.model_dump(mode="json", exclude_none=True), ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(
+        path,
+        "".join(
+            json.dumps(row.model_dump(mode="json", exclude_none=True), ensure_ascii=False) + "\n"
+            for row in rows
+        ),
+    )
 
 
 def render_report(report: SynthesisReport, console: Console) -> None:
