@@ -7,8 +7,6 @@ Exit codes as elsewhere: 0 done, 2 bad input (nothing written).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +24,7 @@ from monitor.drift.baseline import (
     retrieval_from_results,
 )
 from monitor.drift.retrieval import RetrievalDriftPolicy
+from monitor.files import write_atomic
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Pin the references drift detectors compare with.")
 
@@ -69,15 +68,6 @@ def _lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror or exc}")
     return out, bad
-
-
-def _write(path: Path, baseline: DriftBaseline) -> None:
-    """Via a temporary file and a rename: a running sidecar never reads half a baseline."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(baseline.to_json())
-    os.replace(tmp, path)
 
 
 @baseline_app.command("pin")
@@ -155,7 +145,7 @@ def pin_command(
     if not kept and not pinned:
         _fail(f"no slice has {min_records} records in the window: nothing pinned")
     baseline = pin(kept, source, version, pinned)
-    _write(out, baseline)
+    write_atomic(out, baseline.to_json())
     typer.echo(f"pinned drift baseline {baseline.version} to {out}")
     _show(baseline)
     for reason, n in sorted(dropped.items()):

@@ -27,6 +27,7 @@ from prometheus_client.exposition import basic_auth_handler, default_handler, pu
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
+from monitor.files import write_atomic
 from monitor.golden.baselines import BaselineMode, parse_modes
 from monitor.golden.change import Change, parse_change
 from monitor.golden.cost import (
@@ -48,7 +49,7 @@ from monitor.golden.run import (
     load_baseline,
     run_replay,
 )
-from monitor.golden.schema import GoldenCheck, load_golden, write_atomic
+from monitor.golden.schema import GoldenCheck, load_golden
 from monitor.golden.targets import HttpTargetConfig, make_target
 from monitor.judge import Judge
 from monitor.model import RagRecord

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +30,6 @@ __all__ = [
     "load_golden",
     "parse_golden",
     "validate",
-    "write_atomic",
 ]
 
 GoldenFormat = Literal["json", "jsonl", "yaml"]
@@ -352,17 +349,3 @@ def load_golden(path: Path | str, *, query_types: Sequence[str] = DEFAULT_QUERY_
     check.sha256 = hashlib.sha256(data).hexdigest()
     check.path = str(path)
     return check
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` via a temporary file in its directory and a rename, so a
-    reader never sees half a file; the directory is created if missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -43,9 +43,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from monitor.files import write_atomic
 from monitor.golden.baselines import STOP_WORDS
 from monitor.golden.cost import CostActual, CostEstimate, estimate_requests
-from monitor.golden.schema import ChunkText, GoldenRow, Issue, write_atomic
+from monitor.golden.schema import ChunkText, GoldenRow, Issue
 from monitor.golden.targets import Target, TargetError
 from monitor.judge.base import (
     LLMJudgeConfig,

@@ -27,9 +27,7 @@ import hmac
 import ipaddress
 import json
 import logging
-import os
 import socket
-import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from monitor.files import write_atomic
 from monitor.golden.change import Change, parse_change
 from monitor.outputs.http import Request, Response
 
@@ -201,18 +200,9 @@ class GoldenRunner:
 
 def _write_report(directory: Path, report: ReplayReport) -> Path:
     """`replay-<UTC time>[-<kind>].json`, written whole or not at all (temporary file, rename)."""
-    directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.fromtimestamp(report.started_at, UTC).strftime("%Y%m%dT%H%M%S")
     name = f"replay-{stamp}{'-' + report.change.kind if report.change else ''}.json"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(report.to_json_dict(), f, indent=2)
-            f.write("\n")
-        os.replace(tmp, directory / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(directory / name, json.dumps(report.to_json_dict(), indent=2) + "\n")
     return directory / name
 
 
