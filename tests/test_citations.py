@@ -29,6 +29,7 @@ from monitor.judge.citations import (
     CitationVerdict,
     check_citations,
     parse_citations,
+    read_citations,
     resolve,
     without_citations,
 )
@@ -157,6 +158,11 @@ def test_markers_are_removed_for_the_judge_and_kept_in_the_record() -> None:
     assert judged.answer == "Paris is big. It is old." and rec.answer.endswith("[2].")
     plain = RagRecord("ab" * 16, "cd" * 8, "svc", "q?", "lookup", CHUNKS, "No markers.")
     assert without_citations(plain) is plain
+    # read_citations: the same record, and the answer as parsed (for check_citations).
+    same, parsed = read_citations(rec)
+    assert same == judged and parsed == parse_citations(rec.answer, IDS)
+    kept, none = read_citations(plain)
+    assert kept is plain and none.refs == ()
 
 
 # -- checking against the claims --------------------------------------------------------------------
@@ -221,6 +227,24 @@ def test_paraphrased_and_split_claims_align_with_their_sentence() -> None:
         ("doc-3", 1): CitationVerdict.SUPPORTED,
     }
     assert report.cited[0] == report.cited[1] == ("doc-1", "wiki/doc-2")
+
+
+def test_a_parsed_answer_is_checked_as_the_answer_is() -> None:
+    """`check_citations` takes the answer `read_citations` parsed as it takes the text; a claim
+    that quotes a marker ("[2]", "(source: 1)") is aligned without it."""
+    answer = "Paris, the largest city, is the capital of France [1][2]. The river is the Seine [3]."
+    claims = [
+        Claim("Paris is the largest city of France [2].", Verdict.SUPPORTED, chunk_ids=["doc-1"]),
+        Claim("Paris (source: 1) is the French capital.", Verdict.SUPPORTED, chunk_ids=["doc-1"]),
+        # Its marker read as words, it would share too few of them with its sentence.
+        Claim("The river is the Seine (sources: 1, 3).", Verdict.SUPPORTED, chunk_ids=["doc-3"]),
+    ]
+    rec = RagRecord("ab" * 16, "cd" * 8, "svc", "q?", "lookup", CHUNKS, answer)
+    _, parsed = read_citations(rec)
+    report = check_citations(CHUNKS, parsed, judgement(claims))
+    assert report is not None and report == check_citations(CHUNKS, answer, judgement(claims))
+    assert report.cited == (("doc-1", "wiki/doc-2"), ("doc-1", "wiki/doc-2"), ("doc-3",))
+    assert report.counts() == {"supported": 2, "unsupported": 1, "unresolved": 0, "unchecked": 0}
 
 
 def test_a_chunk_the_judge_never_saw_is_unchecked() -> None:

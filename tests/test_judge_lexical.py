@@ -330,8 +330,11 @@ def test_question_topic_and_negation_elsewhere_in_the_sentence() -> None:
     q = "Where do guinea pigs sleep in the wild?"
     j = acme("Wild guinea pigs seek shelter in the burrows of other animals.", query=q, chunks=chunks)
     assert j.faithfulness == 1.0  # "burrows" is asserted as well as negated there
-    topic = acme("In Safe Haven, guinea pigs seek shelter in burrows.", query="Where is Safe Haven set?")
+    topic = acme(
+        "In Safe Haven, guinea pigs seek shelter in burrows.", query="Where is Safe Haven set?", chunks=chunks
+    )
     assert topic.claims[0].note != "missing_name_or_number"
+    assert topic.faithfulness == 1.0  # the question's name is its topic, not a claim to find
 
 
 # -- public labelled data ---------------------------------------------------------------------------------

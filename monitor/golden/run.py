@@ -62,7 +62,7 @@ from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores, score_r
 from monitor.golden.schema import GoldenRow
 from monitor.golden.targets import Target, TargetError, make_target
 from monitor.judge import Judge, create_judge, skip_reason
-from monitor.judge.citations import CitationReport, check_citations, without_citations
+from monitor.judge.citations import CitationReport, check_citations, read_citations
 from monitor.judge.model import is_self_judged
 from monitor.model import RagRecord
 
@@ -772,8 +772,9 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
         return
     async with slots:
         try:
-            # Without its citation markers, as the judge stage judges (`without_citations`).
-            judgement = await judge.judge(without_citations(record))
+            # Without its citation markers, as the judge stage judges (`read_citations`).
+            judged, cited = read_citations(record)
+            judgement = await judge.judge(judged)
         except Exception as exc:  # a judge is not supposed to raise; one bad row must not end the run
             result.judge_error = f"{exc.__class__.__name__}: {exc}"
             return
@@ -783,7 +784,7 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
         result.faithfulness = judgement.faithfulness
         result.refused = judgement.refuses  # no answer given; a hedged answer is an answer
         if isinstance(result, RowResult):
-            result.citations = check_citations(record.chunks, record.answer, judgement)
+            result.citations = check_citations(record.chunks, cited, judgement)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ scored: an answer may rightly cite once per paragraph.
 
 `without_citations` gives the record the judges see: the markers removed, so that ``[2]`` reads as
 neither a number in a claim nor a word to cover; the results line keeps the answer as written.
+`read_citations` gives that record and the parsed answer, which `check_citations` then takes as is.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from enum import StrEnum
 from typing import Any
 
 from monitor.judge.evidence import content_words, normalise
+from monitor.judge.lexical import SENTENCE_END
 from monitor.judge.model import NOTE_NOT_JUDGED, Claim, Judgement, Verdict
 from monitor.model import Chunk, RagRecord
 
@@ -68,6 +70,7 @@ __all__ = [
     "CitedAnswer",
     "check_citations",
     "parse_citations",
+    "read_citations",
     "resolve",
     "without_citations",
 ]
@@ -105,11 +108,8 @@ _PREFIX_NUMBER = re.compile(
     re.IGNORECASE,
 )
 _RANGE = re.compile(r"^(\d+)\s*[-–]\s*(\d+)$")
-_ABBREV = (
-    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bJr\.)(?<!\bSr\.)(?<!\bNo\.)"
-    r"(?<!\bvs\.)(?<!\bProf\.)(?<!\bInc\.)(?<!\bLtd\.)(?<!\bCo\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\b[A-Z]\.)"
-)
-_SENTENCE_END = re.compile(r"(?<=[.!?])" + _ABBREV + r"[\"'”’)\]]*\s+(?=[\"'“‘(\[`]?[A-Z0-9])|\s*\n\s*")
+# The lexical judge's sentence ends, and a line break (a list item, a paragraph).
+_SENTENCE_END = re.compile(SENTENCE_END.pattern + r"|\s*\n\s*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,12 +212,18 @@ def parse_citations(answer: str, chunk_ids: Sequence[str] = ()) -> CitedAnswer:
     return CitedAnswer(text, spans, tuple(attached))
 
 
-def without_citations(record: RagRecord) -> RagRecord:
-    """`record` with its answer's citation markers removed (the same object when it has none)."""
+def read_citations(record: RagRecord) -> tuple[RagRecord, CitedAnswer]:
+    """`without_citations(record)` and its answer as parsed: pass the latter to `check_citations`
+    so that the answer is parsed once."""
     parsed = parse_citations(record.answer, [c.id for c in record.chunks])
     if not parsed.refs:
-        return record
-    return dataclasses.replace(record, answer=parsed.text)
+        return record, parsed
+    return dataclasses.replace(record, answer=parsed.text), parsed
+
+
+def without_citations(record: RagRecord) -> RagRecord:
+    """`record` with its answer's citation markers removed (the same object when it has none)."""
+    return read_citations(record)[0]
 
 
 def resolve(ref: str, chunk_ids: Sequence[str]) -> list[str]:
@@ -301,9 +307,11 @@ def _key(text: str) -> str:
     return normalise(text).rstrip(".!?;: ")
 
 
-def _claim_sentences(claim: str, sentences: Sequence[str], keys: Sequence[str]) -> set[int]:
-    """Indices of the answer sentences a claim's text comes from (empty: none found)."""
-    key = _key(parse_citations(claim).text)
+def _claim_sentences(claim: str, keys: Sequence[str], words_of: Sequence[set[str]]) -> set[int]:
+    """Indices of the answer sentences a claim's text comes from (empty: none found). `keys` and
+    `words_of`: each sentence's `_key` and content words."""
+    # A marker starts with "[" or "(": a claim without either has none to remove.
+    key = _key(parse_citations(claim).text if "[" in claim or "(" in claim else claim.strip())
     if not key:
         return set()
     found = {i for i, s in enumerate(keys) if s and (key in s or s in key)}
@@ -313,8 +321,8 @@ def _claim_sentences(claim: str, sentences: Sequence[str], keys: Sequence[str]) 
     if not words:
         return set()
     best, share = -1, 0.0
-    for i, sentence in enumerate(sentences):
-        overlap = len(words & content_words(sentence)) / len(words)
+    for i, sentence_words in enumerate(words_of):
+        overlap = len(words & sentence_words) / len(words)
         if overlap > share:
             best, share = i, overlap
     return {best} if share >= _ALIGNED else set()
@@ -324,18 +332,22 @@ def _decided(claim: Claim) -> bool:
     return claim.verdict is not Verdict.UNCERTAIN and claim.note != NOTE_NOT_JUDGED
 
 
-def check_citations(chunks: Sequence[Chunk], answer: str, judgement: Judgement) -> CitationReport | None:
+def check_citations(
+    chunks: Sequence[Chunk], answer: str | CitedAnswer, judgement: Judgement
+) -> CitationReport | None:
     """Each citation of `answer` checked against `judgement`'s claims (see the module docstring).
+    `answer` as written, or as `read_citations` parsed it for these chunks (not parsed again).
     None when the answer cites nothing, or the judgement failed (no claims to check against)."""
     ids = [c.id for c in chunks]
-    parsed = parse_citations(answer, ids)
+    parsed = parse_citations(answer, ids) if isinstance(answer, str) else answer
     if not parsed.refs or not judgement.ok:
         return None
     sentences = [parsed.sentence(i) for i in range(len(parsed.sentences))]
     keys = [_key(s) for s in sentences]
+    words_of = [content_words(s) for s in sentences]
     by_sentence: dict[int, list[int]] = {}
     for ci, claim in enumerate(judgement.claims):
-        for si in _claim_sentences(claim.text, sentences, keys):
+        for si in _claim_sentences(claim.text, keys, words_of):
             by_sentence.setdefault(si, []).append(ci)
     visible = {c.id for c in chunks if c.content}
     if judgement.chunk_relevance is not None:  # an LLM judge rates every chunk it was shown

@@ -71,7 +71,7 @@ from typing import Literal
 from monitor.judge.model import Claim, Judgement, Quote, Verdict
 from monitor.model import RagRecord
 
-__all__ = ["LexicalJudge", "is_refusal", "split_claims"]
+__all__ = ["ABBREVIATIONS", "SENTENCE_END", "LexicalJudge", "is_refusal", "split_claims"]
 
 # Short function words plus question words: they carry no claim. Negations and comparatives are
 # here too (they would align anything with anything) and are read apart, as polarity markers.
@@ -99,11 +99,13 @@ _STOP = frozenset(_w(_STOP_WORDS))
 # A question's words that name the kind of answer, not a fact ("In what year ...", "What is the name").
 _QUESTION_ONLY = frozenset(_w("year name call type kind number percent percentage date term"))
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
-_ABBREV = r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bJr\.)(?<!\bSr\.)(?<!\bNo\.)"
-_ABBREV += (
+# Full stops that end no sentence (Dr., e.g., initials): lookbehinds for a sentence-end pattern.
+ABBREVIATIONS = r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bJr\.)(?<!\bSr\.)(?<!\bNo\.)"
+ABBREVIATIONS += (
     r"(?<!\bvs\.)(?<!\bProf\.)(?<!\bInc\.)(?<!\bLtd\.)(?<!\bCo\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\b[A-Z]\.)"
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?])" + _ABBREV + r"[\"'”’)\]]*\s+(?=[\"'“‘(\[`]?[A-Z0-9])")
+# Where one sentence ends and the next begins (`split_claims`; `monitor.judge.citations` adds line breaks).
+SENTENCE_END = re.compile(r"(?<=[.!?])" + ABBREVIATIONS + r"[\"'”’)\]]*\s+(?=[\"'“‘(\[`]?[A-Z0-9])")
 _LEAD_IN = re.compile(
     r"^(?:(?:according to|based on|as (?:stated|mentioned|described|shown) in|per|from)\s+(?:the\s+)?"
     r"(?:provided\s+|retrieved\s+|given\s+|available\s+|above\s+)?"
@@ -434,7 +436,7 @@ def _content(text: str) -> frozenset[str]:
 
 def split_claims(answer: str) -> list[str]:
     """Sentences of the answer, abbreviations and initials (Dr., U.S., J. K.) kept whole."""
-    return [s.strip() for s in _SENTENCE_END.split(answer.strip()) if s.strip()]
+    return [s.strip() for s in SENTENCE_END.split(answer.strip()) if s.strip()]
 
 
 def is_refusal(text: str) -> bool:
@@ -516,11 +518,9 @@ def _neighbours(text: str) -> dict[str, frozenset[str]]:
     return out
 
 
-def _local(claim: _Claim, sent: _Text, names: frozenset[str]) -> bool:
-    """Whether the sentence that supplies these names of the claim also holds a word next to each."""
-    if not names:
-        return True
-    near = _neighbours(claim.text)
+def _local(near: dict[str, frozenset[str]], sent: _Text, names: frozenset[str]) -> bool:
+    """Whether the sentence that supplies these names of the claim also holds a word next to each
+    (`near`: the claim's `_neighbours`)."""
     return all(not near.get(n) or near[n] & sent.words for n in names)
 
 
@@ -685,7 +685,7 @@ class LexicalJudge:
             return None
         # A name the question gives ("Safe Haven took place in ...") is its topic, not a claim.
         required = (sent.names | numbers) - query
-        toks = _toks(sentence)
+        toks = sent.toks
         lead = toks[0] if toks else None
         first = (
             frozenset(lead.stems[:1]) - query
@@ -762,6 +762,7 @@ class LexicalJudge:
         best: tuple[int, list[tuple[_Chunk, _Text]]] | None = None
         loose: tuple[int, list[tuple[_Chunk, _Text]]] | None = None
         need = self.support_threshold * total
+        near: dict[str, frozenset[str]] | None = None  # the claim's `_neighbours`, once it is needed
         for i, (_, _, _, c1, s1, a1) in enumerate(top):
             w1 = claim.words & s1.words
             for _, _, _, c2, s2, a2 in top[i + 1 :]:
@@ -774,11 +775,13 @@ class LexicalJudge:
                     continue
                 pair = [(c1, s1), (c2, s2)]
                 named = claim.numbers <= held and claim.required <= held | a1 | a2
-                if named and not (
-                    _local(claim, s2, claim.required - s1.words - a1)
-                    and _local(claim, s1, claim.required - s2.words - a2)
-                ):
-                    named = False  # a name taken from the other sentence, away from its words
+                if named:
+                    from2, from1 = claim.required - s1.words - a1, claim.required - s2.words - a2
+                    if from2 or from1:
+                        if near is None:
+                            near = _neighbours(claim.text)
+                        if not (_local(near, s2, from2) and _local(near, s1, from1)):
+                            named = False  # a name taken from the other sentence, away from its words
                 if named and (best is None or hits > best[0]):
                     best = (hits, pair)
                 elif not named and (loose is None or hits > loose[0]):

@@ -28,7 +28,7 @@ from monitor.judge import Judge, Judgement, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
-from monitor.judge.citations import check_citations, without_citations
+from monitor.judge.citations import check_citations, read_citations
 from monitor.judge.metered import MeteredJudge
 from monitor.judge.model import SelfEvaluationGuard
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
@@ -313,7 +313,7 @@ class JudgeStage:
             return encode_line(result)
         # The judge reads the answer without its citation markers ("[2]" is neither a number of
         # a claim nor a word to cover); the citations are checked against its claims afterwards.
-        judged = without_citations(record)
+        judged, cited = read_citations(record)
         skip = skip_reason(judged)
         judgement: Judgement | None = None
         if skip is None:
@@ -357,7 +357,7 @@ class JudgeStage:
         if self.self_evaluation.check(record.model, judgement):
             self.self_judged_model = record.model
         if judgement.ok:
-            judgement.citations = check_citations(record.chunks, record.answer, judgement)
+            judgement.citations = check_citations(record.chunks, cited, judgement)
             self.metrics.judge.observe_verdicts(judgement, item.service)
             self.metrics.estimates.observe(judgement, item.service)
             if self.events is not None:
