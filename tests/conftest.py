@@ -1,4 +1,5 @@
-"""Shared fixtures: one real embedded broker per test session, on a free loopback port."""
+"""Shared fixtures: one real embedded broker per test session, on a free loopback port; the fake
+Messages / Chat Completions API (test_judge_llm.FakeAPI), one per test module."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from support import Webhook
+from test_judge_llm import FakeAPI
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
@@ -42,3 +44,19 @@ def webhook() -> Iterator[Webhook]:
     yield hook
     hook.server.shutdown()
     hook.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def _server() -> Iterator[FakeAPI]:
+    fake = FakeAPI()
+    fake.thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+@pytest.fixture
+def api(_server: FakeAPI) -> FakeAPI:
+    """The module's fake API, reset, with a fresh key."""
+    _server.reset(f"sk-ant-FAKEKEY-{uuid.uuid4().hex}")
+    return _server

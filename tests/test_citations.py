@@ -18,7 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from support import eventually, example_service, result_lines, running, settings_for
 from test_judge_llm import FakeAPI, Reply, anthropic, anthropic_message, shown
-from test_judge_llm import _server as _server
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
@@ -306,12 +305,6 @@ def test_results_line_fields() -> None:
 
 def record(answer: str, model: str | None = None) -> RagRecord:
     return RagRecord(uuid.uuid4().hex, "0" * 16, "svc", "What is Paris?", "lookup", CHUNKS, answer, model)
-
-
-@pytest.fixture
-def api(_server: FakeAPI) -> FakeAPI:
-    _server.reset(f"sk-ant-FAKEKEY-{uuid.uuid4().hex}")
-    return _server
 
 
 async def test_llm_judge_claims_with_chunk_ids_decide_each_citation(api: FakeAPI) -> None:

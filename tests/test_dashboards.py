@@ -43,7 +43,6 @@ from support import (
     workload_labels,
 )
 from test_judge_llm import FakeAPI, Reply, anthropic_message
-from test_judge_llm import _server as _server
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port

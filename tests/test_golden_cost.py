@@ -20,12 +20,10 @@ from typing import Any
 import pytest
 import typer
 from support import example_service
-from test_judge_llm import FakeAPI, Reply, _server, anthropic_message, api, chunk_ids_of
+from test_judge_llm import FakeAPI, Reply, anthropic_message, chunk_ids_of
 from typer.testing import CliRunner
 
 from monitor.golden.cli import register
-
-__all__ = ["_server", "api"]  # the fake API's fixtures, shared with test_judge_llm.py
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "examples" / "golden.jsonl"

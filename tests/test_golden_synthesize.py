@@ -21,7 +21,7 @@ import httpx
 import pytest
 import typer
 from support import example_service
-from test_judge_llm import FakeAPI, Reply, _server, anthropic_message, api, openai_completion
+from test_judge_llm import FakeAPI, Reply, anthropic_message, openai_completion
 from typer.testing import CliRunner
 
 from monitor.golden.cli import register
@@ -39,8 +39,6 @@ from monitor.golden.synthesize import (
 )
 from monitor.golden.synthesize import synthesize as run_synthesis
 from monitor.golden.targets import make_target
-
-__all__ = ["_server", "api"]  # the fake API's fixtures, shared with test_judge_llm.py
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "monitor" / "data" / "corpus.jsonl"

@@ -10,23 +10,14 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-
-from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
-from monitor.judge.base import TOOL_NAME
-from monitor.judge.batches import BATCH_DEADLINE_SECONDS, BatchCollector
-from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
-from monitor.judge.metered import MeteredJudge
-from monitor.judge.model import Judgement, JudgeOutcome
-from monitor.judge.stage import JudgeStage
-from monitor.metrics import JudgeMetrics
-from tests.test_judge_llm import (
+from test_judge_llm import (
     DEFAULT_ANSWER,
     USAGE,
     FakeAPI,
@@ -36,6 +27,15 @@ from tests.test_judge_llm import (
     good_output,
     record,
 )
+
+from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
+from monitor.judge.base import TOOL_NAME
+from monitor.judge.batches import BATCH_DEADLINE_SECONDS, BatchCollector
+from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
+from monitor.judge.metered import MeteredJudge
+from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.stage import JudgeStage
+from monitor.metrics import JudgeMetrics
 
 # An entry's result, as the server builds it: (custom_id, params, how many entries with the same
 # first user turn it has seen before) -> the ``result`` object of the results line.
@@ -137,21 +137,6 @@ class Batches:
             "ended_at": now.isoformat() if ended else None,
             "results_url": f"{self.api.url}/v1/messages/batches/{batch_id}/results" if ended else None,
         }
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[FakeAPI]:
-    fake = FakeAPI()
-    fake.thread.start()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
-
-
-@pytest.fixture
-def api(_server: FakeAPI) -> FakeAPI:
-    _server.reset(f"sk-ant-FAKEKEY-{uuid.uuid4().hex}")
-    return _server
 
 
 FAST = {"enabled": True, "max_wait_seconds": 0.05, "poll_seconds": 0.02}

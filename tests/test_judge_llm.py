@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -269,21 +269,6 @@ def default_reply(path: str, body: dict[str, Any]) -> Reply:
     if path == "/v1/chat/completions":
         return Reply(body=openai_completion(json.dumps(good_output(body))))
     return Reply(404, {"error": {"message": "no such path"}})
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[FakeAPI]:
-    api = FakeAPI()
-    api.thread.start()
-    yield api
-    api.server.shutdown()
-    api.server.server_close()
-
-
-@pytest.fixture
-def api(_server: FakeAPI) -> FakeAPI:
-    _server.reset(f"sk-ant-FAKEKEY-{uuid.uuid4().hex}")
-    return _server
 
 
 def record(answer: str = DEFAULT_ANSWER) -> RagRecord:

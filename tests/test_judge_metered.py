@@ -16,10 +16,8 @@ from test_judge_llm import (
     FakeAPI,
     Reply,
     _error_body,
-    _server,
     anthropic,
     anthropic_message,
-    api,
     good_output,
     record,
 )
@@ -30,8 +28,6 @@ from monitor.judge.budget import BudgetPolicy, JudgeBudget
 from monitor.judge.metered import BUDGET_EXHAUSTED, MeteredJudge
 from monitor.metrics import JudgeMetrics
 from monitor.model import RagRecord
-
-__all__ = ["_server", "api"]  # the fake API's fixtures, shared with test_judge_llm.py
 
 
 def _metered(judge: Judge, **limits: Any) -> tuple[MeteredJudge, CollectorRegistry]:

@@ -18,10 +18,8 @@ from test_judge_llm import (
     INJECTION,
     FakeAPI,
     Reply,
-    _server,
     anthropic,
     anthropic_message,
-    api,
     assert_no_scores,
     fenced_user_text,
     good_output,
@@ -37,8 +35,6 @@ from monitor.ingest.classify import classify_query
 from monitor.judge import create_judge
 from monitor.judge.base import SYSTEM_PROMPT, LLMJudgeConfig, build_prompt, output_schema, parse_output
 from monitor.judge.model import Judgement, JudgeOutcome
-
-__all__ = ["_server", "api"]  # the fake API's fixtures, shared with test_judge_llm.py
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,

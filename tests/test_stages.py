@@ -17,7 +17,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from support import eventually, read_topic, result_ids, result_lines, running, sample, settings_for
 from test_judge_llm import FakeAPI, Reply, _error_body, default_reply
-from test_judge_llm import _server as _server
 from test_process import start_sidecar
 
 from monitor.config import KafkaConfig
