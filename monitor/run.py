@@ -14,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from monitor.config import Settings
+from monitor.drift.baseline import DriftBaseline, load_baseline
 from monitor.drift.stage import DriftStage
 from monitor.ingest.stage import IngestStage
 from monitor.judge import Judge, create_judge
@@ -45,6 +46,16 @@ def build_judge(settings: Settings) -> Judge | None:
     return create_judge(jc.backend, options)
 
 
+def load_drift_baseline(settings: Settings, metrics: Metrics) -> DriftBaseline | None:
+    """`alerts.drift.baseline_file`, read once for the drift stage (CUSUM references) and the
+    ingest stage (retrieval references); BaselineFileError: a start-up error, one line.
+    `ragmon_drift_baseline_info{version}` names the one in use ("none" without a file)."""
+    path = settings.alerts.drift.baseline_file
+    baseline = load_baseline(path) if path is not None else None
+    metrics.drift.baseline.labels(version=baseline.version if baseline is not None else "none").set(1)
+    return baseline
+
+
 def tune_gc() -> None:
     """Per-span objects are short-lived and acyclic (reference counting frees them); the default
     thresholds made collections ~9% of the drain. Long-lived start-up objects are frozen out of
@@ -65,17 +76,22 @@ class Sidecar:
         role = settings.pipeline.role
         if judge is None and role in ("all", "judge"):
             judge = build_judge(settings)  # first: it may refuse to start (no API key)
-        self.drift = None  # next: a bad baseline file refuses to start too
         results_topic = settings.results.topic
+        if role == "drift" and not results_topic:
+            raise ValueError("role drift reads the results topic: set results.topic")
+        baseline = None  # next: a bad baseline file refuses to start too
+        if role in ("all", "drift", "ingest"):
+            baseline = load_drift_baseline(settings, self.metrics)
+        self.drift = None
         if role in ("all", "drift"):
             if results_topic:
-                self.drift = DriftStage(settings, self.metrics, results_topic)
-            elif role == "drift":
-                raise ValueError("role drift reads the results topic: set results.topic")
+                self.drift = DriftStage(settings, self.metrics, results_topic, baseline)
             else:
                 log.warning("results.topic is not set: no drift detection")
         self.output = KafkaOutput(settings.kafka)
-        self.ingest = IngestStage(settings, self.metrics, self.output) if role in ("all", "ingest") else None
+        self.ingest = None
+        if role in ("all", "ingest"):
+            self.ingest = IngestStage(settings, self.metrics, self.output, baseline)
         self.judge_stage = None
         if role in ("all", "judge"):
             self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)

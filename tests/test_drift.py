@@ -27,6 +27,35 @@ def feed(d: Detector, data: list[tuple[float, float]]) -> int:
     return sum(d.observe(w, y) for w, y in data)
 
 
+def judged(
+    *,
+    answerable: bool,
+    admits_uncertainty: bool,
+    weight: float,
+    chunk_relevance: list[tuple[str, int]] | None = None,
+) -> Judgement:
+    """A judged answer of the lookup slice, as the judge writes it."""
+    return Judgement.from_verdicts(
+        [],
+        answerable_from_context=answerable,
+        answer_admits_uncertainty=admits_uncertainty,
+        answer_relevance=2,
+        chunk_relevance=chunk_relevance,
+        trace_id="0" * 32,
+        query_type="lookup",
+        service="svc",
+        backend="test",
+        model="test",
+        sampling_weight=weight,
+    )
+
+
+def raised_by(monitor: DriftMonitor, j: Judgement) -> list[tuple[str, str]]:
+    """The (query type, metric) alarms `j` raises."""
+    changed = monitor.observe(j.query_type, j.sampling_weight, estimate_values(j))
+    return [(qt, d.metric) for d, qt, up in changed if up]
+
+
 def test_the_reference_is_taken_then_frozen() -> None:
     rng = random.Random(1)
     d = Detector("hallucination", POLICY)
@@ -106,32 +135,25 @@ def test_one_min_effect_keeps_the_others_defaults() -> None:
     policy = DriftPolicy(min_effect={"hallucination": 0.1})
     assert policy.min_effect["hallucination"] == 0.1
     assert policy.min_effect["faithfulness"] == DriftPolicy().min_effect["faithfulness"]
-    feed(Detector("faithfulness", policy), [(1.0, 0.9)] * 60)  # no KeyError for the unset metric
+    # The detector's freeze reads the unset metric's effect (no KeyError): the same walk as with
+    # no override at all.
+    short = DriftPolicy(min_effect={"hallucination": 0.1}, reference_records=50)
+    d, default = Detector("faithfulness", short), Detector("faithfulness", DriftPolicy(reference_records=50))
+    for detector in (d, default):
+        feed(detector, [(1.0, 0.9)] * 50 + [(1.0, 0.85)])
+    assert d.reference.frozen and d.statistic > 0
+    assert d.statistic == pytest.approx(default.statistic)
 
 
 def test_the_monitor_exports_statistic_threshold_and_alarms() -> None:
     metrics = Metrics(CollectorRegistry())
     monitor = DriftMonitor(DriftPolicy(reference_records=50, min_records=10), metrics.drift)
-
-    def judged(hallucinated: bool) -> Judgement:
-        return Judgement.from_verdicts(
-            [],
-            answerable_from_context=False,
-            answer_admits_uncertainty=not hallucinated,
-            answer_relevance=2,
-            trace_id="0" * 32,
-            query_type="lookup",
-            service="svc",
-            backend="test",
-            model="test",
-            sampling_weight=4.0,
-        )
-
     raised = []
     for i in range(400):
-        j = judged(i >= 50 and i % 2 == 0)
-        changed = monitor.observe(j.query_type, j.sampling_weight, estimate_values(j))
-        raised += [(qt, d.metric) for d, qt, up in changed if up]
+        hallucinated = i >= 50 and i % 2 == 0
+        raised += raised_by(
+            monitor, judged(answerable=False, admits_uncertainty=not hallucinated, weight=4.0)
+        )
     assert ("lookup", "hallucination") in raised
     r = metrics.registry
     labels = {"query_type": "lookup", "metric": "hallucination"}
@@ -152,21 +174,9 @@ def test_falling_context_relevance_raises_its_own_alarm() -> None:
     for i in range(600):
         good = i < 100 or rng.random() < 0.5
         ratings = [("c1", 3), ("c2", 3 if good else 1), ("c3", 2 if good else 1)]
-        j = Judgement.from_verdicts(
-            [],
-            answerable_from_context=True,
-            answer_admits_uncertainty=True,
-            answer_relevance=2,
-            chunk_relevance=ratings,
-            trace_id="0" * 32,
-            query_type="lookup",
-            service="svc",
-            backend="test",
-            model="test",
-            sampling_weight=2.0,
+        raised += raised_by(
+            monitor, judged(answerable=True, admits_uncertainty=True, weight=2.0, chunk_relevance=ratings)
         )
-        changed = monitor.observe(j.query_type, j.sampling_weight, estimate_values(j))
-        raised += [(qt, d.metric) for d, qt, up in changed if up]
     assert raised == [("lookup", "context_relevance")]
 
 

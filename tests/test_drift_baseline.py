@@ -2,7 +2,7 @@
 golden baseline, versioned; a pinned reference watches from the first record and never moves; a
 bad file is a one-line start-up error; alerts say which baseline they are measured against. The
 retrieval drift references are pinned in the same file, from the same results lines (weighted),
-and `retrieval_monitor` starts the ingest stage's monitor from them."""
+and the sidecar reads the file once for the drift stage and the ingest stage's monitor."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from test_drift_stage import drifted, line
 
 from monitor.config import KafkaConfig
 from monitor.demo.workload import produce
-from monitor.drift import DriftMonitor, DriftPolicy, RetrievalDriftMonitor, retrieval_monitor
+from monitor.drift import DriftMonitor, DriftPolicy, RetrievalDriftMonitor
 from monitor.drift.baseline import BaselineFileError, load_baseline, retrieval_values
 from monitor.judge.model import Judgement
 from monitor.kafka.client import ensure_topics
@@ -319,14 +319,25 @@ def test_a_results_line_as_the_judge_stage_writes_it_carries_the_record_s_retrie
     assert retrieval_values(record.to_json_dict() | {"sampling_weight": 1}) == ("lookup", 1.0, 0, None)
 
 
-def test_retrieval_monitor_watches_pinned_slices_from_the_first_record(tmp_path: Path) -> None:
+async def ingest_monitor(baseline_file: Path | None) -> tuple[RetrievalDriftMonitor, Metrics]:
+    """The ingest stage's retrieval monitor as the sidecar starts it with `baseline_file` (its
+    producer, never started, closed)."""
+    drift = {"baseline_file": str(baseline_file)} if baseline_file is not None else {}
+    settings = settings_for("127.0.0.1:1", "t", None, pipeline={"role": "ingest"}, alerts={"drift": drift})
+    sidecar = Sidecar(settings, Metrics(CollectorRegistry()))
+    await sidecar.output.close()
+    assert sidecar.ingest is not None and sidecar.drift is None
+    return sidecar.ingest.retrieval_drift, sidecar.metrics
+
+
+async def test_retrieval_monitor_watches_pinned_slices_from_the_first_record(tmp_path: Path) -> None:
     """The ingest stage's monitor from `alerts.drift.baseline_file`: a retriever broken at start-up
-    alarms once the window has its minimum; a restart with the same file gives the same PSI."""
+    alarms once the window has its minimum, where an unpinned one takes the broken state as its
+    reference (a restart during an incident does not adopt it)."""
     out, done = pinned_file(tmp_path, "--version", "prod-2027-02")
     assert done.returncode == 0, done.stderr
     policy = DriftPolicy(baseline_file=out)
-    metrics = Metrics(CollectorRegistry())
-    monitor = retrieval_monitor(policy, metrics.retrieval_drift, metrics.drift.baseline)
+    monitor, metrics = await ingest_monitor(out)
     assert set(monitor.pinned) == {"lookup", "comparison"}
     assert metrics.registry.get_sample_value("ragmon_drift_baseline_info", {"version": "prod-2027-02"}) == 1
     labels = {"query_type": "lookup", "feature": "chunk_count"}
@@ -337,24 +348,64 @@ def test_retrieval_monitor_watches_pinned_slices_from_the_first_record(tmp_path:
             assert metrics.registry.get_sample_value("ragmon_retrieval_drift_active", labels) == 0
     assert metrics.registry.get_sample_value("ragmon_retrieval_drift_active", labels) == 1
     assert metrics.registry.get_sample_value("ragmon_retrieval_drift_alarms_total", labels) == 1
-    # Traffic like the pinned window's stays silent, and a restart sees the same PSI on it.
+    # Traffic like the pinned window's stays silent.
     same = [(0, None) if i % 20 == 0 else (5, 0.6 + 0.3 * (i * 7 % 100) / 100) for i in range(3000)]
-
-    def run() -> RetrievalDriftMonitor:
-        fresh = Metrics(CollectorRegistry())
-        m = retrieval_monitor(policy, fresh.retrieval_drift, fresh.drift.baseline)
-        for count, score in same:
-            m.observe("lookup", count, score)
-        return m
-
-    first, restarted = run(), run()
-    psi = [f.psi for f in first.slices["lookup"].features]
-    assert psi == [f.psi for f in restarted.slices["lookup"].features]
-    assert max(psi) < 0.1 and not any(f.alarms for f in first.slices["lookup"].features)
+    calm, _ = await ingest_monitor(out)
+    for count, score in same:
+        calm.observe("lookup", count, score)
+    psi = [f.psi for f in calm.slices["lookup"].features]
+    assert max(psi) < 0.1 and not any(f.alarms for f in calm.slices["lookup"].features)
+    # A restart while the retriever is broken: pinned, it alarms; without the file the slice
+    # freezes the broken records as its reference and stays silent.
+    restarted, _ = await ingest_monitor(out)
+    unpinned, fresh = await ingest_monitor(None)
+    broken = policy.retrieval.reference_records + policy.retrieval.window_records
+    for m in (restarted, unpinned):
+        for _ in range(broken):
+            m.observe("lookup", 0, None)
+    assert [f.alarms for f in restarted.slices["lookup"].features] == [1, 1]
+    assert unpinned.slices["lookup"].frozen
+    assert [f.alarms for f in unpinned.slices["lookup"].features] == [0, 0]
     # No file: nothing pinned, the slices collect their first records, version "none".
-    fresh = Metrics(CollectorRegistry())
-    assert retrieval_monitor(DriftPolicy(), fresh.retrieval_drift, fresh.drift.baseline).pinned == {}
+    assert unpinned.pinned == {}
     assert fresh.registry.get_sample_value("ragmon_drift_baseline_info", {"version": "none"}) == 1
+
+
+async def test_the_sidecar_reads_the_baseline_file_once_for_both_stages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Role `all`: the drift stage's CUSUM references and the ingest stage's retrieval ones come
+    from one read of the file, and `ragmon_drift_baseline_info` has one series."""
+    out, done = pinned_file(tmp_path, "--version", "prod-2027-03")
+    assert done.returncode == 0, done.stderr
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counting(path: Path, *args: Any, **kwargs: Any) -> str:
+        if path == out:
+            reads.append(path)
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    settings = settings_for(
+        "127.0.0.1:1", "t", None, judge={"backend": "none"}, alerts={"drift": {"baseline_file": str(out)}}
+    )
+    sidecar = Sidecar(settings, Metrics(CollectorRegistry()))
+    await sidecar.output.close()
+    assert len(reads) == 1
+    assert sidecar.drift is not None and sidecar.ingest is not None
+    assert sidecar.drift.baseline is not None and sidecar.drift.baseline.version == "prod-2027-03"
+    drift = sidecar.drift.monitor
+    drift.observe("lookup", 1.0, [("hallucination", 0.0)])
+    assert drift.detectors[("lookup", "hallucination")].reference.frozen  # pinned: no records collected
+    assert set(sidecar.ingest.retrieval_drift.pinned) == {"lookup", "comparison"}
+    info = [
+        s.labels
+        for family in sidecar.metrics.registry.collect()
+        if family.name == "ragmon_drift_baseline_info"
+        for s in family.samples
+    ]
+    assert info == [{"version": "prod-2027-03"}]
 
 
 OLD_FILE = {  # as `baseline pin` wrote it before the retrieval section existed
@@ -377,13 +428,12 @@ OLD_FILE = {  # as `baseline pin` wrote it before the retrieval section existed
 }
 
 
-def test_old_baseline_files_still_load(tmp_path: Path) -> None:
+async def test_old_baseline_files_still_load(tmp_path: Path) -> None:
     old = tmp_path / "old.json"
     old.write_text(json.dumps(OLD_FILE))
     baseline = load_baseline(old)
     assert baseline.retrieval == {} and baseline.references()[("lookup", "hallucination")].mean == 0.1
-    metrics = Metrics(CollectorRegistry())
-    assert retrieval_monitor(DriftPolicy(baseline_file=old), metrics.retrieval_drift).pinned == {}
+    assert (await ingest_monitor(old))[0].pinned == {}
     shown = cli("baseline", "show", str(old))
     assert shown.returncode == 0 and "retrieval: none pinned" in shown.stdout
 
@@ -420,14 +470,13 @@ GOOD_SECTION = {
         ({"psi": 0.2}, "psi: Extra inputs are not permitted"),
     ],
 )
-def test_a_bad_retrieval_section_is_a_one_line_start_up_error(
+async def test_a_bad_retrieval_section_is_a_one_line_start_up_error(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
     bad = tmp_path / "b.json"
     bad.write_text(json.dumps(OLD_FILE | {"retrieval": {"lookup": GOOD_SECTION | change}}))
-    metrics = Metrics(CollectorRegistry())
     with pytest.raises(BaselineFileError, match=r"b\.json: retrieval\.lookup\.?.*" + message) as caught:
-        retrieval_monitor(DriftPolicy(baseline_file=bad), metrics.retrieval_drift, metrics.drift.baseline)
+        await ingest_monitor(bad)
     assert "\n" not in str(caught.value)
     good = tmp_path / "good.json"
     good.write_text(json.dumps(OLD_FILE | {"retrieval": {"lookup": GOOD_SECTION}}))

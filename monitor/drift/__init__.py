@@ -1,9 +1,9 @@
 """Drift detection: CUSUM detectors per (query type, metric) (`detector`), the pinned baselines
 they start from (`baseline`), and the stage that feeds them every judgement of a slice once
 (`stage`); label-free retrieval drift on every record, fed by the ingest stage (`retrieval`), its
-references pinned in the same baseline file (`retrieval_monitor`)."""
+references pinned in the same baseline file (`RetrievalDriftMonitor.from_baseline`)."""
 
-from monitor.drift.baseline import BaselineFileError, retrieval_monitor
+from monitor.drift.baseline import BaselineFileError, DriftBaseline, load_baseline
 from monitor.drift.detector import (
     BAD_DIRECTION,
     RATES,
@@ -25,6 +25,7 @@ __all__ = [
     "RATES",
     "BaselineFileError",
     "Detector",
+    "DriftBaseline",
     "DriftMetrics",
     "DriftMonitor",
     "DriftPolicy",
@@ -33,5 +34,5 @@ __all__ = [
     "RetrievalDriftMonitor",
     "RetrievalDriftPolicy",
     "RetrievalReference",
-    "retrieval_monitor",
+    "load_baseline",
 ]

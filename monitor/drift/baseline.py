@@ -27,26 +27,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from monitor.drift.detector import DriftPolicy, Reference
-from monitor.drift.retrieval import (
-    MAX_COUNT_BIN,
-    RetrievalDriftMetrics,
-    RetrievalDriftMonitor,
-    RetrievalReference,
-)
+from monitor.drift.detector import Reference
+from monitor.drift.retrieval import MAX_COUNT_BIN, RetrievalReference
 from monitor.estimate import usable_weight, verdict_values
-
-log = logging.getLogger(__name__)
 
 KIND = "rag-monitor-drift-baseline"
 SHARES_TOLERANCE = 1e-6  # |Σ shares − 1| allowed (JSON round trips are exact; hand edits are not)
@@ -358,37 +349,3 @@ def pin(
         slices=slices,
         retrieval=retrieval,
     )
-
-
-def retrieval_monitor(
-    policy: DriftPolicy, metrics: RetrievalDriftMetrics, info: Gauge | None = None
-) -> RetrievalDriftMonitor:
-    """The ingest stage's retrieval drift monitor, its slices pinned to the `retrieval` section of
-    `policy.baseline_file` when one is set (BaselineFileError: a start-up error, one line).
-    `info`: `ragmon_drift_baseline_info`, set to the version in use ("none" without a file)."""
-    baseline = load_baseline(policy.baseline_file) if policy.baseline_file is not None else None
-    pinned = baseline.retrieval_references() if baseline is not None else {}
-    if info is not None:
-        info.labels(version=baseline.version if baseline is not None else "none").set(1)
-    settings = policy.retrieval
-    if pinned:
-        assert baseline is not None
-        log.info("retrieval drift: baseline %s pins %s", baseline.version, ", ".join(sorted(pinned)))
-        for qt, ref in sorted(pinned.items()):
-            noise = ref.expected_psi(settings.window_records)
-            if noise > settings.threshold / 3:
-                log.warning(
-                    "retrieval drift: %s's pinned reference has %.0f effective records: PSI on "
-                    "unchanged traffic is about %.3f, near the threshold %.2f (pin a longer window)",
-                    qt,
-                    ref.effective_records,
-                    noise,
-                    settings.threshold,
-                )
-    else:
-        log.info(
-            "retrieval drift: no pinned references; each slice's reference is its first %d records "
-            "in this process (pin one: rag-monitor baseline pin)",
-            settings.reference_records,
-        )
-    return RetrievalDriftMonitor(settings, metrics, pinned)

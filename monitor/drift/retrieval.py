@@ -52,15 +52,21 @@ later (in time, or in records of the whole slice), at the same false-alarm rate 
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # the file format imports this module's references
+    from monitor.drift.baseline import DriftBaseline
+
+log = logging.getLogger(__name__)
 
 Feature = Literal["chunk_count", "top_score"]
 MAX_COUNT_BIN = 20  # counts above the reference's largest (capped here) share the "more" bin
@@ -229,7 +235,8 @@ class SliceDrift:
     counts_seen: list[int] = field(default_factory=list)  # the reference's raw values until frozen
     scores_seen: list[float | None] = field(default_factory=list)
     frozen: bool = False
-    reference: RetrievalReference | None = None  # set on freeze
+    # Set on freeze; not read by the hot path, kept for inspection (which reference, pinned or not).
+    reference: RetrievalReference | None = None
     pinned: bool = False
     features: tuple[FeatureState, ...] = ()
     # Set on freeze: the bins, and the hot path's direct handles on rings and counts.
@@ -329,6 +336,35 @@ class RetrievalDriftMonitor:
         self.pinned: dict[str, RetrievalReference] = dict(pinned or {})
         self.slices: dict[str, SliceDrift] = {}
         self._children: dict[tuple[str, str], tuple[Gauge, Counter]] = {}
+
+    @classmethod
+    def from_baseline(
+        cls, policy: RetrievalDriftPolicy, metrics: RetrievalDriftMetrics, baseline: DriftBaseline | None
+    ) -> RetrievalDriftMonitor:
+        """The ingest stage's monitor, its slices pinned to the `retrieval` section of `baseline`
+        (the loaded `alerts.drift.baseline_file`, None without one); says what it pins, and warns
+        of a pinned reference too small for the threshold."""
+        pinned = baseline.retrieval_references() if baseline is not None else {}
+        if baseline is not None and pinned:
+            log.info("retrieval drift: baseline %s pins %s", baseline.version, ", ".join(sorted(pinned)))
+            for qt, ref in sorted(pinned.items()):
+                noise = ref.expected_psi(policy.window_records)
+                if noise > policy.threshold / 3:
+                    log.warning(
+                        "retrieval drift: %s's pinned reference has %.0f effective records: PSI on "
+                        "unchanged traffic is about %.3f, near the threshold %.2f (pin a longer window)",
+                        qt,
+                        ref.effective_records,
+                        noise,
+                        policy.threshold,
+                    )
+        else:
+            log.info(
+                "retrieval drift: no pinned references; each slice's reference is its first %d records "
+                "in this process (pin one: rag-monitor baseline pin)",
+                policy.reference_records,
+            )
+        return cls(policy, metrics, pinned)
 
     def observe(self, query_type: str, chunk_count: int, top_score: float | None) -> None:
         """One record of the slice: the hot path (a dict lookup and a few list updates)."""

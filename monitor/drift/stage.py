@@ -23,7 +23,7 @@ import logging
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift.baseline import DriftBaseline, judged_values, load_baseline
+from monitor.drift.baseline import DriftBaseline, judged_values
 from monitor.drift.detector import Detector, DriftMonitor
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
@@ -40,15 +40,15 @@ def slice_key(query_type: str) -> bytes:
 
 
 class DriftStage:
-    def __init__(self, settings: Settings, metrics: Metrics, topic: str) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, topic: str, baseline: DriftBaseline | None
+    ) -> None:
+        """`baseline`: `alerts.drift.baseline_file` as loaded (once, by the sidecar: the ingest
+        stage pins from it too), None without one."""
         self.settings = settings
         self.metrics = metrics
         policy = settings.alerts.drift
-        self.baseline: DriftBaseline | None = None
-        if policy.baseline_file is not None:
-            self.baseline = load_baseline(policy.baseline_file)  # BaselineFileError: a start-up error
-        version = self.baseline.version if self.baseline else "none"
-        metrics.drift.baseline.labels(version=version).set(1)
+        self.baseline = baseline
         self.monitor = DriftMonitor(
             policy, metrics.drift, self.baseline.references() if self.baseline else None
         )

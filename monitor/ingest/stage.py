@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift import retrieval_monitor
+from monitor.drift import DriftBaseline, RetrievalDriftMonitor
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, decode
@@ -40,7 +40,11 @@ _MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their 
 
 
 class IngestStage:
-    def __init__(self, settings: Settings, metrics: Metrics, output: KafkaOutput) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, output: KafkaOutput, baseline: DriftBaseline | None = None
+    ) -> None:
+        """`baseline`: `alerts.drift.baseline_file` as loaded (once, by the sidecar: the drift stage
+        uses it too); None: no retrieval reference is pinned."""
         self.settings = settings
         self.metrics = metrics
         kafka = settings.kafka
@@ -60,8 +64,8 @@ class IngestStage:
         )
         self.sampler = Sampler(settings.sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
-        self.retrieval_drift = retrieval_monitor(
-            settings.alerts.drift, metrics.retrieval_drift, metrics.drift.baseline
+        self.retrieval_drift = RetrievalDriftMonitor.from_baseline(
+            settings.alerts.drift.retrieval, metrics.retrieval_drift, baseline
         )
         spec = SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
         self.source = KafkaSource(
