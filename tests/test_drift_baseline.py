@@ -289,8 +289,10 @@ def test_pin_takes_retrieval_references_from_results_lines_weighted(tmp_path: Pa
 
 
 def test_a_results_line_as_the_judge_stage_writes_it_carries_the_record_s_retrieval() -> None:
-    """monitor/judge/stage.py: the record's fields, the sample's, then the judgement's — the
-    record's ranked `chunks` survive the merge; a skipped record's line has them too."""
+    """`retrieval_values` reads a line merged as monitor/judge/stage.py merges it (the record's
+    fields, the sample's, then the judgement's; a skipped record's line has no judgement): the
+    record's ranked `chunks` survive the merge. That the stage writes such lines is checked end to
+    end: `record_query_type` in test_judge_query_type.py, `chunks` in test_bad_input.py."""
     record = RagRecord(
         trace_id="a" * 32,
         span_id="b" * 16,

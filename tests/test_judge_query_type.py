@@ -288,6 +288,9 @@ async def test_sidecar_takes_the_judges_label_only_for_rule_typed_records(
     assert (lines[untyped_id]["query_type"], lines[untyped_id]["query_type_source"]) == ("multi_hop", "judge")
     assert (lines[typed_id]["query_type"], lines[typed_id]["query_type_source"]) == ("lookup", "span")
     assert lines[typed_id]["judge_query_type"] == "multi_hop"  # kept for comparison, not used
+    # The label the ingest stage watched the relabelled record under, for its retrieval drift.
+    assert lines[untyped_id]["record_query_type"] == "lookup"
+    assert "record_query_type" not in lines[typed_id]
     assert judged == {"lookup": 1.0, "multi_hop": 1.0}
     # The judge was offered the allow-list minus `unknown` ("no label" is not an answer).
     enum = sent_schema(api.requests[0].body)["properties"]["query_type"]["enum"]
