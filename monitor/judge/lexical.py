@@ -64,7 +64,7 @@ import math
 import re
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -467,6 +467,13 @@ _WINDOW = 5
 _TERSE_ELSEWHERE = 0.4
 
 
+def _weight(idf: dict[str, float], words: Iterable[str]) -> float:
+    """The summed weight of these words. `math.fsum` (exact, then rounded once), not `sum`: a set's
+    iteration order follows the hash seed (PYTHONHASHSEED), and float addition in another order can
+    differ in the last bit, enough to flip a `>=` against a threshold or a tie between sentences."""
+    return math.fsum(idf[w] for w in words)
+
+
 def _window(
     toks: tuple[_Tok, ...], q: frozenset[str], idf: dict[str, float], centers: list[int] | None
 ) -> float:
@@ -482,14 +489,14 @@ def _window(
                 if pos - start > 2 * _WINDOW:
                     break
                 ws |= w
-            best = max(best, sum(idf[w] for w in ws))
+            best = max(best, _weight(idf, ws))
         return best
     for c in centers:
         ws = set()
         for pos, w in hits:
             if abs(pos - c) <= _WINDOW:
                 ws |= w
-        best = max(best, sum(idf[w] for w in ws))
+        best = max(best, _weight(idf, ws))
     return best
 
 
@@ -833,7 +840,7 @@ class LexicalJudge:
         idf = {w: math.log((n + 1) / (d + 1)) + _IDF_FLOOR for w, d in df.items()}
 
         def score(sent: _Text, ante: frozenset[str], centers: list[int] | None) -> float:
-            held = sum(idf[w] for w in q & (sent.words | ante))
+            held = _weight(idf, q & (sent.words | ante))
             return held + _WINDOW_WEIGHT * _window(sent.toks, q, idf, centers)
 
         best = max(score(r[4], r[5], None) for r in rows)
@@ -851,9 +858,9 @@ class LexicalJudge:
                 for b in rows:
                     if b[3] is not chunk and not about.isdisjoint(b[4].words):
                         extra = (q & b[4].words) - own
-                        if sum(idf[w] for w in extra) > sum(idf[w] for w in bridge):
+                        if _weight(idf, extra) > _weight(idf, bridge):
                             bridge = extra
-            got = score(sent, r[5], centers) + sum(idf[w] for w in bridge)
+            got = score(sent, r[5], centers) + _weight(idf, bridge)
             scored.append((got, r))
         got, (_, q_hits, _, chunk, sent, _) = max(scored, key=lambda x: x[0])
         ratio = got / best if best else 0.0
