@@ -74,6 +74,13 @@ class RecordSeries:
         self.chunks = HistogramTally(chunks)
         self.top_score = HistogramTally(top_score)
 
+    def observe(self, n_chunks: int, top_score: float | None) -> None:
+        """One record: counted, its chunk count tallied, and its top score when it has one."""
+        self.records += 1
+        self.chunks.observe(n_chunks)
+        if top_score is not None:
+            self.top_score.observe(top_score)
+
     def flush(self) -> None:
         if self.records:
             self._records.inc(self.records)

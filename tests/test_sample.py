@@ -15,7 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.ingest.sample import Sampler, SamplingPolicy, looks_like_refusal, trace_fraction
+from monitor.ingest.sample import (
+    Sampler,
+    SamplingPolicy,
+    blake2b_fraction,
+    looks_like_refusal,
+    trace_fraction,
+)
 from monitor.model import Chunk, RagRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,9 +87,10 @@ print(json.dumps(out))
 
 
 def test_decisions_are_the_same_in_another_process() -> None:
-    """Every replica must reach the same decision: no per-process hash salt, no random state."""
+    """Every replica must reach the same decision: no per-process hash salt, no random state, and
+    the same draws whether or not the hash was compiled (the other process uses the reference)."""
     trace_ids = ids(2000, seed=11)
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT), "RAGMON_PURE_PYTHON": "1"}
     child = subprocess.run(
         [sys.executable, "-c", _CHILD],
         input=json.dumps(trace_ids),
@@ -102,6 +109,18 @@ def test_decisions_are_the_same_in_another_process() -> None:
         ours.append([trace_fraction(t), s.decide(r, NOW + i)])
     assert theirs == ours
     assert sum(p is not None for _, p in ours) > 100  # the comparison covered real decisions
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=300) | st.text("0123456789abcdef", min_size=32, max_size=32))
+def test_the_compiled_draw_is_the_blake2b_reference(trace_id: str) -> None:
+    """Ids of every length around BLAKE2b's 128-byte blocks, and non-ASCII ones, give the same
+    draw in `_wire.c` as in hashlib."""
+    if os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0") and not os.environ.get(
+        "RAGMON_PURE_PYTHON"
+    ):
+        assert trace_fraction is not blake2b_fraction, "the compiled trace hash was not built"
+    assert trace_fraction(trace_id) == blake2b_fraction(trace_id)
 
 
 def test_trace_fraction_is_uniform_enough() -> None:

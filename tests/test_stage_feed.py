@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,10 +62,10 @@ def stage(encoding: str, feed: bool) -> tuple[IngestStage, KafkaOutput, list[tup
     seen: list[tuple[str, Any, Any, int]] = []
     finish = st._finish
 
-    def recording(fin: Finished) -> None:
+    def recording(fin: Finished, now: float) -> None:
         record = fin.record.to_json_dict() if fin.record is not None else None
         seen.append((fin.trace_id, record, fin.reason, len(fin.refs)))
-        finish(fin)
+        finish(fin, now)
 
     st._finish = recording  # type: ignore[method-assign]
     return st, output, seen
@@ -105,7 +106,7 @@ def test_feed_gives_what_the_per_message_path_gives(encoding: str) -> None:
         await asyncio.sleep(0.01)
         await st._process({})
         for fin in st.assembler.flush(complete_only=False):
-            st._finish(fin)
+            st._finish(fin, time.time())
         await output.close()
         return st, seen
 

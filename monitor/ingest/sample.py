@@ -15,13 +15,15 @@ record's own draw, 1/p weighting stays unbiased (Horvitz–Thompson) even though
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from hashlib import blake2b
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.ingest.compiled import choose
 from monitor.model import RagRecord
 
-__all__ = ["Sampler", "SamplingPolicy", "looks_like_refusal", "trace_fraction"]
+__all__ = ["Sampler", "SamplingPolicy", "blake2b_fraction", "looks_like_refusal", "trace_fraction"]
 
 _SCALE = float(1 << 64)
 # Slices are bounded by the caller (query types come from an allow-list); this only guards memory.
@@ -83,13 +85,27 @@ def looks_like_refusal(answer: str) -> bool:
     return False
 
 
-def trace_fraction(trace_id: str) -> float:
-    """A uniform number in [0, 1) fixed by the trace id.
+def blake2b_fraction(trace_id: str) -> float:
+    """A uniform number in [0, 1) fixed by the trace id: its BLAKE2b-64, big-endian, over 2**64.
 
     A hash rather than the id's own bits: some producers put a timestamp in the leading bytes of
     trace ids (AWS X-Ray) or send sequential ids (flat JSON), which are not uniform.
     """
     return int.from_bytes(blake2b(trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
+
+
+def _compiled_fraction() -> Callable[[str], float] | None:
+    try:
+        from monitor.ingest._wire import trace_fraction as compiled
+    except ImportError:
+        return None
+    return compiled
+
+
+# The same function computed in `_wire.c` where it was built: hashlib's object round trip was a
+# fifth of a record's accounting in the ingest stage.
+_compiled, _ = choose("trace hash", "monitor.ingest._wire", _compiled_fraction)
+trace_fraction: Callable[[str], float] = _compiled or blake2b_fraction
 
 
 class SamplingPolicy(BaseModel):
@@ -246,8 +262,7 @@ class Sampler:
         n = len(record.answer)
         m = s.median
         s.median = (m * 1.02 if n > m else m * 0.98) if m else float(max(n, 1))
-        # trace_fraction, inlined: this line is half the cost of the common path.
-        u = int.from_bytes(blake2b(record.trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
+        u = trace_fraction(record.trace_id)
         if u >= frozen.bound:
             return None  # the common path: neither a signal nor the floor could raise p this far
         rate = s.rate

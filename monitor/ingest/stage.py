@@ -109,8 +109,9 @@ class IngestStage:
         keeper = asyncio.create_task(self._housekeeping(), name="ragmon-ingest-housekeeping")
         try:
             await self.source.consume(stop, self._process)
+            now = time.time()
             for fin in self.assembler.flush(complete_only=True):
-                self._finish(fin)
+                self._finish(fin, now)
             self._flush_counts()
             await self._flush(force=True)
             for delivery in (self.samples, self.dead_letters):
@@ -164,8 +165,9 @@ class IngestStage:
                 if n < len(run):
                     break  # the rest is no longer this generation's, or was seen already
         finished.extend(self.assembler.poll(now))
+        wall = time.time()  # for the batch's records: lag and sampling windows need no finer clock
         for fin in finished:
-            self._finish(fin)
+            self._finish(fin, wall)
         self._flush_counts()
         await self._flush()
 
@@ -223,7 +225,8 @@ class IngestStage:
         else:
             ref.release()
 
-    def _finish(self, fin: Finished) -> None:
+    def _finish(self, fin: Finished, now: float) -> None:
+        """Count, slice and sample one finished trace; `now` is wall-clock seconds."""
         record = fin.record
         if record is None:
             if fin.reason is not None:
@@ -251,15 +254,11 @@ class IngestStage:
                 Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'"
             )
         record.query_type = qt
-        series.records += 1
         chunks = record.chunks
         n_chunks = len(chunks)
-        series.chunks.observe(n_chunks)
         top = chunks[0].score if n_chunks else None
-        if top is not None:
-            series.top_score.observe(top)
+        series.observe(n_chunks, top)
         self.retrieval_drift.observe(qt, n_chunks, top)
-        now = time.time()
         if record.end_ns:
             self._lag.observe(max(0.0, now - record.end_ns / 1e9))
         self.records_seen += 1
