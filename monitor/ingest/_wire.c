@@ -1186,9 +1186,9 @@ static int oi_role(PyObject *kind)
     return R_OTHER;
 }
 
-/* `dialects.apply(facts, attrs)` for the shapes above: 0 done, UNSUPPORTED (facts untouched),
- * FAIL with an error. */
-static int map_span(PyObject *facts, PyObject *attrs, int lean)
+/* `dialects.apply(facts, attrs)` for the shapes above: 0 done (*role_out: the role set),
+ * UNSUPPORTED (facts untouched), FAIL with an error. */
+static int map_span(PyObject *facts, PyObject *attrs, int lean, int *role_out)
 {
     PyObject *kind, *query = NULL, *answer = NULL, *model = NULL, *chunks = NULL, *qt = NULL, *replay = NULL;
     if (lookup(attrs, key_objs[K_KIND], &kind))
@@ -1239,6 +1239,7 @@ static int map_span(PyObject *facts, PyObject *attrs, int lean)
     if (rc == 0 && (rc = lookup(attrs, key_objs[K_REPLAY], &replay)) == 0 && replay != NULL && !PyBool_Check(replay))
         rc = UNSUPPORTED; /* parse_bool of a string or number */
     if (rc == 0) {
+        *role_out = role;
         rc = PyObject_SetAttr(facts, str_role, roles[role]);
         if (rc == 0 && query != NULL)
             rc = PyObject_SetAttr(facts, str_query, query);
@@ -1354,7 +1355,7 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         goto fail;
     if (bad_times && append_problem(facts, bad_timestamp))
         goto fail;
-    int mapped = attrs != NULL;
+    int mapped = attrs != NULL, role = R_OTHER;
     if (mapped) {
         if (n_ev) {
             PyObject *w = PyObject_CallOneArg(wants_events_fn, attrs);
@@ -1363,7 +1364,7 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
             if (wants < 0 || (wants && merge_events(attrs, ev, ev_n, n_ev, depth + 1)))
                 goto fail;
         }
-        int rc = map_span(facts, attrs, c->lean);
+        int rc = map_span(facts, attrs, c->lean, &role);
         if (rc == UNSUPPORTED) {
             if (c->lean && text_again(attrs)) /* apply reads text as str */
                 goto fail;
@@ -1396,7 +1397,8 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         if (rc)
             goto fail;
     }
-    if (seen) { /* mapped, and not its trace's first: kept unless `is_inert` */
+    if (seen && role == R_OTHER) { /* mapped, and not its trace's first: kept unless `is_inert`
+                                    * (never inert with another role, as mapped here) */
         PyObject *r = PyObject_CallOneArg(is_inert_fn, facts);
         int inert = r == NULL ? -1 : PyObject_IsTrue(r);
         Py_XDECREF(r);
