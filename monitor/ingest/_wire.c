@@ -761,16 +761,6 @@ static int merge_events(PyObject *attrs, ptr *ev, Py_ssize_t *ev_n, int n_ev, in
     return 0;
 }
 
-static int append_problem(PyObject *facts, PyObject *problem)
-{
-    PyObject *lst = PyObject_GetAttr(facts, str_problems);
-    if (lst == NULL)
-        return FAIL;
-    int rc = PyList_Append(lst, problem);
-    Py_DECREF(lst);
-    return rc;
-}
-
 /* --- SpanFacts, Chunk and Decoded ------------------------------------------------------------
  *
  * All three are slots dataclasses whose generated __init__ only stores its arguments and the
@@ -787,6 +777,8 @@ typedef struct {
     Py_ssize_t offset[MAX_SLOTS];
     int kind[MAX_SLOTS];
     PyObject *value[MAX_SLOTS]; /* F_DEFAULT's */
+    PyObject *name[MAX_SLOTS];  /* interned */
+    int plain_setattr;          /* no __setattr__ of its own: a slot may be written directly */
 } layout_t;
 static layout_t span_facts, chunk, decoded;
 
@@ -843,6 +835,9 @@ static int set_layout(layout_t *l, PyObject *cls, PyObject *layout)
             l->kind[i] = kind;
             l->value[i] = kind == F_DEFAULT ? deflt : NULL;
             Py_XINCREF(l->value[i]);
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            l->name[i] = name;
             l->n_required += kind == F_REQUIRED;
         }
         Py_DECREF(descr);
@@ -854,7 +849,50 @@ static int set_layout(layout_t *l, PyObject *cls, PyObject *layout)
         return FAIL;
     }
     l->n_fields = (int)n;
+    l->plain_setattr = ((PyTypeObject *)cls)->tp_setattro == PyObject_GenericSetAttr;
     return 0;
+}
+
+/* The slot of field `name` (interned) of `obj`, an instance of l's class built from its layout;
+ * NULL: use the attribute protocol. Reading and writing a span's fields so skips the descriptor
+ * lookups, a few per RAG span. */
+static PyObject **field_slot(layout_t *l, PyObject *obj, PyObject *name)
+{
+    if (Py_TYPE(obj) != (PyTypeObject *)l->cls || !l->plain_setattr)
+        return NULL;
+    for (int i = 0; i < l->n_fields; i++)
+        if (l->name[i] == name)
+            return (PyObject **)((char *)obj + l->offset[i]);
+    return NULL;
+}
+
+static int facts_set(PyObject *facts, PyObject *name, PyObject *v)
+{
+    PyObject **slot = field_slot(&span_facts, facts, name);
+    if (slot == NULL)
+        return PyObject_SetAttr(facts, name, v);
+    Py_INCREF(v);
+    Py_XSETREF(*slot, v);
+    return 0;
+}
+
+/* getattr, a new reference */
+static PyObject *facts_get(PyObject *facts, PyObject *name)
+{
+    PyObject **slot = field_slot(&span_facts, facts, name);
+    if (slot == NULL || *slot == NULL)
+        return PyObject_GetAttr(facts, name);
+    return Py_NewRef(*slot);
+}
+
+static int append_problem(PyObject *facts, PyObject *problem)
+{
+    PyObject *lst = facts_get(facts, str_problems);
+    if (lst == NULL)
+        return FAIL;
+    int rc = PyList_Append(lst, problem);
+    Py_DECREF(lst);
+    return rc;
 }
 
 /* --- the dialects' common shapes ------------------------------------------------------------
@@ -1079,7 +1117,7 @@ static int text_again(PyObject *attrs)
 /* decode._raw_text for a span `apply` mapped: each chunk's str `content` moved to `raw`. */
 static int raw_chunks(PyObject *facts)
 {
-    PyObject *chunks = PyObject_GetAttr(facts, str_chunks);
+    PyObject *chunks = facts_get(facts, str_chunks);
     if (chunks == NULL)
         return FAIL;
     int t = PyObject_IsTrue(chunks);
@@ -1240,19 +1278,19 @@ static int map_span(PyObject *facts, PyObject *attrs, int lean, int *role_out)
         rc = UNSUPPORTED; /* parse_bool of a string or number */
     if (rc == 0) {
         *role_out = role;
-        rc = PyObject_SetAttr(facts, str_role, roles[role]);
+        rc = facts_set(facts, str_role, roles[role]);
         if (rc == 0 && query != NULL)
-            rc = PyObject_SetAttr(facts, str_query, query);
+            rc = facts_set(facts, str_query, query);
         if (rc == 0 && answer != NULL)
-            rc = PyObject_SetAttr(facts, str_answer, answer);
+            rc = facts_set(facts, str_answer, answer);
         if (rc == 0 && chunks != NULL)
-            rc = PyObject_SetAttr(facts, str_chunks, chunks);
+            rc = facts_set(facts, str_chunks, chunks);
         if (rc == 0 && model != NULL)
-            rc = PyObject_SetAttr(facts, str_model, model);
+            rc = facts_set(facts, str_model, model);
         if (rc == 0 && qt != NULL)
-            rc = PyObject_SetAttr(facts, str_query_type, qt);
+            rc = facts_set(facts, str_query_type, qt);
         if (rc == 0 && replay != NULL)
-            rc = PyObject_SetAttr(facts, str_replay, replay);
+            rc = facts_set(facts, str_replay, replay);
     }
     Py_XDECREF(chunks);
     return rc;
@@ -1384,11 +1422,11 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         }
         Py_CLEAR(attrs);
     }
-    else if (pid_n == 0 && PyObject_SetAttr(facts, str_role, roles[R_ROOT])) {
+    else if (pid_n == 0 && facts_set(facts, str_role, roles[R_ROOT])) {
         goto fail; /* apply(facts, {}): ROOT without a parent, else OTHER (the default) */
     }
     if (bad_times || mapped) { /* facts.problems may hold something: the message's list gets it */
-        PyObject *lst = PyObject_GetAttr(facts, str_problems);
+        PyObject *lst = facts_get(facts, str_problems);
         if (lst == NULL)
             goto fail;
         Py_ssize_t end_ = PyList_GET_SIZE(c->problems);
