@@ -127,6 +127,7 @@ class Clock:
     first_cpu: float = 0.0  # process CPU time then
     first_batch: int = 0  # messages of that fetch: fetched before the clock started, not counted
     fetched: int = 0
+    fetches: int = 0  # non-empty fetches after the first, up to the last expected message
     last_fetch: float | None = None  # when the fetch holding the last expected message returned
     waited: float = 0.0  # seconds spent awaiting fetches between the first and the last
 
@@ -136,6 +137,8 @@ class Clock:
         now = time.perf_counter()
         if self.first is None:
             self.first, self.first_batch, self.first_cpu = now, n, time.process_time()
+        elif self.last_fetch is None:
+            self.fetches += 1
         self.fetched += n
         if self.fetched >= self.expect and self.last_fetch is None:
             self.last_fetch = now
@@ -149,6 +152,9 @@ class Clock:
         if self.first is None or end is None or end <= self.first:
             return 0.0
         return (self.fetched - self.first_batch) / (end - self.first)
+
+    def msgs_per_fetch(self) -> float:
+        return (self.fetched - self.first_batch) / self.fetches if self.fetches else 0.0
 
     def cpu_us_per_msg(self) -> float:
         """Process CPU time per counted message since the first fetch."""
@@ -196,6 +202,7 @@ async def run_raw(args: argparse.Namespace) -> dict[str, Any]:
         "msgs_per_s": clock.rate(clock.last_fetch),
         "cpu_us_per_msg": cpu,
         "fetch_wait_seconds": clock.waited,
+        "msgs_per_fetch": clock.msgs_per_fetch(),
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -351,6 +358,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         "msgs_per_s_decoded": clock.rate(marks.get("decoded")),
         "cpu_us_per_msg": marks.get("cpu", 0.0),
         "fetch_wait_seconds": clock.waited,
+        "msgs_per_fetch": clock.msgs_per_fetch(),
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -863,6 +871,7 @@ def measure(
                 f"  run {r + 1}/{args.repeat} {role:6s}: {res['msgs_per_s']:>8,.0f} msgs/s{extra}, "
                 f"{res['cpu_us_per_msg']:.0f} CPU µs/msg, join {res['join_seconds']:.1f} s, "
                 f"drain {res['drain_seconds']:.1f} s, fetch wait {res['fetch_wait_seconds']:.1f} s, "
+                f"{res.get('msgs_per_fetch', 0):.0f} msgs/fetch, "
                 f"peak RSS {res['peak_rss_mib']:.0f} MiB"
             )
     return runs
