@@ -36,14 +36,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check
 	$(BIN)/mypy monitor
 
-# The whole suite on the compiled otlp_proto decoder and trace assembler (monitor/ingest/_wire.c,
-# _assembly.c, rebuilt here when a source is newer than its build; their absence fails the suite),
+# The whole suite on the compiled otlp_proto decoder, trace assembler and record accounting
+# (monitor/ingest/_wire.c, _assembly.c, _accounting.c, rebuilt here when a source is newer than its
+# build; their absence fails the suite),
 # then the decoder and assembler tests again on the pure-Python reference paths. Four pytest
 # workers, a test file each at a time: most of the suite's time is waiting (broker group joins,
 # servers starting), not CPU.
 test: $(STAMP) debs lint
 	[ -n "$$(find monitor/ingest -name '_wire*.so' -newer monitor/ingest/_wire.c)" ] && \
-	[ -n "$$(find monitor/ingest -name '_assembly*.so' -newer monitor/ingest/_assembly.c)" ] || \
+	[ -n "$$(find monitor/ingest -name '_assembly*.so' -newer monitor/ingest/_assembly.c)" ] && \
+	[ -n "$$(find monitor/ingest -name '_accounting*.so' -newer monitor/ingest/_accounting.c)" ] || \
 		$(BIN)/python -m pip install -q --no-deps -e .
 	RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider -n 4 --dist loadfile
 	RAGMON_PURE_PYTHON=1 RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider \

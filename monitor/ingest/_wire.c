@@ -1937,99 +1937,6 @@ static PyObject *counts(PyObject *self, PyObject *unused)
     return Py_BuildValue("(KK)", mapped_native, mapped_apply);
 }
 
-/* --- the sampler's draw ------------------------------------------------------------------ */
-
-/* sample.trace_fraction: the first 8 bytes of BLAKE2b-64 (RFC 7693, no key) of the id's UTF-8,
- * big-endian, over 2**64. Here because hashlib's object round trip is a fifth of a record's
- * accounting; a test compares it with hashlib over many ids and lengths. */
-static const uint64_t blake2b_iv[8] = {
-    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
-    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
-};
-static const uint8_t blake2b_sigma[12][16] = {
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
-    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
-    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
-    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-};
-
-static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
-
-#define B2B_G(a, b, c, d, x, y)                                                                              \
-    do {                                                                                                   \
-        v[a] = v[a] + v[b] + (x);                                                                          \
-        v[d] = rotr64(v[d] ^ v[a], 32);                                                                    \
-        v[c] = v[c] + v[d];                                                                                \
-        v[b] = rotr64(v[b] ^ v[c], 24);                                                                    \
-        v[a] = v[a] + v[b] + (y);                                                                          \
-        v[d] = rotr64(v[d] ^ v[a], 16);                                                                    \
-        v[c] = v[c] + v[d];                                                                                \
-        v[b] = rotr64(v[b] ^ v[c], 63);                                                                    \
-    } while (0)
-
-static void blake2b_compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int last)
-{
-    uint64_t v[16], m[16];
-    for (int i = 0; i < 16; i++) {
-        uint64_t w = 0;
-        for (int j = 7; j >= 0; j--)
-            w = (w << 8) | block[8 * i + j];
-        m[i] = w;
-    }
-    for (int i = 0; i < 8; i++) {
-        v[i] = h[i];
-        v[i + 8] = blake2b_iv[i];
-    }
-    v[12] ^= t; /* inputs here stay far below 2**64 bytes */
-    if (last)
-        v[14] = ~v[14];
-    for (int r = 0; r < 12; r++) {
-        const uint8_t *s = blake2b_sigma[r];
-        B2B_G(0, 4, 8, 12, m[s[0]], m[s[1]]);
-        B2B_G(1, 5, 9, 13, m[s[2]], m[s[3]]);
-        B2B_G(2, 6, 10, 14, m[s[4]], m[s[5]]);
-        B2B_G(3, 7, 11, 15, m[s[6]], m[s[7]]);
-        B2B_G(0, 5, 10, 15, m[s[8]], m[s[9]]);
-        B2B_G(1, 6, 11, 12, m[s[10]], m[s[11]]);
-        B2B_G(2, 7, 8, 13, m[s[12]], m[s[13]]);
-        B2B_G(3, 4, 9, 14, m[s[14]], m[s[15]]);
-    }
-    for (int i = 0; i < 8; i++)
-        h[i] ^= v[i] ^ v[i + 8];
-}
-
-static PyObject *trace_fraction(PyObject *self, PyObject *id)
-{
-    Py_ssize_t n;
-    const char *s = PyUnicode_Check(id) ? PyUnicode_AsUTF8AndSize(id, &n) : NULL;
-    if (s == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "trace_fraction() takes a str");
-        return NULL;
-    }
-    uint64_t h[8];
-    memcpy(h, blake2b_iv, sizeof h);
-    h[0] ^= 0x01010000ULL ^ 8; /* fanout 1, depth 1, no key, 8-byte digest */
-    uint8_t block[128];
-    uint64_t t = 0;
-    const uint8_t *p = (const uint8_t *)s;
-    while (n > 128) {
-        t += 128;
-        blake2b_compress(h, p, t, 0);
-        p += 128;
-        n -= 128;
-    }
-    memset(block, 0, sizeof block);
-    memcpy(block, p, (size_t)n);
-    blake2b_compress(h, block, t + (uint64_t)n, 1);
-    uint64_t be = 0; /* the digest is h[0]'s bytes little-endian; read them big-endian */
-    for (int i = 0; i < 8; i++)
-        be = (be << 8) | ((h[0] >> (8 * i)) & 0xff);
-    return PyFloat_FromDouble((double)be / 18446744073709551616.0);
-}
-
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
     {"counts", counts, METH_NOARGS,
@@ -2042,8 +1949,6 @@ static PyMethodDef methods[] = {
      "feed(messages, refs, start, now_ns, auto, max_bytes, add_spans, now, finished) -> index: from start, "
      "each plain message decoded (lean), add_spans(spans, ref, size, now, finished, others or None) called "
      "and ref.holds released, up to the first message the caller's own path must take"},
-    {"trace_fraction", trace_fraction, METH_O,
-     "trace_fraction(trace_id) -> float: sample.trace_fraction's uniform draw, computed here"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,7 +41,6 @@ def feed(
     finished: list[Any],
     /,
 ) -> int: ...
-def trace_fraction(trace_id: str, /) -> float: ...
 
 class RawText:
     """UTF-8 text left undecoded where it lies in a message; reads (buffer protocol) and compares

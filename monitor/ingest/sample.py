@@ -96,15 +96,15 @@ def blake2b_fraction(trace_id: str) -> float:
 
 def _compiled_fraction() -> Callable[[str], float] | None:
     try:
-        from monitor.ingest._wire import trace_fraction as compiled
+        from monitor.ingest._accounting import trace_fraction as compiled
     except ImportError:
         return None
     return compiled
 
 
-# The same function computed in `_wire.c` where it was built: hashlib's object round trip was a
+# The same function computed in `_accounting.c` where it was built: hashlib's object round trip was a
 # fifth of a record's accounting in the ingest stage.
-_compiled, _ = choose("trace hash", "monitor.ingest._wire", _compiled_fraction)
+_compiled, _ = choose("trace hash", "monitor.ingest._accounting", _compiled_fraction)
 trace_fraction: Callable[[str], float] = _compiled or blake2b_fraction
 
 

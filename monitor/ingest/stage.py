@@ -21,6 +21,7 @@ from monitor.config import Settings
 from monitor.drift import DriftBaseline, RetrievalDriftMonitor
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
+from monitor.ingest.compiled import choose
 from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, decode
 from monitor.ingest.sample import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
@@ -28,7 +29,7 @@ from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import HistogramTally, Metrics, RecordSeries
-from monitor.model import Reject
+from monitor.model import Chunk, RagRecord, Reject
 from monitor.rejects import Rejections
 from monitor.samples import TypeSource, encode_sample
 from monitor.slices import BoundedLabel
@@ -37,6 +38,25 @@ log = logging.getLogger(__name__)
 
 _RUN = 256  # messages between pauses that let the fetcher and heartbeats run
 _MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their bounded labels
+
+
+def _compiled_accounting() -> Callable[..., int] | None:
+    """`_accounting.account` (`_finish`'s common path, compiled), told the classes whose slots it
+    reads and writes; None where it was not built."""
+    try:
+        from monitor.ingest import _accounting
+    except ImportError:
+        return None
+    from monitor.drift.retrieval import SliceDrift
+    from monitor.ingest.sample import _Frozen, _Slice  # the sampler's state, read and written there
+
+    _accounting.init(
+        RagRecord, Chunk, Finished, MessageRef, RecordSeries, HistogramTally, SliceDrift, _Slice, _Frozen
+    )
+    return _accounting.account
+
+
+ACCOUNT, ACCOUNTING = choose("record accounting", "monitor.ingest._accounting", _compiled_accounting)
 
 
 class IngestStage:
@@ -98,20 +118,24 @@ class IngestStage:
         self._series: dict[tuple[str, str], RecordSeries] = {}
         self._labels: dict[tuple[str, str], tuple[str, str, bool, RecordSeries]] = {}  # by raw values
         self._lag = HistogramTally(metrics.record_lag)
+        self._account: Callable[..., int] | None = ACCOUNT
         self.records_seen = 0
 
     async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
         """Consume until `stop`, then within the seconds `left()` gives: emit complete traces,
         wait for their samples to be acknowledged, commit, leave the group."""
-        log.info("span path: otlp_proto decoder %s, trace assembler %s", OTLP_PROTO_DECODER, ASSEMBLER)
+        log.info(
+            "span path: otlp_proto decoder %s, trace assembler %s, record accounting %s",
+            OTLP_PROTO_DECODER,
+            ASSEMBLER,
+            ACCOUNTING,
+        )
         if not await self.source.start(stop):
             return
         keeper = asyncio.create_task(self._housekeeping(), name="ragmon-ingest-housekeeping")
         try:
             await self.source.consume(stop, self._process)
-            now = time.time()
-            for fin in self.assembler.flush(complete_only=True):
-                self._finish(fin, now)
+            self._finish_all(self.assembler.flush(complete_only=True), time.time())
             self._flush_counts()
             await self._flush(force=True)
             for delivery in (self.samples, self.dead_letters):
@@ -165,9 +189,8 @@ class IngestStage:
                 if n < len(run):
                     break  # the rest is no longer this generation's, or was seen already
         finished.extend(self.assembler.poll(now))
-        wall = time.time()  # for the batch's records: lag and sampling windows need no finer clock
-        for fin in finished:
-            self._finish(fin, wall)
+        # One wall clock for the batch's records: lag and sampling windows need no finer one.
+        self._finish_all(finished, time.time())
         self._flush_counts()
         await self._flush()
 
@@ -224,6 +247,21 @@ class IngestStage:
             self.dead_letters.add(msg.key, msg.value, [ref])
         else:
             ref.release()
+
+    def _finish_all(self, finished: list[Finished], now: float) -> None:
+        """`_finish` each; where `_accounting.c` was built, it counts those that take the common
+        path (the same objects written the same way) and hands `_finish` the others."""
+        account = self._account
+        i, n = 0, len(finished)
+        while i < n:
+            if account is not None:
+                j = account(finished, i, now, self._labels, self.sampler, self.retrieval_drift, self._lag)
+                self.records_seen += j - i
+                if j == n:
+                    return
+                i = j
+            self._finish(finished[i], now)
+            i += 1
 
     def _finish(self, fin: Finished, now: float) -> None:
         """Count, slice and sample one finished trace; `now` is wall-clock seconds."""

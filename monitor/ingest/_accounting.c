@@ -1,0 +1,535 @@
+/* The ingest stage's per-record accounting, its common path compiled; see stage.py.
+ *
+ * `IngestStage._finish` is the reference. `account` runs it for the records that take its common
+ * path: a record with a query type whose bounded labels are known and allowed, whose retrieval-drift
+ * slice is frozen and not due a check, and which the sampler's current window leaves unsampled
+ * (the trace-id draw at or above the window's bound). It stops at the first record that is
+ * anything else — no record, replay traffic, no query type, a label not seen yet or outside the
+ * allow-list, a slice to create, freeze, check or roll, a draw that may sample — and the caller's
+ * `_finish` takes that one. Both read and write the same Python objects (the stage's label cache,
+ * the series' tallies, the drift and sampler slices), so there is no second copy of any state: each
+ * record's reads and checks come first, with every new value allocated, and only then are the
+ * slots written, so a record is either counted here entirely or not touched.
+ *
+ * The sampler's draw (`sample.trace_fraction`, BLAKE2b-64 of the trace id) is here too.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+
+/* --- the sampler's draw ------------------------------------------------------------------ */
+
+/* The first 8 bytes of BLAKE2b-64 (RFC 7693, no key) of the id's UTF-8, big-endian, over 2**64. */
+static const uint64_t blake2b_iv[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
+};
+static const uint8_t blake2b_sigma[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+};
+
+static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+#define B2B_G(a, b, c, d, x, y)                                                                              \
+    do {                                                                                                   \
+        v[a] = v[a] + v[b] + (x);                                                                          \
+        v[d] = rotr64(v[d] ^ v[a], 32);                                                                    \
+        v[c] = v[c] + v[d];                                                                                \
+        v[b] = rotr64(v[b] ^ v[c], 24);                                                                    \
+        v[a] = v[a] + v[b] + (y);                                                                          \
+        v[d] = rotr64(v[d] ^ v[a], 16);                                                                    \
+        v[c] = v[c] + v[d];                                                                                \
+        v[b] = rotr64(v[b] ^ v[c], 63);                                                                    \
+    } while (0)
+
+static void blake2b_compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int last)
+{
+    uint64_t v[16], m[16];
+    for (int i = 0; i < 16; i++) {
+        uint64_t w = 0;
+        for (int j = 7; j >= 0; j--)
+            w = (w << 8) | block[8 * i + j];
+        m[i] = w;
+    }
+    for (int i = 0; i < 8; i++) {
+        v[i] = h[i];
+        v[i + 8] = blake2b_iv[i];
+    }
+    v[12] ^= t; /* inputs here stay far below 2**64 bytes */
+    if (last)
+        v[14] = ~v[14];
+    for (int r = 0; r < 12; r++) {
+        const uint8_t *s = blake2b_sigma[r];
+        B2B_G(0, 4, 8, 12, m[s[0]], m[s[1]]);
+        B2B_G(1, 5, 9, 13, m[s[2]], m[s[3]]);
+        B2B_G(2, 6, 10, 14, m[s[4]], m[s[5]]);
+        B2B_G(3, 7, 11, 15, m[s[6]], m[s[7]]);
+        B2B_G(0, 5, 10, 15, m[s[8]], m[s[9]]);
+        B2B_G(1, 6, 11, 12, m[s[10]], m[s[11]]);
+        B2B_G(2, 7, 8, 13, m[s[12]], m[s[13]]);
+        B2B_G(3, 4, 9, 14, m[s[14]], m[s[15]]);
+    }
+    for (int i = 0; i < 8; i++)
+        h[i] ^= v[i] ^ v[i + 8];
+}
+
+/* -1.0 with an exception set when `id` is not a str that encodes as UTF-8 */
+static double fraction_of(PyObject *id)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_Check(id) ? PyUnicode_AsUTF8AndSize(id, &n) : NULL;
+    if (s == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "trace_fraction() takes a str");
+        return -1.0;
+    }
+    uint64_t h[8];
+    memcpy(h, blake2b_iv, sizeof h);
+    h[0] ^= 0x01010000ULL ^ 8; /* fanout 1, depth 1, no key, 8-byte digest */
+    uint8_t block[128];
+    uint64_t t = 0;
+    const uint8_t *p = (const uint8_t *)s;
+    while (n > 128) {
+        t += 128;
+        blake2b_compress(h, p, t, 0);
+        p += 128;
+        n -= 128;
+    }
+    memset(block, 0, sizeof block);
+    memcpy(block, p, (size_t)n);
+    blake2b_compress(h, block, t + (uint64_t)n, 1);
+    uint64_t be = 0; /* the digest is h[0]'s bytes little-endian; read them big-endian */
+    for (int i = 0; i < 8; i++)
+        be = (be << 8) | ((h[0] >> (8 * i)) & 0xff);
+    return (double)be / 18446744073709551616.0;
+}
+
+static PyObject *trace_fraction(PyObject *self, PyObject *id)
+{
+    double u = fraction_of(id);
+    return u < 0.0 ? NULL : PyFloat_FromDouble(u);
+}
+
+/* --- the objects' slots ------------------------------------------------------------------ */
+
+enum {
+    T_RECORD, T_CHUNK, T_FINISHED, T_REF, T_SERIES, T_TALLY, T_DRIFT, T_SLICE, T_FROZEN, N_TYPES
+};
+static const char *const type_names[N_TYPES] = {"RagRecord",      "Chunk",      "Finished",  "MessageRef", "RecordSeries",
+                                                "HistogramTally", "SliceDrift", "sampler._Slice", "sampler._Frozen"};
+enum {
+    R_TRACE_ID, R_SERVICE, R_QUERY_TYPE, R_CHUNKS, R_ANSWER, R_START, R_END, R_REPLAY,
+    C_SCORE,
+    F_RECORD, F_REFS,
+    M_HOLDS,
+    S_RECORDS, S_CHUNKS, S_TOP,
+    H_BOUNDS, H_COUNTS, H_SUM, H_N,
+    D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL,
+    L_WINDOW_END, L_CUR, L_PREV, L_UNKNOWN, L_SEEN, L_MEDIAN,
+    Z_BOUND,
+    N_SLOTS
+};
+static const struct {
+    int type;
+    const char *name;
+} slot_spec[N_SLOTS] = {
+    {T_RECORD, "trace_id"},  {T_RECORD, "service"},    {T_RECORD, "query_type"}, {T_RECORD, "chunks"},
+    {T_RECORD, "answer"},    {T_RECORD, "start_ns"},   {T_RECORD, "end_ns"},     {T_RECORD, "replay"},
+    {T_CHUNK, "score"},      {T_FINISHED, "record"},   {T_FINISHED, "refs"},     {T_REF, "holds"},
+    {T_SERIES, "records"},   {T_SERIES, "chunks"},     {T_SERIES, "top_score"},  {T_TALLY, "_bounds"},
+    {T_TALLY, "_counts"},    {T_TALLY, "_sum"},        {T_TALLY, "_n"},          {T_DRIFT, "frozen"},
+    {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "_count_ring"}, {T_DRIFT, "_score_ring"},
+    {T_DRIFT, "_count_bins"}, {T_DRIFT, "_score_bins"}, {T_DRIFT, "_pos"},       {T_DRIFT, "_until_check"},
+    {T_SLICE, "window_end"}, {T_SLICE, "cur"},        {T_SLICE, "prev"},        {T_SLICE, "unknown"},
+    {T_SLICE, "seen"},       {T_SLICE, "median"},     {T_FROZEN, "bound"},
+};
+
+static PyTypeObject *types[N_TYPES];
+static Py_ssize_t offsets[N_SLOTS];
+static PyObject *str_slices = NULL, *str_window = NULL;
+static int ready = 0;
+
+#define SLOT(obj, s) (*(PyObject **)((char *)(obj) + offsets[s]))
+#define IS(obj, t) (Py_TYPE(obj) == types[t])
+
+static const char init_doc[] =
+    "init(record, chunk, finished, message_ref, record_series, histogram_tally, slice_drift, sampler_slice, "
+    "sampler_frozen): the classes whose slots `account` reads and writes; ValueError when one lacks a slot";
+
+static PyObject *init(PyObject *self, PyObject *args)
+{
+    PyObject *cls[N_TYPES];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &cls[0], &cls[1], &cls[2], &cls[3], &cls[4], &cls[5], &cls[6],
+                          &cls[7], &cls[8]))
+        return NULL;
+    for (int t = 0; t < N_TYPES; t++) {
+        if (!PyType_Check(cls[t]) || ((PyTypeObject *)cls[t])->tp_setattro != PyObject_GenericSetAttr) {
+            PyErr_Format(PyExc_ValueError, "%s: not a plain class", type_names[t]);
+            return NULL;
+        }
+    }
+    for (int s = 0; s < N_SLOTS; s++) {
+        PyObject *descr = PyObject_GetAttrString(cls[slot_spec[s].type], slot_spec[s].name);
+        if (descr == NULL)
+            return NULL;
+        PyMemberDef *m = Py_IS_TYPE(descr, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+        int ok = m != NULL && m->type == T_OBJECT_EX;
+        if (ok)
+            offsets[s] = m->offset;
+        Py_DECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "%s.%s: not a slot", type_names[slot_spec[s].type], slot_spec[s].name);
+            return NULL;
+        }
+    }
+    for (int t = 0; t < N_TYPES; t++) {
+        Py_INCREF(cls[t]);
+        Py_XSETREF(types[t], (PyTypeObject *)cls[t]);
+    }
+    if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("_slices")) == NULL
+                               || (str_window = PyUnicode_InternFromString("_window")) == NULL))
+        return NULL;
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* --- one record -------------------------------------------------------------------------- */
+
+/* The writes of one record, made after every check passed: each slot gets its new value (a new
+ * reference, allocated beforehand) and its old one is released. */
+#define MAX_WRITES 48
+#define MAX_REFS 32
+typedef struct {
+    PyObject **slot[MAX_WRITES];
+    PyObject *value[MAX_WRITES];
+    int n;
+} writes_t;
+
+static int put(writes_t *w, PyObject **slot, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (w->n == MAX_WRITES) {
+        Py_DECREF(value);
+        return 1;
+    }
+    w->slot[w->n] = slot;
+    w->value[w->n++] = value;
+    return 0;
+}
+
+static void drop(writes_t *w)
+{
+    for (int i = 0; i < w->n; i++)
+        Py_DECREF(w->value[i]);
+    w->n = 0;
+}
+
+static void commit(writes_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        PyObject *old = *w->slot[i];
+        *w->slot[i] = w->value[i];
+        Py_XDECREF(old);
+    }
+    w->n = 0;
+}
+
+/* Checks give 1 (not the common path: no error), -1 (an error), 0 (go on). */
+static int long_of(PyObject *o, long *v)
+{
+    if (o == NULL || !PyLong_CheckExact(o))
+        return 1;
+    int overflow;
+    *v = PyLong_AsLongAndOverflow(o, &overflow);
+    return overflow || (*v == -1 && PyErr_Occurred()) ? 1 : 0;
+}
+
+static int float_of(PyObject *o, double *v)
+{
+    if (o == NULL || !PyFloat_CheckExact(o))
+        return 1;
+    *v = PyFloat_AS_DOUBLE(o);
+    return 0;
+}
+
+/* bisect_left (right = 0) or bisect_right over a list of floats, as the bisect module compares
+ * them (`<`); 1 when an item is not a float. */
+static int bisect(PyObject *lst, double x, int right, Py_ssize_t *at)
+{
+    if (!PyList_CheckExact(lst))
+        return 1;
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(lst);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        double a;
+        if (float_of(PyList_GET_ITEM(lst, mid), &a))
+            return 1;
+        if (right ? x < a : !(a < x))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *at = lo;
+    return 0;
+}
+
+/* lst[i] += delta, staged; `i` checked */
+static int add_item(writes_t *w, PyObject *lst, Py_ssize_t i, long delta)
+{
+    long v;
+    if (lst == NULL || !PyList_CheckExact(lst) || i < 0 || i >= PyList_GET_SIZE(lst))
+        return 1;
+    int rc = long_of(PyList_GET_ITEM(lst, i), &v);
+    return rc ? rc : put(w, &PyList_GET_ITEM(lst, i), PyLong_FromLong(v + delta));
+}
+
+static int add_long(writes_t *w, PyObject *obj, int s, long delta)
+{
+    long v;
+    int rc = long_of(SLOT(obj, s), &v);
+    return rc ? rc : put(w, &SLOT(obj, s), PyLong_FromLong(v + delta));
+}
+
+/* HistogramTally.observe(value), staged */
+static int tally(writes_t *w, PyObject *t, double value)
+{
+    Py_ssize_t i;
+    double sum;
+    int rc;
+    if (t == NULL || !IS(t, T_TALLY) || SLOT(t, H_BOUNDS) == NULL || bisect(SLOT(t, H_BOUNDS), value, 0, &i)
+        || float_of(SLOT(t, H_SUM), &sum))
+        return 1;
+    if ((rc = add_item(w, SLOT(t, H_COUNTS), i, 1)) || (rc = put(w, &SLOT(t, H_SUM), PyFloat_FromDouble(sum + value))))
+        return rc;
+    return add_long(w, t, H_N, 1);
+}
+
+/* RetrievalDriftMonitor.observe for a frozen slice not due a check (SliceDrift.observe's window
+ * update), staged */
+static int drift(writes_t *w, PyObject *d, long n_chunks, PyObject *top)
+{
+    long pos, k, until, old_c, old_s;
+    int rc;
+    if (!IS(d, T_DRIFT) || SLOT(d, D_FROZEN) != Py_True || long_of(SLOT(d, D_UNTIL), &until) || until <= 1
+        || long_of(SLOT(d, D_POS), &pos) || long_of(SLOT(d, D_MAX_COUNT), &k))
+        return 1;
+    PyObject *cr = SLOT(d, D_CRING), *sr = SLOT(d, D_SRING), *cb = SLOT(d, D_CBINS), *sb = SLOT(d, D_SBINS);
+    if (cr == NULL || sr == NULL || cb == NULL || sb == NULL || !PyList_CheckExact(cr) || !PyList_CheckExact(sr)
+        || pos < 0 || pos >= PyList_GET_SIZE(cr) || pos >= PyList_GET_SIZE(sr))
+        return 1;
+    long c = n_chunks <= k ? n_chunks : k + 1;
+    Py_ssize_t s = 0;
+    if (top != Py_None) {
+        if (SLOT(d, D_EDGES) == NULL || bisect(SLOT(d, D_EDGES), PyFloat_AS_DOUBLE(top), 1, &s))
+            return 1;
+        s += 1;
+    }
+    if (long_of(PyList_GET_ITEM(cr, pos), &old_c) || long_of(PyList_GET_ITEM(sr, pos), &old_s))
+        return 1;
+    if (old_c != c && ((rc = add_item(w, cb, old_c, -1)) || (rc = add_item(w, cb, c, 1))))
+        return rc;
+    if (old_c == c && (c < 0 || c >= PyList_GET_SIZE(cb)))
+        return 1;
+    if (old_s != (long)s && ((rc = add_item(w, sb, old_s, -1)) || (rc = add_item(w, sb, s, 1))))
+        return rc;
+    if (old_s == (long)s && (s < 0 || s >= PyList_GET_SIZE(sb)))
+        return 1;
+    if ((rc = put(w, &PyList_GET_ITEM(cr, pos), PyLong_FromLong(c)))
+        || (rc = put(w, &PyList_GET_ITEM(sr, pos), PyLong_FromSsize_t(s))))
+        return rc;
+    long next = pos + 1 == PyList_GET_SIZE(cr) ? 0 : pos + 1;
+    if ((rc = put(w, &SLOT(d, D_POS), PyLong_FromLong(next))))
+        return rc;
+    return put(w, &SLOT(d, D_UNTIL), PyLong_FromLong(until - 1));
+}
+
+/* Sampler.decide when it returns None without rolling a window: the slice's count and running
+ * median, staged */
+static int unsampled(writes_t *w, PyObject *slices, double window, PyObject *record, PyObject *qt, double now)
+{
+    long start, seen;
+    double t = now, end, median, bound;
+    if (long_of(SLOT(record, R_START), &start))
+        return 1;
+    if (start)
+        t = (double)start / 1e9;
+    if (t > now)
+        t = now;
+    PyObject *s = PyDict_GetItemWithError(slices, qt);
+    if (s == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (!IS(s, T_SLICE) || float_of(SLOT(s, L_WINDOW_END), &end) || !(t < end))
+        return 1; /* a window to roll */
+    PyObject *frozen = SLOT(s, L_CUR);
+    if (t < end - window)
+        frozen = t >= end - 2 * window ? SLOT(s, L_PREV) : SLOT(s, L_UNKNOWN);
+    if (frozen == NULL || !IS(frozen, T_FROZEN) || float_of(SLOT(frozen, Z_BOUND), &bound))
+        return 1;
+    PyObject *answer = SLOT(record, R_ANSWER), *id = SLOT(record, R_TRACE_ID);
+    if (answer == NULL || !PyUnicode_CheckExact(answer) || id == NULL || !PyUnicode_CheckExact(id)
+        || long_of(SLOT(s, L_SEEN), &seen) || float_of(SLOT(s, L_MEDIAN), &median))
+        return 1;
+    double u = fraction_of(id);
+    if (u < 0.0)
+        return -1;
+    if (u < bound)
+        return 1; /* it may be sampled: the whole decision is Python's */
+    double n = (double)PyUnicode_GET_LENGTH(answer);
+    double m = median != 0.0 ? (n > median ? median * 1.02 : median * 0.98) : (n > 1.0 ? n : 1.0);
+    int rc = put(w, &SLOT(s, L_SEEN), PyLong_FromLong(seen + 1));
+    return rc ? rc : put(w, &SLOT(s, L_MEDIAN), PyFloat_FromDouble(m));
+}
+
+/* One finished trace through `_finish`'s common path, staged in w: 0 (commit w), 1 (not the
+ * common path), -1 (an error). */
+static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, PyObject *slices, double window,
+               PyObject *drifts, PyObject *lag)
+{
+    int rc;
+    if (!IS(fin, T_FINISHED))
+        return 1;
+    PyObject *record = SLOT(fin, F_RECORD), *refs = SLOT(fin, F_REFS);
+    if (record == NULL || !IS(record, T_RECORD) || refs == NULL || !PyList_CheckExact(refs)
+        || PyList_GET_SIZE(refs) > MAX_REFS || SLOT(record, R_REPLAY) != Py_False)
+        return 1;
+    PyObject *service = SLOT(record, R_SERVICE), *raw_qt = SLOT(record, R_QUERY_TYPE);
+    if (service == NULL || raw_qt == NULL || !PyUnicode_CheckExact(raw_qt) || PyUnicode_GET_LENGTH(raw_qt) == 0)
+        return 1; /* no query type: the classifier's */
+    PyObject *key = PyTuple_Pack(2, service, raw_qt);
+    if (key == NULL)
+        return -1;
+    PyObject *bounded = PyDict_GetItemWithError(labels, key);
+    Py_DECREF(key);
+    if (bounded == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (!PyTuple_CheckExact(bounded) || PyTuple_GET_SIZE(bounded) != 4 || PyTuple_GET_ITEM(bounded, 2) != Py_False)
+        return 1;
+    PyObject *qt = PyTuple_GET_ITEM(bounded, 1), *series = PyTuple_GET_ITEM(bounded, 3);
+    PyObject *chunks = SLOT(record, R_CHUNKS);
+    if (!IS(series, T_SERIES) || chunks == NULL || !PyList_CheckExact(chunks))
+        return 1;
+    long n_chunks = (long)PyList_GET_SIZE(chunks);
+    PyObject *top = Py_None;
+    if (n_chunks) {
+        PyObject *first = PyList_GET_ITEM(chunks, 0);
+        if (!IS(first, T_CHUNK) || (top = SLOT(first, C_SCORE)) == NULL || (top != Py_None && !PyFloat_CheckExact(top)))
+            return 1;
+    }
+    PyObject *d = PyDict_GetItemWithError(drifts, qt);
+    if (d == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    long end;
+    if (long_of(SLOT(record, R_END), &end))
+        return 1;
+    /* the order of _finish: labels, series, drift, lag, decide, release */
+    Py_INCREF(qt);
+    if ((rc = put(w, &SLOT(record, R_QUERY_TYPE), qt)) || (rc = add_long(w, series, S_RECORDS, 1))
+        || (rc = tally(w, SLOT(series, S_CHUNKS), (double)n_chunks))
+        || (top != Py_None && (rc = tally(w, SLOT(series, S_TOP), PyFloat_AS_DOUBLE(top))))
+        || (rc = drift(w, d, n_chunks, top)))
+        return rc;
+    if (end) {
+        double x = now - (double)end / 1e9;
+        if ((rc = tally(w, lag, x > 0.0 ? x : 0.0)))
+            return rc;
+    }
+    if ((rc = unsampled(w, slices, window, record, qt, now)))
+        return rc;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(refs); i++) {
+        PyObject *ref = PyList_GET_ITEM(refs, i);
+        long holds;
+        if (!IS(ref, T_REF) || long_of(SLOT(ref, M_HOLDS), &holds) || holds < 1 || holds > 256)
+            return 1; /* released after the commit: holds - 1 is a cached small int, which cannot fail */
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (PyList_GET_ITEM(refs, j) == ref)
+                return 1;
+    }
+    return 0;
+}
+
+static PyObject *account(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "_accounting.init() was not called");
+        return NULL;
+    }
+    Py_ssize_t start;
+    double now;
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || (start = PyLong_AsSsize_t(args[1])) < 0
+        || !PyDict_CheckExact(args[3])) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "account(finished, start, now, labels, sampler, drift, lag)");
+        return NULL;
+    }
+    if ((now = PyFloat_AsDouble(args[2])) == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *finished = args[0], *labels = args[3], *lag = args[6];
+    PyObject *slices = PyObject_GetAttr(args[4], str_slices), *window_obj = PyObject_GetAttr(args[4], str_window);
+    PyObject *drifts = PyObject_GetAttrString(args[5], "slices");
+    double window = window_obj == NULL ? -1.0 : PyFloat_AsDouble(window_obj);
+    Py_ssize_t i = start;
+    writes_t w = {.n = 0};
+    if (slices == NULL || drifts == NULL || (window == -1.0 && PyErr_Occurred()))
+        goto fail;
+    if (!PyDict_CheckExact(slices) || !PyDict_CheckExact(drifts)) {
+        i = start; /* not the shapes this was written for: Python counts them all */
+        goto done;
+    }
+    for (; i < PyList_GET_SIZE(finished); i++) {
+        PyObject *fin = PyList_GET_ITEM(finished, i);
+        int rc = one(&w, fin, now, labels, slices, window, drifts, lag);
+        if (rc) {
+            drop(&w);
+            if (rc < 0)
+                goto fail;
+            break;
+        }
+        commit(&w);
+        PyObject *refs = SLOT(fin, F_REFS);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++) { /* release_all */
+            PyObject **holds = &SLOT(PyList_GET_ITEM(refs, j), M_HOLDS);
+            PyObject *old = *holds;
+            *holds = PyLong_FromLong(PyLong_AsLong(old) - 1); /* 0..255: cached, never fails */
+            Py_DECREF(old);
+        }
+    }
+done:
+    Py_XDECREF(slices);
+    Py_XDECREF(window_obj);
+    Py_XDECREF(drifts);
+    return PyLong_FromSsize_t(i);
+fail:
+    Py_XDECREF(slices);
+    Py_XDECREF(window_obj);
+    Py_XDECREF(drifts);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"init", init, METH_VARARGS, init_doc},
+    {"account", (PyCFunction)(void (*)(void))account, METH_FASTCALL,
+     "account(finished, start, now, labels, sampler, drift, lag) -> index: from start, each finished trace "
+     "counted as IngestStage._finish counts it, up to the first that is not its common path"},
+    {"trace_fraction", trace_fraction, METH_O,
+     "trace_fraction(trace_id) -> float: sample.trace_fraction's uniform draw, computed here"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_accounting", "The ingest stage's per-record accounting, compiled (see stage.py).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__accounting(void)
+{
+    return PyModule_Create(&module);
+}

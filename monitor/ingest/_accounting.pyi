@@ -1,0 +1,27 @@
+"""Types of the compiled record accounting (`_accounting.c`); see `IngestStage._finish_all`."""
+
+from typing import Any
+
+def init(
+    record: type,
+    chunk: type,
+    finished: type,
+    message_ref: type,
+    record_series: type,
+    histogram_tally: type,
+    slice_drift: type,
+    sampler_slice: type,
+    sampler_frozen: type,
+    /,
+) -> None: ...
+def account(
+    finished: list[Any],
+    start: int,
+    now: float,
+    labels: dict[tuple[str, str], Any],
+    sampler: Any,
+    drift: Any,
+    lag: Any,
+    /,
+) -> int: ...
+def trace_fraction(trace_id: str, /) -> float: ...
