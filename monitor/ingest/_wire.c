@@ -287,6 +287,7 @@ static PyObject NONE_SENTINEL_OBJ; /* address only: "the AnyValue has no value s
 #define NO_VALUE (&NONE_SENTINEL_OBJ)
 
 static PyObject *any_value(ptr p, ptr end, int depth);
+static PyObject *cached_str(ptr s, Py_ssize_t n);
 
 static PyObject *array_value(ptr p, ptr end, int depth)
 {
@@ -370,7 +371,7 @@ static PyObject *any_value(ptr p, ptr end, int depth)
     case 1:
         if (wt != 2 || read_len(&p, end, &body, &n))
             return NULL;
-        out = PyUnicode_DecodeUTF8((const char *)body, n, NULL);
+        out = cached_str(body, n);
         break;
     case 2:
         if (wt != 0 || read_varint(&p, end, &v))
@@ -434,6 +435,29 @@ static inline uint32_t key_hash(ptr s, Py_ssize_t n)
         h ^= h >> 29;
     }
     return (uint32_t)(h ^ (h >> 32));
+}
+
+/* One object per distinct short ASCII string: span names, kinds, roles, model names, query types
+ * and service names are few by convention (OpenTelemetry asks for low-cardinality span names), so
+ * most are found here instead of being decoded, allocated and freed again for every span, and
+ * their hash, computed once, serves every dict they key. A direct-mapped cache: a new value
+ * replaces the one in its slot. */
+#define STR_CACHE 512
+#define STR_CACHE_MAX_LEN 48
+static PyObject *str_cache[STR_CACHE];
+
+static PyObject *cached_str(ptr s, Py_ssize_t n)
+{
+    if (n > STR_CACHE_MAX_LEN)
+        return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    PyObject **slot = &str_cache[key_hash(s, n) & (STR_CACHE - 1)];
+    PyObject *o = *slot;
+    if (o != NULL && PyUnicode_GET_LENGTH(o) == n && memcmp(PyUnicode_DATA(o), s, (size_t)n) == 0)
+        return Py_NewRef(o);
+    o = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (o != NULL && PyUnicode_IS_COMPACT_ASCII(o)) /* so that its data are the bytes compared above */
+        Py_XSETREF(*slot, Py_NewRef(o));
+    return o;
 }
 
 /* The str key under which `dialects.apply` may look this attribute up; NULL (no error) if it
@@ -1374,7 +1398,7 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     }
     args[1] = hex(sid, 8);
     args[2] = hex(pid, pid_n);
-    args[3] = name_n ? PyUnicode_DecodeUTF8((const char *)name, name_n, NULL) : (Py_INCREF(empty_str), empty_str);
+    args[3] = name_n ? cached_str(name, name_n) : (Py_INCREF(empty_str), empty_str);
     args[4] = service;
     args[5] = PyLong_FromUnsignedLongLong(bad_times ? 0 : start);
     args[6] = PyLong_FromUnsignedLongLong(bad_times ? 0 : stop);
@@ -1422,8 +1446,10 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         }
         Py_CLEAR(attrs);
     }
-    else if (pid_n == 0 && facts_set(facts, str_role, roles[R_ROOT])) {
-        goto fail; /* apply(facts, {}): ROOT without a parent, else OTHER (the default) */
+    else if (pid_n == 0) { /* apply(facts, {}): ROOT without a parent, else OTHER (the default) */
+        if (facts_set(facts, str_role, roles[R_ROOT]))
+            goto fail;
+        role = R_ROOT;
     }
     if (bad_times || mapped) { /* facts.problems may hold something: the message's list gets it */
         PyObject *lst = facts_get(facts, str_problems);
@@ -1435,8 +1461,8 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         if (rc)
             goto fail;
     }
-    if (seen && role == R_OTHER) { /* mapped, and not its trace's first: kept unless `is_inert`
-                                    * (never inert with another role, as mapped here) */
+    if (seen && role == R_OTHER) { /* not its trace's first: kept unless `is_inert` (never
+                                    * inert with another role, as set here) */
         PyObject *r = PyObject_CallOneArg(is_inert_fn, facts);
         int inert = r == NULL ? -1 : PyObject_IsTrue(r);
         Py_XDECREF(r);
