@@ -212,7 +212,9 @@ class Sidecar:
         them."""
         kafka = self.settings.kafka
         wanted = [t for t in (self.settings.pipeline.samples_topic, self.settings.results.topic) if t]
-        admin = AIOKafkaAdminClient(**client_kwargs(kafka, client_id=f"{kafka.client_id}-admin"))
+        admin = AIOKafkaAdminClient(
+            **client_kwargs(kafka, client=AIOKafkaAdminClient, client_id=f"{kafka.client_id}-admin")
+        )
         try:
             async with asyncio.timeout(10.0):
                 await admin.start()

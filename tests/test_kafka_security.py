@@ -34,6 +34,10 @@ from support import eventually
 from monitor.config import ConfigError, KafkaConfig, Settings, load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.kafka.client import client_kwargs, ensure_topics
+from monitor.kafka.consumer import ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.offsets import OffsetTracker
+from monitor.kafka.producer import KafkaOutput
+from monitor.metrics import Metrics
 
 SECRET = "s3cr3t-Pa55-do-not-print"
 KEY_PASSWORD = "k3y-Pa55-do-not-print"
@@ -145,7 +149,9 @@ async def _round_trip(config: KafkaConfig) -> list[tuple[str, int]]:
     topic = f"tls-{uuid.uuid4().hex[:10]}"
     async with asyncio.timeout(TIMEOUT):
         await ensure_topics(config, [topic], partitions=1)
-        producer = AIOKafkaProducer(request_timeout_ms=5000, **client_kwargs(config, client_id="t-out"))
+        producer = AIOKafkaProducer(
+            request_timeout_ms=5000, **client_kwargs(config, client=AIOKafkaProducer, client_id="t-out")
+        )
         try:
             await producer.start()
             await producer.send_and_wait(topic, b"over tls", key=b"k")
@@ -156,7 +162,7 @@ async def _round_trip(config: KafkaConfig) -> list[tuple[str, int]]:
             topic,
             group_id=f"g-{topic}",
             auto_offset_reset="earliest",
-            **client_kwargs(config, client_id="t-in"),
+            **client_kwargs(config, client=AIOKafkaConsumer, client_id="t-in"),
         )
         try:
             await consumer.start()
@@ -168,7 +174,9 @@ async def _round_trip(config: KafkaConfig) -> list[tuple[str, int]]:
 
 
 async def _connect_fails(config: KafkaConfig) -> None:
-    producer = AIOKafkaProducer(request_timeout_ms=3000, **client_kwargs(config, client_id="t-fail"))
+    producer = AIOKafkaProducer(
+        request_timeout_ms=3000, **client_kwargs(config, client=AIOKafkaProducer, client_id="t-fail")
+    )
     try:
         with pytest.raises(KafkaConnectionError):
             async with asyncio.timeout(TIMEOUT):
@@ -180,9 +188,10 @@ async def _connect_fails(config: KafkaConfig) -> None:
 async def test_produce_and_consume_through_tls(tls: TlsBroker, pki: Pki) -> None:
     config = KafkaConfig(bootstrap_servers=tls.bootstrap_servers, security_protocol="SSL", ssl_cafile=pki.ca)
     assert await _round_trip(config) == [("127.0.0.1", tls.port)]  # only the TLS port, ever
-    kwargs = client_kwargs(config)
+    kwargs = client_kwargs(config, client=AIOKafkaProducer)
     assert kwargs["security_protocol"] == "SSL" and kwargs["ssl_context"].check_hostname
-    assert client_kwargs(config, client_id="other")["ssl_context"] is kwargs["ssl_context"]  # cached
+    other = client_kwargs(config, client=AIOKafkaConsumer, client_id="other")
+    assert other["ssl_context"] is kwargs["ssl_context"]  # cached
 
 
 async def test_tls_rejects_a_broker_signed_by_another_ca(
@@ -224,7 +233,7 @@ def test_certificate_errors_name_the_file_and_never_the_password(pki: Pki, tmp_p
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("not a certificate\n")
     with pytest.raises(ValueError, match=rf"ssl_cafile {not_pem}: no usable CA certificate"):
-        client_kwargs(KafkaConfig(security_protocol="SSL", ssl_cafile=not_pem))
+        client_kwargs(KafkaConfig(security_protocol="SSL", ssl_cafile=not_pem), client=AIOKafkaProducer)
     wrong = KafkaConfig(
         security_protocol="SSL",
         ssl_certfile=pki.client_cert,
@@ -232,11 +241,13 @@ def test_certificate_errors_name_the_file_and_never_the_password(pki: Pki, tmp_p
         ssl_keyfile_password=SECRET,  # not the key's password
     )
     with pytest.raises(ValueError, match=rf"ssl_keyfile {pki.client_key_encrypted}: cannot load") as err:
-        client_kwargs(wrong)
+        client_kwargs(wrong, client=AIOKafkaProducer)
     assert SECRET not in str(err.value)
     # An encrypted key without a password fails too, instead of OpenSSL prompting on the terminal.
     with pytest.raises(ValueError, match="wrong or missing ssl_keyfile_password"):
-        client_kwargs(KafkaConfig(**{**wrong.model_dump(), "ssl_keyfile_password": None}))
+        client_kwargs(
+            KafkaConfig(**{**wrong.model_dump(), "ssl_keyfile_password": None}), client=AIOKafkaProducer
+        )
     no_check = KafkaConfig(
         security_protocol="SASL_SSL",
         ssl_cafile=pki.ca,
@@ -244,7 +255,7 @@ def test_certificate_errors_name_the_file_and_never_the_password(pki: Pki, tmp_p
         sasl_username="svc",
         sasl_password=SECRET,
     )
-    assert client_kwargs(no_check)["ssl_context"].check_hostname is False
+    assert client_kwargs(no_check, client=AIOKafkaProducer)["ssl_context"].check_hostname is False
 
 
 def test_sasl_password_from_a_file_and_from_the_environment(
@@ -263,7 +274,7 @@ def test_sasl_password_from_a_file_and_from_the_environment(
             }
         },
     )
-    kwargs = client_kwargs(settings.kafka)
+    kwargs = client_kwargs(settings.kafka, client=AIOKafkaProducer)
     assert {k: kwargs[k] for k in ("security_protocol", "sasl_mechanism", "sasl_plain_username")} == {
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
@@ -278,7 +289,7 @@ def test_sasl_password_from_a_file_and_from_the_environment(
     monkeypatch.setenv("RAGMON_KAFKA__SASL_PASSWORD", SECRET)
     # A flag as well: the flags are merged through a dump of the settings, which must keep the secret.
     settings = load_settings(None, {"kafka": {"bootstrap_servers": "kafka:9093"}})
-    kwargs = client_kwargs(settings.kafka)
+    kwargs = client_kwargs(settings.kafka, client=AIOKafkaProducer)
     assert (kwargs["sasl_mechanism"], kwargs["sasl_plain_password"]) == ("PLAIN", SECRET)
     assert settings.kafka.ssl_cafile == pki.ca and kwargs["bootstrap_servers"] == "kafka:9093"
     for text in (repr(settings), str(settings), settings.model_dump_json(), str(settings.model_dump())):
@@ -349,3 +360,59 @@ def test_bad_security_settings_name_the_field_and_never_the_secret(
             build()
         assert SECRET not in str(raw.value)
     assert SECRET not in str(err.value)
+
+
+# -- kafka.extra ---------------------------------------------------------------------------------
+
+
+async def test_extra_settings_go_to_the_clients_that_take_them() -> None:
+    """A consumer's setting reaches the consumer and is not given to the producer or the admin
+    client, whose constructors would refuse it; a setting every client takes reaches each."""
+    config = KafkaConfig(extra={"isolation_level": "read_committed", "request_timeout_ms": 7000})
+    consumer = client_kwargs(config, client=AIOKafkaConsumer)
+    producer = client_kwargs(config, client=AIOKafkaProducer)
+    assert consumer["isolation_level"] == "read_committed" and "isolation_level" not in producer
+    assert consumer["request_timeout_ms"] == producer["request_timeout_ms"] == 7000
+    output = KafkaOutput(config)  # builds the real producer: no TypeError
+    await output.close()
+    built = AIOKafkaConsumer(**consumer)
+    assert built._isolation_level == "read_committed"
+    await built.stop()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"max_poll_records": 5},
+            "kafka.extra.max_poll_records is set by the sidecar itself: use kafka.max_poll_records",
+        ),
+        ({"enable_auto_commit": True}, "kafka.extra.enable_auto_commit is set by the sidecar itself$"),
+        ({"client_id": "x"}, "kafka.extra.client_id is set by the sidecar itself: use kafka.client_id"),
+        (
+            {"fetch_min_byts": 1},
+            "kafka.extra.fetch_min_byts is not a setting of aiokafka's consumer, producer or admin",
+        ),
+    ],
+)
+async def test_extra_settings_the_sidecar_sets_or_no_client_takes_are_refused(
+    extra: dict[str, Any], message: str
+) -> None:
+    """Refused when the consumer is built, before any connection, with the key named (the CLI
+    prints it and exits 2); before, aiokafka's constructor raised a TypeError."""
+    config = KafkaConfig(bootstrap_servers="127.0.0.1:9", extra=extra)
+    spec = SourceSpec("spans", "g", "earliest", 100)
+    metrics = Metrics()
+
+    async def revoked(partitions: set[Any]) -> None:
+        pass
+
+    source = KafkaSource(
+        config,
+        spec,
+        OffsetTracker(),
+        ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+        revoked,
+    )
+    with pytest.raises(ValueError, match=message):
+        await source.start(asyncio.Event())

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import ssl
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
@@ -20,18 +23,43 @@ from pydantic import SecretStr
 
 from monitor.config import KafkaConfig
 
+_CLIENTS = (AIOKafkaConsumer, AIOKafkaProducer, AIOKafkaAdminClient)
 
-def client_kwargs(config: KafkaConfig, *, client_id: str | None = None) -> dict[str, Any]:
-    """Connection keyword arguments for any aiokafka client.
 
-    Raises ValueError, naming the field and file, when a certificate, key or secret cannot be loaded.
+@functools.cache
+def _takes(client: type) -> frozenset[str]:
+    """The keyword arguments an aiokafka client's constructor takes."""
+    return frozenset(inspect.signature(client).parameters)
+
+
+def client_kwargs(
+    config: KafkaConfig, *, client: type, client_id: str | None = None, fixed: Collection[str] = ()
+) -> dict[str, Any]:
+    """Connection keyword arguments for `client` (aiokafka's consumer, producer or admin client),
+    whose caller sets the `fixed` arguments itself.
+
+    `kafka.extra` settings go to the clients that take them: a consumer's setting (say
+    `isolation_level`) is not given to the producer, whose constructor would refuse it.
+
+    Raises ValueError naming the key when an `extra` setting is one the sidecar sets itself or one
+    no aiokafka client takes (a typo), and naming the field and file when a certificate, key or
+    secret cannot be loaded.
     """
     kwargs: dict[str, Any] = {
         "bootstrap_servers": config.bootstrap_servers,
         "client_id": client_id or config.client_id,
         "security_protocol": config.security_protocol,
-        **config.extra,
     }
+    for key, value in config.extra.items():
+        if key in fixed or key in kwargs:
+            field = f": use kafka.{key}" if key in KafkaConfig.model_fields else ""
+            raise ValueError(f"kafka.extra.{key} is set by the sidecar itself{field}")
+        if not any(key in _takes(c) for c in _CLIENTS):
+            raise ValueError(
+                f"kafka.extra.{key} is not a setting of aiokafka's consumer, producer or admin client"
+            )
+        if key in _takes(client):
+            kwargs[key] = value
     if config.security_protocol in ("SSL", "SASL_SSL"):
         kwargs["ssl_context"] = _ssl_context(
             config.ssl_cafile,
@@ -105,7 +133,9 @@ def _reason(exc: BaseException) -> str:
 
 async def ensure_topics(config: KafkaConfig, topics: list[str], partitions: int = 3) -> None:
     """Create topics that do not exist (the demo and tests; production topics are provisioned)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(config, client_id=f"{config.client_id}-admin"))
+    admin = AIOKafkaAdminClient(
+        **client_kwargs(config, client=AIOKafkaAdminClient, client_id=f"{config.client_id}-admin")
+    )
     await admin.start()
     try:
         existing = set(await admin.list_topics())

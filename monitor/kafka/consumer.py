@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
@@ -100,17 +101,19 @@ class KafkaSource:
         fetch_limit = self._cfg.max_message_bytes + 64 * 1024
         spec = self.spec
         while not stop.is_set():
+            settings: dict[str, Any] = {
+                "group_id": spec.group_id,
+                "enable_auto_commit": False,
+                "auto_offset_reset": spec.auto_offset_reset,
+                "max_poll_records": spec.max_poll_records,
+                "max_partition_fetch_bytes": fetch_limit,
+                "fetch_max_bytes": max(fetch_limit, 52_428_800),
+                "session_timeout_ms": self._cfg.session_timeout_ms,
+                "heartbeat_interval_ms": max(100, self._cfg.session_timeout_ms // 3),
+                "metadata_max_age_ms": 30_000,
+            }
             consumer = AIOKafkaConsumer(
-                group_id=spec.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset=spec.auto_offset_reset,
-                max_poll_records=spec.max_poll_records,
-                max_partition_fetch_bytes=fetch_limit,
-                fetch_max_bytes=max(fetch_limit, 52_428_800),
-                session_timeout_ms=self._cfg.session_timeout_ms,
-                heartbeat_interval_ms=max(100, self._cfg.session_timeout_ms // 3),
-                metadata_max_age_ms=30_000,
-                **client_kwargs(self._cfg),
+                **settings, **client_kwargs(self._cfg, client=AIOKafkaConsumer, fixed=settings)
             )
             try:
                 await consumer.start()

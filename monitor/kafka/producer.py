@@ -29,12 +29,17 @@ class KafkaOutput:
         # Rejected messages can be larger than max_message_bytes (that is why they were
         # rejected); the dead-letter topic's max.message.bytes must allow this much.
         self.max_request_size = 4 * config.max_message_bytes
+        settings: dict[str, Any] = {
+            "acks": "all",
+            "linger_ms": 20,
+            "max_batch_size": 1024 * 1024,
+            "max_request_size": self.max_request_size,
+        }
         self._producer = AIOKafkaProducer(
-            acks="all",
-            linger_ms=20,
-            max_batch_size=1024 * 1024,
-            max_request_size=self.max_request_size,
-            **client_kwargs(config, client_id=f"{config.client_id}-out"),
+            **settings,
+            **client_kwargs(
+                config, client=AIOKafkaProducer, client_id=f"{config.client_id}-out", fixed=settings
+            ),
         )
         self._partitions: dict[str, list[int]] = {}
         self._round_robin = itertools.count()
