@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.protocol.produce import ProduceRequest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from support import (
     committed_total,
     eventually,
@@ -164,3 +167,60 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
         )
     ]
     assert sorted(seen) == sorted(v for _, v in whole_message_rejects)
+
+
+async def test_a_batch_failing_its_crc_is_read_not_fatal(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A record batch whose CRC-32C does not match what it holds (the broker stores it as
+    produced). With aiokafka's default check every fetch of that partition raised
+    `CorruptRecordException`, losing the rest of the fetch, and the next fetched the same batch
+    again: the sidecar exited with it and, restarted, met it again. It reads batches unchecked, as
+    librdkafka does: the batch's intact trace is assembled, its damaged value counted as a decode
+    error, and the partition moves on."""
+    bs = broker.bootstrap_servers
+    good = generate(8, seed=5)
+    first, *rest = good.messages
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 22,
+    )
+    builder.append(0, timestamp=None, key=None, value=first.value, headers=[])
+    builder.append(1, timestamp=None, key=None, value=b"\xff" * 300, headers=[])
+    data = bytearray(builder.build())
+    data[-5] ^= 0xFF  # a byte of the last value, after the CRC was computed
+    producer = AIOKafkaProducer(bootstrap_servers=bs)
+    await producer.start()
+    try:
+        await producer.partitions_for(topic)
+        leader = producer.client.cluster.leader_for_partition(TopicPartition(topic, 0))
+        request = ProduceRequest(
+            transactional_id=None, required_acks=1, timeout=5000, topics=[(topic, [(0, bytes(data))])]
+        )
+        response = await producer.client.send(leader, request)
+        assert response.topics[0][1][0][1] == 0  # no error: stored as it came
+    finally:
+        await producer.stop()
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(bs, topic, results)
+    async with running(settings) as sidecar:
+        await produce(bs, topic, [(m.key, m.value) for m in rest])
+        expected = {t.trace_id for t in good.traces}
+        await eventually(
+            lambda: result_ids(results) >= expected, what="every trace, the one in the batch too"
+        )
+
+        async def all_committed() -> bool:
+            return await committed_total(bs, topic, settings.kafka.group_id) == 2 + len(rest)
+
+        for _ in range(100):
+            if await all_committed():
+                break
+            await asyncio.sleep(0.2)
+        assert await all_committed(), "the batch stalled its partition"
+        assert sample(sidecar, "ragmon_rejected_total", reason="decode_error") == 1
