@@ -205,6 +205,22 @@ def oracle_target(query: str, k: int) -> dict[str, Any]:
     }
 
 
+def python_child(code: str, payload: Any, **env: str) -> Any:
+    """`code` run by a fresh interpreter of the repo's (its own hash seed, `env` added), `payload`
+    as JSON on its stdin; what it printed, as JSON: for what must not depend on the process."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        cwd=REPO,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
+
+
 @contextmanager
 def example_service(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The example RAG service as a real process on a free loopback port, up once /healthz

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import python_child
 
 from monitor.demo.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
 from monitor.judge.calibrate import Labels, compare
@@ -440,23 +438,9 @@ def test_judgement_does_not_depend_on_the_hash_seed() -> None:
         },
         {"question": hotpot["question"], "chunks": hotpot["chunks"], "answer": hotpot["grounded"]},
     ]
-    root = Path(__file__).resolve().parent.parent
-    outputs = {}
-    for seed in ("0", "2", "5"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
-        done = subprocess.run(
-            [sys.executable, "-c", _JUDGE_CASES],
-            input=json.dumps(cases),
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=root,
-            check=True,
-            timeout=60,
-        )
-        outputs[seed] = done.stdout
-    assert len(set(outputs.values())) == 1, outputs
-    knapsack, aristocats = json.loads(outputs["0"])
+    outputs = {seed: python_child(_JUDGE_CASES, cases, PYTHONHASHSEED=seed) for seed in ("0", "2", "5")}
+    assert outputs["0"] == outputs["2"] == outputs["5"], outputs
+    knapsack, aristocats = outputs["0"]
     # Exactly at `terse_alignment`: supported (>=); the tie goes to the first chunk.
     assert knapsack[0][0]["verdict"] == "supported"
     assert aristocats[0][0]["verdict"] == "supported" and aristocats[0][0]["chunk_ids"] == ["c0"]

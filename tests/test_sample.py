@@ -3,17 +3,14 @@ and the inclusion probability it returns is the one actually used."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import python_child
 
 from monitor.ingest.sample import (
     Sampler,
@@ -24,7 +21,6 @@ from monitor.ingest.sample import (
 )
 from monitor.model import Chunk, RagRecord
 
-ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_700_000_000.0
 TYPES = ("lookup", "comparison", "multi_hop")
 
@@ -90,18 +86,7 @@ def test_decisions_are_the_same_in_another_process() -> None:
     """Every replica must reach the same decision: no per-process hash salt, no random state, and
     the same draws whether or not the hash was compiled (the other process uses the reference)."""
     trace_ids = ids(2000, seed=11)
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT), "RAGMON_PURE_PYTHON": "1"}
-    child = subprocess.run(
-        [sys.executable, "-c", _CHILD],
-        input=json.dumps(trace_ids),
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
-    theirs = json.loads(child.stdout)
+    theirs = python_child(_CHILD, trace_ids, PYTHONHASHSEED="12345", RAGMON_PURE_PYTHON="1")
     s = Sampler(SamplingPolicy(rate=0.1, min_per_window=0))
     ours = []
     for i, t in enumerate(trace_ids):
