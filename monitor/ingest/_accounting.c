@@ -154,7 +154,7 @@ static const struct {
 
 static PyTypeObject *types[N_TYPES];
 static Py_ssize_t offsets[N_SLOTS];
-static PyObject *str_slices = NULL, *str_window = NULL;
+static PyObject *str_slices = NULL, *str_window = NULL, *str_drift_slices = NULL;
 static int ready = 0;
 
 #define SLOT(obj, s) (*(PyObject **)((char *)(obj) + offsets[s]))
@@ -195,7 +195,8 @@ static PyObject *init(PyObject *self, PyObject *args)
         Py_XSETREF(types[t], (PyTypeObject *)cls[t]);
     }
     if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("_slices")) == NULL
-                               || (str_window = PyUnicode_InternFromString("_window")) == NULL))
+                               || (str_window = PyUnicode_InternFromString("_window")) == NULL
+                               || (str_drift_slices = PyUnicode_InternFromString("slices")) == NULL))
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
@@ -474,7 +475,7 @@ static PyObject *account(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     PyObject *finished = args[0], *labels = args[3], *lag = args[6];
     PyObject *slices = PyObject_GetAttr(args[4], str_slices), *window_obj = PyObject_GetAttr(args[4], str_window);
-    PyObject *drifts = PyObject_GetAttrString(args[5], "slices");
+    PyObject *drifts = PyObject_GetAttr(args[5], str_drift_slices);
     double window = window_obj == NULL ? -1.0 : PyFloat_AsDouble(window_obj);
     Py_ssize_t i = start;
     writes_t w = {.n = 0};
