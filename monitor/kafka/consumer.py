@@ -35,6 +35,13 @@ RevokeHandler = Callable[[set[TopicPartition]], Awaitable[None]]
 # (partitions this member owns, partitions of the topic): the member's share of the traffic.
 AssignHandler = Callable[[int, int], None]
 Batch = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+# aiokafka's fetcher task asks for a partition's next records only once its buffered ones are all
+# taken, three turns of the event loop after `getmany` took them (it wakes, builds the request in a
+# new task, that task sends it). Yielding those turns before a batch is handled puts the broker to
+# work on the next fetch while this one is processed; before, the request went out at the ingest
+# stage's first pause, 256 messages in, and the sidecar idled ~7 % of a production-mix drain.
+_FETCHER_TURNS = 3
+_Generations = list[tuple[TopicPartition, int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,20 +163,24 @@ class KafkaSource:
     async def consume(self, stop: asyncio.Event, handle: Callable[[Batch], Awaitable[None]]) -> None:
         """Fetch until `stop`, handing each batch to `handle` — an empty one at least every 0.2 s,
         so a stage's clock (assembly timeouts, pausing) keeps ticking while a rebalance holds the
-        fetch. The next fetch is asked for before the batch is handled: aiokafka refills its buffer
-        only when asked, and the broker round trip overlaps the work. Whatever a cancelled fetch
-        brings is uncommitted, so the next owner reads it again."""
+        fetch. The next fetch is asked for, and sent, before the batch is handled: aiokafka refills
+        its buffer only when asked, and the broker round trip overlaps the work. Whatever a
+        cancelled fetch brings is uncommitted, so the next owner reads it again."""
         stopping = asyncio.ensure_future(stop.wait())
-        fetch: asyncio.Future[Batch] | None = None
+        fetch: asyncio.Future[tuple[Batch, _Generations]] | None = None
         try:
             while not stop.is_set():
                 if fetch is None:
-                    fetch = asyncio.ensure_future(self.fetch(timeout_ms=100))
+                    fetch = asyncio.ensure_future(self._fetch_owned(timeout_ms=100))
                 await asyncio.wait((fetch, stopping), timeout=0.2, return_when=asyncio.FIRST_COMPLETED)
                 batch: Batch = {}
                 if fetch.done():
-                    batch = fetch.result()
-                    fetch = asyncio.ensure_future(self.fetch(timeout_ms=100))
+                    batch, generations = fetch.result()
+                    fetch = asyncio.ensure_future(self._fetch_owned(timeout_ms=100))
+                    if batch:
+                        for _ in range(_FETCHER_TURNS):
+                            await asyncio.sleep(0)
+                        batch = self._still_owned(batch, generations)
                 elif self.stalled(time.monotonic()):
                     await _cancelled(fetch)
                     fetch = None
@@ -180,6 +191,20 @@ class KafkaSource:
             stopping.cancel()
             if fetch is not None:
                 await _cancelled(fetch)
+
+    async def _fetch_owned(self, timeout_ms: int) -> tuple[Batch, _Generations]:
+        """A batch and, read as it arrives, the generation each of its partitions is owned in."""
+        batch = await self.fetch(timeout_ms)
+        return batch, [(tp, self._tracker.generation(tp)) for tp in batch]
+
+    def _still_owned(self, batch: Batch, generations: _Generations) -> Batch:
+        """Without the partitions a rebalance took or renewed since the batch arrived: a stage
+        reads the generation when the batch reaches it, and must not track older messages in a
+        newer one (the new generation's owner reads them again from the last commit)."""
+        generation = self._tracker.generation
+        if all(generation(tp) == owned_in for tp, owned_in in generations):
+            return batch
+        return {tp: batch[tp] for tp, owned_in in generations if generation(tp) == owned_in}
 
     def stalled(self, now: float) -> bool:
         """An assigned member whose fetches stopped coming back: the watchdog's trigger."""
@@ -346,7 +371,7 @@ class KafkaSource:
             self.owned = frozenset()
 
 
-async def _cancelled(fut: asyncio.Future[Batch]) -> None:
+async def _cancelled(fut: asyncio.Future[Any]) -> None:
     fut.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await fut

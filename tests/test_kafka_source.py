@@ -1,0 +1,145 @@
+"""The Kafka source's consume loop against the embedded broker: the next fetch is on its way to the
+broker before a batch is handed over, and a rebalance in that moment cannot mislabel a batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.conn import AIOKafkaConnection
+
+from monitor.config import KafkaConfig
+from monitor.demo.broker import EmbeddedBroker
+from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.offsets import OffsetTracker
+from monitor.metrics import Metrics
+
+MESSAGES = 3_000
+
+
+@pytest.fixture
+def fetch_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts the fetch requests aiokafka writes to the broker (observed, then sent as they were)."""
+    sent: list[int] = []
+    send = AIOKafkaConnection.send
+
+    def observed(self: AIOKafkaConnection, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(request).__name__.startswith("FetchRequest"):
+            sent.append(1)
+        return send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(AIOKafkaConnection, "send", observed)
+    yield sent
+
+
+async def _fill(bootstrap: str, topic: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    await producer.start()
+    try:
+        for i in range(MESSAGES):
+            await producer.send(topic, b"x" * 200, partition=i % 3)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def _source(bootstrap: str, topic: str, tracker: OffsetTracker, max_poll_records: int) -> KafkaSource:
+    metrics = Metrics()
+
+    async def revoked(partitions: set[TopicPartition]) -> None:
+        pass
+
+    return KafkaSource(
+        # Fetches of ~66 KB a partition: a few batches of ~1,000 messages each.
+        KafkaConfig(bootstrap_servers=bootstrap, max_message_bytes=1024),
+        SourceSpec(topic, f"g-{topic}", "earliest", max_poll_records),
+        tracker,
+        ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+        revoked,
+    )
+
+
+async def test_the_next_fetch_is_sent_before_a_batch_is_handled(
+    broker: EmbeddedBroker, topic: str, fetch_requests: list[int]
+) -> None:
+    """Each batch drains what aiokafka had buffered, so the fetcher must ask for more; the request
+    has to be on the wire when the stage starts its CPU-bound work on the batch, or the broker
+    round trip adds to it (before: sent at the stage's first pause, 256 messages in)."""
+    await _fill(broker.bootstrap_servers, topic)
+    source = _source(broker.bootstrap_servers, topic, OffsetTracker(), max_poll_records=MESSAGES)
+    stop = asyncio.Event()
+    got = 0
+    at_fetch: dict[int, int] = {}
+    sent_when_handled: list[tuple[int, int]] = []
+    fetch = source.fetch
+
+    async def counted_fetch(timeout_ms: int) -> Batch:
+        batch = await fetch(timeout_ms)
+        at_fetch[id(batch)] = len(fetch_requests)  # requests sent up to the moment it returned
+        return batch
+
+    source.fetch = counted_fetch  # type: ignore[method-assign]
+
+    async def handle(batch: Batch) -> None:
+        nonlocal got
+        if not batch:
+            return
+        sent_when_handled.append((at_fetch[id(batch)], len(fetch_requests)))
+        got += sum(len(messages) for messages in batch.values())
+        if got >= MESSAGES:
+            stop.set()
+
+    assert await source.start(stop)
+    try:
+        async with asyncio.timeout(60):
+            await source.consume(stop, handle)
+    finally:
+        await source.stop(grace_seconds=1.0)
+    assert got == MESSAGES
+    assert len(sent_when_handled) >= 3, sent_when_handled
+    assert all(handled > fetched for fetched, handled in sent_when_handled), sent_when_handled
+
+
+async def test_a_partition_whose_generation_changes_before_its_batch_is_handled_is_dropped(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """A rebalance while the fetcher takes its turns: the stages would read the new generation and
+    track the old batch's offsets in it, so what was fetched before is not handed over."""
+    await _fill(broker.bootstrap_servers, topic)
+    tracker = OffsetTracker()
+    source = _source(broker.bootstrap_servers, topic, tracker, max_poll_records=MESSAGES)
+    stop = asyncio.Event()
+    fetched: list[Batch] = []
+    handled: list[Batch] = []
+    fetch = source.fetch
+
+    async def fetch_then_reassign(timeout_ms: int) -> Batch:
+        batch = await fetch(timeout_ms)
+        if batch and not fetched:
+            fetched.append(batch)
+            # A new generation for one of its partitions, a turn after the batch came back.
+            asyncio.get_running_loop().call_soon(tracker.assign, [min(batch)])
+        return batch
+
+    source.fetch = fetch_then_reassign  # type: ignore[method-assign]
+
+    async def handle(batch: Batch) -> None:
+        if batch or fetched:
+            handled.append(batch)
+        if len(handled) >= 2:
+            stop.set()
+
+    assert await source.start(stop)
+    try:
+        async with asyncio.timeout(60):
+            await source.consume(stop, handle)
+    finally:
+        await source.stop(grace_seconds=1.0)
+    first = fetched[0]
+    reassigned = min(first)
+    assert sorted(handled[0]) == sorted(tp for tp in first if tp != reassigned)
+    for tp in handled[0]:
+        assert handled[0][tp] is first[tp]
