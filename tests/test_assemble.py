@@ -60,6 +60,26 @@ def test_children_before_root_wait_for_grace_then_emit() -> None:
     assert tracker.committable() == {"p0": 3}
 
 
+def test_next_due_is_when_poll_next_emits() -> None:
+    """The stage wakes at `next_due` on a quiet topic: a trace must be ready then, not before."""
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    asm = Assembler(AssemblyConfig(grace_seconds=1.0, timeout_seconds=30))
+    assert asm.next_due() is None
+    root, ret, llm = rag_spans("t1")
+    asm.add(llm, tracker.track("p0", 0), 100, now=10.0)  # the timeout runs from here
+    assert asm.next_due() == 40.0
+    asm.add(ret, tracker.track("p0", 1), 100, now=12.0)
+    asm.add(root, tracker.track("p0", 2), 100, now=12.5)  # the root: emitted after the grace
+    assert asm.next_due() == 13.5
+    assert asm.poll(13.4) == []
+    (fin,) = asm.poll(13.5)
+    assert fin.record is not None and asm.next_due() is None
+    asm.add(span("t2", "x", "p"), tracker.track("p0", 3), 100, now=20.0)
+    assert asm.next_due() == 50.0
+    assert asm.poll(49.9) == [] and len(asm.poll(50.0)) == 1
+
+
 def test_rootless_trace_times_out_with_reason() -> None:
     tracker = OffsetTracker()
     tracker.assign(["p0"])

@@ -119,6 +119,11 @@ class Both:
     def poll(self, now: float) -> list[Finished]:
         return self._compare(lambda: self.py.poll(now), lambda: self.c.poll(now))
 
+    def next_due(self) -> float | None:
+        due = self.py.next_due()
+        assert self.c.next_due() == due
+        return due
+
     def flush(self, *, complete_only: bool) -> list[Finished]:
         return self._compare(
             lambda: self.py.flush(complete_only=complete_only),
@@ -191,6 +196,7 @@ class Both:
         """The whole state, and every ref's holds."""
         assert self.py.open_traces == self.c.open_traces
         assert self.py.open_bytes == self.c.open_bytes
+        assert self.py.next_due() == self.c.next_due()
         py_open = self.py._open
         c_open = self.c._open
         assert list(py_open) == list(c_open)

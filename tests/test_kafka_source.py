@@ -143,3 +143,36 @@ async def test_a_partition_whose_generation_changes_before_its_batch_is_handled_
     assert sorted(handled[0]) == sorted(tp for tp in first if tp != reassigned)
     for tp in handled[0]:
         assert handled[0][tp] is first[tp]
+
+
+async def test_a_stage_is_handed_an_empty_batch_when_its_work_falls_due(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """A trace due for emission on a quiet topic leaves then, not when the fetch in flight gives
+    up (100 ms) or the loop's tick (0.2 s) comes: the empty batch precedes the first fetch's
+    return."""
+    source = _source(broker.bootstrap_servers, topic, OffsetTracker(), max_poll_records=10)
+    stop = asyncio.Event()
+    events: list[str] = []
+    fetch = source.fetch
+
+    async def noted_fetch(timeout_ms: int) -> Batch:
+        batch = await fetch(timeout_ms)
+        events.append("fetch returned")
+        return batch
+
+    source.fetch = noted_fetch  # type: ignore[method-assign]
+    assert await source.start(stop)
+    await source.assigned.wait()
+    soon = asyncio.get_running_loop().time() + 0.03  # the loop's clock is time.monotonic()
+
+    async def handle(batch: Batch) -> None:
+        events.append("handled")
+        stop.set()
+
+    try:
+        async with asyncio.timeout(60):
+            await source.consume(stop, handle, due=lambda: soon)
+    finally:
+        await source.stop(grace_seconds=1.0)
+    assert events[0] == "handled", events

@@ -1124,6 +1124,18 @@ static PyObject *asm_poll(Asm *a, PyObject *const *args, Py_ssize_t nargs, PyObj
     return out;
 }
 
+static PyObject *asm_next_due(Asm *a, PyObject *unused)
+{
+    if (asm_check(a) < 0)
+        return NULL;
+    if (a->oldest == NULL)
+        Py_RETURN_NONE;
+    double due = a->oldest->first_seen + a->timeout;
+    if (a->due.len && a->due.buf[a->due.head].at < due)
+        due = a->due.buf[a->due.head].at;
+    return PyFloat_FromDouble(due);
+}
+
 /* The open traces, oldest first: a new list. */
 static PyObject *open_list(Asm *a)
 {
@@ -1335,6 +1347,8 @@ static PyMethodDef asm_methods[] = {
      "to out"},
     {"poll", (PyCFunction)(void (*)(void))asm_poll, METH_FASTCALL | METH_KEYWORDS,
      "poll(now) -> list[Finished]: traces whose grace period or timeout has passed"},
+    {"next_due", (PyCFunction)asm_next_due, METH_NOARGS,
+     "next_due() -> float | None: when poll may next have a trace to emit; None while none is open"},
     {"flush", (PyCFunction)(void (*)(void))asm_flush, METH_FASTCALL | METH_KEYWORDS,
      "flush(*, complete_only) -> list[Finished]: on shutdown, emit what is complete (or everything)"},
     {"drop_partitions", (PyCFunction)asm_drop_partitions, METH_O,

@@ -171,6 +171,16 @@ class PyAssembler:
             out.append(self._finish(tid))
         return out
 
+    def next_due(self) -> float | None:
+        """When `poll` may next have a trace to emit (on the clock of its `now`); None while
+        none is open. The stage wakes then, so a record leaves on time on a quiet topic."""
+        open_ = self._open
+        if not open_:
+            return None
+        due = next(iter(open_.values())).first_seen + self._cfg.timeout_seconds
+        ready = self._root_ready
+        return min(due, ready[0][0]) if ready else due
+
     def flush(self, *, complete_only: bool) -> list[Finished]:
         """On shutdown: emit what is complete; the rest is left uncommitted for the next owner
         unless `complete_only` is False."""

@@ -134,7 +134,7 @@ class IngestStage:
             return
         keeper = asyncio.create_task(self._housekeeping(), name="ragmon-ingest-housekeeping")
         try:
-            await self.source.consume(stop, self._process)
+            await self.source.consume(stop, self._process, self.assembler.next_due)
             self._finish_all(self.assembler.flush(complete_only=True), time.time())
             self._flush_counts()
             await self._flush(force=True)

@@ -42,6 +42,8 @@ Batch = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
 # stage's first pause, 256 messages in, and the sidecar idled ~7 % of a production-mix drain.
 _FETCHER_TURNS = 3
 _Generations = list[tuple[TopicPartition, int | None]]
+_TICK_SECONDS = 0.2  # the longest a stage goes without a (possibly empty) batch
+_MIN_WAIT_SECONDS = 0.001  # for a `due` instant that has passed: no busy loop if it stays so
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,19 +162,30 @@ class KafkaSource:
         self.last_fetch = self.last_contact = time.monotonic()
         return batch
 
-    async def consume(self, stop: asyncio.Event, handle: Callable[[Batch], Awaitable[None]]) -> None:
+    async def consume(
+        self,
+        stop: asyncio.Event,
+        handle: Callable[[Batch], Awaitable[None]],
+        due: Callable[[], float | None] | None = None,
+    ) -> None:
         """Fetch until `stop`, handing each batch to `handle` — an empty one at least every 0.2 s,
         so a stage's clock (assembly timeouts, pausing) keeps ticking while a rebalance holds the
-        fetch. The next fetch is asked for, and sent, before the batch is handled: aiokafka refills
-        its buffer only when asked, and the broker round trip overlaps the work. Whatever a
-        cancelled fetch brings is uncommitted, so the next owner reads it again."""
+        fetch, and one when `due()` (a `time.monotonic()` instant: when the stage next has work
+        of its own, such as a trace to emit) comes first, so that it is done on time on a quiet
+        topic rather than at the next fetch's return. The next fetch is asked for, and sent,
+        before the batch is handled: aiokafka refills its buffer only when asked, and the broker
+        round trip overlaps the work. Whatever a cancelled fetch brings is uncommitted, so the
+        next owner reads it again."""
         stopping = asyncio.ensure_future(stop.wait())
         fetch: asyncio.Future[tuple[Batch, _Generations]] | None = None
         try:
             while not stop.is_set():
                 if fetch is None:
                     fetch = asyncio.ensure_future(self._fetch_owned(timeout_ms=100))
-                await asyncio.wait((fetch, stopping), timeout=0.2, return_when=asyncio.FIRST_COMPLETED)
+                wait = _TICK_SECONDS
+                if due is not None and (at := due()) is not None:
+                    wait = min(wait, max(_MIN_WAIT_SECONDS, at - time.monotonic()))
+                await asyncio.wait((fetch, stopping), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 batch: Batch = {}
                 if fetch.done():
                     batch, generations = fetch.result()
