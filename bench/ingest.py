@@ -37,17 +37,19 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
 
 All figures are Kafka messages per second. The clock starts when the first non-empty fetch
 returns, so the group join (~15 s with tansu) is excluded, and that first batch is not counted.
-(b) stops at the first consumer-loop turn (one `source.fetch` call) at which `ragmon_records_total`,
-read from the sidecar's registry, holds every trace and every message is done — its offset
-committable, so for `judged` every sampled record has been judged and written too —, with
-`assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted ("to last decode" is
-the rate up to the turn that processed the last message). Every role runs in its own subprocess
-(this file with `--role raw|sidecar`), in a fresh consumer group, so each peak RSS (`ru_maxrss`) is
-its own; the broker is a separate process and not counted. CPU µs/msg is process CPU time over the
-same window, a figure CPU steal on shared machines disturbs less than wall-clock rates. Records
-sampled are counted by wrapping `sidecar.sampler.decide` (non-None returns), in every variant so
-the wrapper's cost is the same in each; `judged` also reports the judge's requests
-(`ragmon_judge_requests_total`, one per judged record), skips and results lines.
+(b) stops at the first consumer-loop turn (a batch, possibly empty, handed to the ingest stage) at
+which `ragmon_records_total`, read from the sidecar's registry, holds every trace and every message
+is done — its offset committable, so for `judged` every sampled record has been judged and written
+too —, with `assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted ("to last
+decode" is the rate up to the turn that processed the last message). The stage is handed an empty
+batch when its next trace falls due, so the tail is the grace; until 2026-12-01 it was checked
+only at fetch calls, and the tail ran to the next fetch's return (~0.1 s more). Every role runs
+in its own subprocess (this file with `--role raw|sidecar`), in a fresh consumer group, so each
+peak RSS (`ru_maxrss`) is its own; the broker is a separate process and not counted. CPU µs/msg
+is process CPU time over the same window, a figure CPU steal on shared machines disturbs less than
+wall-clock rates. Records sampled are counted by wrapping `sidecar.sampler.decide` (non-None
+returns), in every variant so the wrapper's cost is the same in each; `judged` also reports the
+judge's requests (`ragmon_judge_requests_total`, one per judged record), skips and results lines.
 
 Each repeat runs raw, then the variants in the order off, on, judged, reversed every other repeat
 (raw off on judged, raw judged on off, ...): `on` always runs next to `off`, and a steady drift of
@@ -256,7 +258,8 @@ def run_sidecar(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any]:
-    """Run the real pipeline in this process, timed through its own `source.fetch` calls."""
+    """Run the real pipeline in this process, timed through its own `source.fetch` calls and
+    checked at each batch its consume loop hands to the ingest stage."""
     import logging
 
     from monitor.config import load_settings
@@ -290,15 +293,23 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         tracker.committable()
         return tracker.in_flight() == 0 and (judge is None or judge.written >= ingest.samples.delivered)
 
-    async def timed_fetch(timeout_ms: int) -> Any:
-        # One call per consumer-loop turn: on entry, everything fetched so far has been processed.
-        if clock.fetched >= clock.expect:
+    process = ingest._process
+    handled = 0
+
+    async def checked_process(batch: Any) -> None:
+        # One call per consumer-loop turn (a batch, possibly empty, handed to the stage).
+        nonlocal handled
+        await process(batch)
+        handled += sum(len(msgs) for msgs in batch.values())
+        if handled >= clock.expect:
             now = time.perf_counter()
             marks.setdefault("decoded", now)
             if metric_total(registry, "ragmon_records_total") >= args.expect_traces and settled():
                 marks["records"] = now
                 marks["cpu"] = clock.cpu_us_per_msg()
                 stop.set()
+
+    async def timed_fetch(timeout_ms: int) -> Any:
         t0 = time.perf_counter()
         batch = await inner(timeout_ms=timeout_ms)
         if clock.first is not None and clock.last_fetch is None:
@@ -326,6 +337,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         )
 
     ingest.source.fetch = timed_fetch  # type: ignore[method-assign]
+    ingest._process = checked_process  # type: ignore[method-assign]
     ingest.sampler.decide = counted_decide  # type: ignore[method-assign]
     task = asyncio.create_task(sidecar.run(stop))
     try:
