@@ -47,9 +47,11 @@ only at fetch calls, and the tail ran to the next fetch's return (~0.1 s more). 
 in its own subprocess (this file with `--role raw|sidecar`), in a fresh consumer group, so each
 peak RSS (`ru_maxrss`) is its own; the broker is a separate process and not counted. CPU µs/msg
 is process CPU time over the same window, a figure CPU steal on shared machines disturbs less than
-wall-clock rates. Records sampled are counted by wrapping `sidecar.sampler.decide` (non-None
-returns), in every variant so the wrapper's cost is the same in each; `judged` also reports the
-judge's requests (`ragmon_judge_requests_total`, one per judged record), skips and results lines.
+wall-clock rates; for the sidecar, "in the stage" is the part of it spent handling batches
+(`IngestStage._process`), the rest is the consumer (aiokafka) and the event loop. Records sampled
+are counted by wrapping `sidecar.sampler.decide` (non-None returns), in every variant so the
+wrapper's cost is the same in each; `judged` also reports the judge's requests
+(`ragmon_judge_requests_total`, one per judged record), skips and results lines.
 
 Each repeat runs raw, then the variants in the order off, on, judged, reversed every other repeat
 (raw off on judged, raw judged on off, ...): `on` always runs next to `off`, and a steady drift of
@@ -295,11 +297,15 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
 
     process = ingest._process
     handled = 0
+    stage_cpu = 0.0  # process CPU seconds inside the ingest stage, over the clock's window
 
     async def checked_process(batch: Any) -> None:
         # One call per consumer-loop turn (a batch, possibly empty, handed to the stage).
-        nonlocal handled
+        nonlocal handled, stage_cpu
+        cpu = time.process_time()
         await process(batch)
+        if clock.first is not None and "cpu" not in marks:
+            stage_cpu += time.process_time() - cpu
         handled += sum(len(msgs) for msgs in batch.values())
         if handled >= clock.expect:
             now = time.perf_counter()
@@ -307,6 +313,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
             if metric_total(registry, "ragmon_records_total") >= args.expect_traces and settled():
                 marks["records"] = now
                 marks["cpu"] = clock.cpu_us_per_msg()
+                marks["stage_cpu"] = stage_cpu / max(1, clock.fetched - clock.first_batch) * 1e6
                 stop.set()
 
     async def timed_fetch(timeout_ms: int) -> Any:
@@ -369,6 +376,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         "msgs_per_s": clock.rate(end),
         "msgs_per_s_decoded": clock.rate(marks.get("decoded")),
         "cpu_us_per_msg": marks.get("cpu", 0.0),
+        "stage_cpu_us_per_msg": marks.get("stage_cpu", 0.0),
         "fetch_wait_seconds": clock.waited,
         "msgs_per_fetch": clock.msgs_per_fetch(),
         "peak_rss_mib": peak_rss_mib(),
@@ -879,9 +887,10 @@ def measure(
             extra = ""
             if role != "raw":
                 extra = f" (to last decode {res['msgs_per_s_decoded']:,.0f}), {res['sampled']:,} sampled"
+            in_stage = f" ({res['stage_cpu_us_per_msg']:.1f} in the stage)" if role != "raw" else ""
             _say(
                 f"  run {r + 1}/{args.repeat} {role:6s}: {res['msgs_per_s']:>8,.0f} msgs/s{extra}, "
-                f"{res['cpu_us_per_msg']:.0f} CPU µs/msg, join {res['join_seconds']:.1f} s, "
+                f"{res['cpu_us_per_msg']:.1f} CPU µs/msg{in_stage}, join {res['join_seconds']:.1f} s, "
                 f"drain {res['drain_seconds']:.1f} s, fetch wait {res['fetch_wait_seconds']:.1f} s, "
                 f"{res.get('msgs_per_fetch', 0):.0f} msgs/fetch, "
                 f"peak RSS {res['peak_rss_mib']:.0f} MiB"
@@ -901,6 +910,7 @@ def summarize(role: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_rss_mib": max(x["peak_rss_mib"] for x in runs),
     }
     if role != "raw":
+        out["stage_cpu_us_per_msg"] = _median(runs, "stage_cpu_us_per_msg")
         records = _median(runs, "records")
         out["msgs_per_s_to_last_decode"] = _median(runs, "msgs_per_s_decoded")
         out["records"] = records
