@@ -3,9 +3,14 @@ holds."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from monitor.config import AssemblyConfig
 from monitor.ingest.assemble import Assembler, Finished, build_record
-from monitor.kafka.offsets import OffsetTracker, release_all
+from monitor.ingest.stage import NEW_REFS
+from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
 from monitor.metrics import Metrics
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 
@@ -280,18 +285,24 @@ def test_inert_spans_decoded_only_as_counts_are_assembled_alike() -> None:
         assert [f[2] for f in results[0][1]] == [None, *late, Reject.NOT_RAG, Reject.MISSING_QUERY]
 
 
-def test_track_run_stops_where_track_would() -> None:
-    tracker = OffsetTracker()
+@pytest.mark.parametrize("make_refs", [new_refs, NEW_REFS], ids=["python", "stage's"])
+def test_track_run_stops_where_track_would(make_refs: RefMaker) -> None:
+    tracker = OffsetTracker(make_refs)
     tracker.assign(["p0"])
     gen = tracker.generation("p0")
-    refs = tracker.track_run("p0", [3, 4, 5, 5, 6], gen)  # a re-delivery ends the run
-    assert [r.offset for r in refs] == [3, 4, 5]
-    assert tracker.track_run("p0", [4, 6], gen) == []
-    assert tracker.track_run("p0", [6], (gen or 0) + 1) == []  # an older batch's generation
+    refs = tracker.track_run("p0", _at(3, 4, 5, 5, 6), gen)  # a re-delivery ends the run
+    assert [(r.partition, r.offset, r.holds) for r in refs] == [("p0", 3, 1), ("p0", 4, 1), ("p0", 5, 1)]
+    assert all(type(r) is MessageRef for r in refs)
+    assert tracker.track_run("p0", _at(4, 6), gen) == []
+    assert tracker.track_run("p0", _at(6), (gen or 0) + 1) == []  # an older batch's generation
     release_all(refs)
     assert tracker.committable() == {"p0": 6}
-    assert [r.offset for r in tracker.track_run("p0", [6, 7], gen)] == [6, 7]
+    assert [r.offset for r in tracker.track_run("p0", _at(6, 7), gen)] == [6, 7]
     assert tracker.track("p0", 7, gen) is None
+
+
+def _at(*offsets: int) -> list[SimpleNamespace]:
+    return [SimpleNamespace(offset=o) for o in offsets]
 
 
 def test_histogram_tally_flushes_what_observe_would_have() -> None:

@@ -237,3 +237,32 @@ async def test_a_record_off_the_common_path_is_left_untouched() -> None:
     st._finish_all([Finished(tid, record, None, [ref])], now)  # `_finish` samples it
     assert st.samples._queued[-1][0] == tid.encode()
     await output.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_holds_are_the_references(seed: int) -> None:
+    """`_accounting.new_refs` (the ingest stage's `track_run`) against `offsets.new_refs`: the same
+    refs, partition, offset and one hold each, up to the same re-delivery, over random runs with
+    gaps, repeats and a bound or none; a run stops at a message whose offset is not an int."""
+    from types import SimpleNamespace
+
+    from monitor.ingest.stage import NEW_REFS
+    from monitor.kafka.offsets import new_refs
+
+    assert NEW_REFS is not new_refs
+    rng = random.Random(seed)
+    for _ in range(300):
+        offsets, at = [], rng.randrange(0, 2**40)
+        for _ in range(rng.randrange(0, 12)):
+            at += rng.choice((1, 1, 1, 2, 7, 0, -1, -5))  # mostly consecutive, some re-delivered
+            offsets.append(max(at, 0))
+        messages = [SimpleNamespace(offset=o) for o in offsets]
+        last = rng.choice((None, offsets[0] if offsets else 0, rng.randrange(0, 2**40 + 20)))
+        partition = TopicPartition("spans", rng.randrange(3))
+        expected, got = new_refs(partition, messages, last), NEW_REFS(partition, messages, last)
+        assert [type(r) for r in got] == [MessageRef] * len(expected)
+        assert [(r.partition, r.offset, r.holds) for r in got] == [
+            (r.partition, r.offset, r.holds) for r in expected
+        ]
+    with pytest.raises(TypeError, match="not an int"):
+        NEW_REFS(TP, [SimpleNamespace(offset=1), SimpleNamespace(offset="2")], None)

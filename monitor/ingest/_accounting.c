@@ -129,7 +129,7 @@ enum {
     R_TRACE_ID, R_SERVICE, R_QUERY_TYPE, R_CHUNKS, R_ANSWER, R_START, R_END, R_REPLAY,
     C_SCORE,
     F_RECORD, F_REFS,
-    M_HOLDS,
+    M_HOLDS, M_PARTITION, M_OFFSET,
     S_RECORDS, S_CHUNKS, S_TOP,
     H_BOUNDS, H_COUNTS, H_SUM, H_N,
     D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL,
@@ -144,6 +144,7 @@ static const struct {
     {T_RECORD, "trace_id"},  {T_RECORD, "service"},    {T_RECORD, "query_type"}, {T_RECORD, "chunks"},
     {T_RECORD, "answer"},    {T_RECORD, "start_ns"},   {T_RECORD, "end_ns"},     {T_RECORD, "replay"},
     {T_CHUNK, "score"},      {T_FINISHED, "record"},   {T_FINISHED, "refs"},     {T_REF, "holds"},
+    {T_REF, "partition"},    {T_REF, "offset"},
     {T_SERIES, "records"},   {T_SERIES, "chunks"},     {T_SERIES, "top_score"},  {T_TALLY, "_bounds"},
     {T_TALLY, "_counts"},    {T_TALLY, "_sum"},        {T_TALLY, "_n"},          {T_DRIFT, "frozen"},
     {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "_count_ring"}, {T_DRIFT, "_score_ring"},
@@ -154,7 +155,7 @@ static const struct {
 
 static PyTypeObject *types[N_TYPES];
 static Py_ssize_t offsets[N_SLOTS];
-static PyObject *str_slices = NULL, *str_window = NULL, *str_drift_slices = NULL;
+static PyObject *str_slices = NULL, *str_window = NULL, *str_drift_slices = NULL, *str_offset = NULL;
 static int ready = 0;
 
 #define SLOT(obj, s) (*(PyObject **)((char *)(obj) + offsets[s]))
@@ -196,7 +197,8 @@ static PyObject *init(PyObject *self, PyObject *args)
     }
     if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("_slices")) == NULL
                                || (str_window = PyUnicode_InternFromString("_window")) == NULL
-                               || (str_drift_slices = PyUnicode_InternFromString("slices")) == NULL))
+                               || (str_drift_slices = PyUnicode_InternFromString("slices")) == NULL
+                               || (str_offset = PyUnicode_InternFromString("offset")) == NULL))
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
@@ -515,11 +517,77 @@ fail:
     return NULL;
 }
 
+/* --- holds on messages ------------------------------------------------------------------ */
+
+/* `offsets.new_refs`: a MessageRef (partition, offset, one hold) for each leading message whose
+ * offset is at least `last` (None: any), up to the first that is not (a re-delivery). Built
+ * without calling the class, whose __init__ only stores those three slots. */
+static PyObject *new_refs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "new_refs(partition, messages: list, last)");
+        return NULL;
+    }
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "_accounting.init was not called");
+        return NULL;
+    }
+    PyObject *partition = args[0], *messages = args[1];
+    long long last = 0;
+    int bounded = args[2] != Py_None;
+    if (bounded && (!PyLong_CheckExact(args[2]) || (last = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred()))
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "last: an int or None"), NULL);
+    Py_ssize_t n = PyList_GET_SIZE(messages);
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    PyObject *one_hold = PyLong_FromLong(1);
+    if (one_hold == NULL)
+        goto fail;
+    PyTypeObject *cls = types[T_REF];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *offset = PyObject_GetAttr(PyList_GET_ITEM(messages, i), str_offset);
+        if (offset == NULL)
+            goto fail;
+        long long off = PyLong_CheckExact(offset) ? PyLong_AsLongLong(offset) : -1;
+        if (!PyLong_CheckExact(offset) || (off == -1 && PyErr_Occurred())) {
+            Py_DECREF(offset);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a message offset that is not an int");
+            goto fail;
+        }
+        if (bounded && off < last) {
+            Py_DECREF(offset);
+            break;
+        }
+        PyObject *ref = cls->tp_alloc(cls, 0);
+        if (ref == NULL || PyList_Append(out, ref) < 0) {
+            Py_XDECREF(ref);
+            Py_DECREF(offset);
+            goto fail;
+        }
+        SLOT(ref, M_PARTITION) = Py_NewRef(partition);
+        SLOT(ref, M_OFFSET) = offset; /* our reference, now the ref's */
+        SLOT(ref, M_HOLDS) = Py_NewRef(one_hold);
+        Py_DECREF(ref);
+        last = off + 1;
+        bounded = 1;
+    }
+    Py_DECREF(one_hold);
+    return out;
+fail:
+    Py_XDECREF(one_hold);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
     {"account", (PyCFunction)(void (*)(void))account, METH_FASTCALL,
      "account(finished, start, now, labels, sampler, drift, lag) -> index: from start, each finished trace "
      "counted as IngestStage._finish counts it, up to the first that is not its common path"},
+    {"new_refs", (PyCFunction)(void (*)(void))new_refs, METH_FASTCALL,
+     "new_refs(partition, messages, last) -> list[MessageRef]: offsets.new_refs, compiled"},
     {"trace_fraction", trace_fraction, METH_O,
      "trace_fraction(trace_id) -> float: sample.trace_fraction's uniform draw, computed here"},
     {NULL, NULL, 0, NULL},

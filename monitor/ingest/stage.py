@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -26,7 +27,7 @@ from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, d
 from monitor.ingest.sample import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
-from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
+from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import HistogramTally, Metrics, RecordSeries
 from monitor.model import Chunk, RagRecord, Reject
@@ -40,9 +41,9 @@ _RUN = 256  # messages between pauses that let the fetcher and heartbeats run
 _MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their bounded labels
 
 
-def _compiled_accounting() -> Callable[..., int] | None:
-    """`_accounting.account` (`_finish`'s common path, compiled), told the classes whose slots it
-    reads and writes; None where it was not built."""
+def _compiled_accounting() -> ModuleType | None:
+    """`_accounting` (`_finish`'s common path and the offset tracker's holds, compiled), told
+    the classes whose slots it reads and writes; None where it was not built."""
     try:
         from monitor.ingest import _accounting
     except ImportError:
@@ -53,10 +54,12 @@ def _compiled_accounting() -> Callable[..., int] | None:
     _accounting.init(
         RagRecord, Chunk, Finished, MessageRef, RecordSeries, HistogramTally, SliceDrift, _Slice, _Frozen
     )
-    return _accounting.account
+    return _accounting
 
 
-ACCOUNT, ACCOUNTING = choose("record accounting", "monitor.ingest._accounting", _compiled_accounting)
+_COMPILED, ACCOUNTING = choose("record accounting", "monitor.ingest._accounting", _compiled_accounting)
+ACCOUNT: Callable[..., int] | None = None if _COMPILED is None else _COMPILED.account
+NEW_REFS: RefMaker = new_refs if _COMPILED is None else _COMPILED.new_refs
 
 
 class IngestStage:
@@ -68,7 +71,7 @@ class IngestStage:
         self.settings = settings
         self.metrics = metrics
         kafka = settings.kafka
-        self.tracker = OffsetTracker()
+        self.tracker = OffsetTracker(NEW_REFS)
         self.assembler = Assembler(settings.assembly)
         self.rejections = Rejections(metrics)
         self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
@@ -177,7 +180,7 @@ class IngestStage:
                 if first:
                     await asyncio.sleep(0)  # let the fetcher and heartbeats run
                 run = messages[first : first + _RUN]
-                refs = tracker.track_run(tp, [msg.offset for msg in run], generation)
+                refs = tracker.track_run(tp, run, generation)
                 i, n = 0, len(refs)
                 while i < n:
                     if feed is not None:  # the plain messages, up to one it leaves to `_message`

@@ -14,7 +14,8 @@ ever move forwards.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 
 class MessageRef:
@@ -34,6 +35,27 @@ class MessageRef:
         self.holds -= 1
 
 
+def new_refs(partition: Hashable, messages: Sequence[Any], last: int | None) -> list[MessageRef]:
+    """Holds on the leading `messages` (anything with an `offset`) from `last` on (None: all), up
+    to the first before it: a re-delivery of what is held or finished already. The ingest stage
+    uses the compiled twin (`monitor/ingest/_accounting.c`), one MessageRef a message."""
+    refs: list[MessageRef] = []
+    for msg in messages:
+        offset = msg.offset
+        if last is not None and offset < last:
+            break
+        refs.append(MessageRef(partition, offset))
+        last = offset + 1
+    return refs
+
+
+RefMaker = Callable[[Hashable, Sequence[Any], "int | None"], list[MessageRef]]
+
+
+class _At(NamedTuple):
+    offset: int
+
+
 class _Partition:
     __slots__ = ("generation", "next", "pending")
 
@@ -46,9 +68,10 @@ class _Partition:
 class OffsetTracker:
     """Per owned partition, the FIFO of in-flight messages (they arrive in offset order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, make_refs: RefMaker = new_refs) -> None:
         self._owned: dict[Hashable, _Partition] = {}
         self._generation = 0
+        self._new_refs = make_refs
 
     def assign(self, partitions: Iterable[Hashable]) -> None:
         """Start tracking newly assigned partitions, each in a fresh generation."""
@@ -69,26 +92,21 @@ class OffsetTracker:
     def track(self, partition: Hashable, offset: int, generation: int | None = None) -> MessageRef | None:
         """A hold on a consumed message, or None when the partition is no longer owned in the
         given generation (the batch predates a rebalance: skip it, the owner re-reads it)."""
-        refs = self.track_run(partition, (offset,), generation)
+        refs = self.track_run(partition, [_At(offset)], generation)
         return refs[0] if refs else None
 
     def track_run(
-        self, partition: Hashable, offsets: Sequence[int], generation: int | None = None
+        self, partition: Hashable, messages: list[Any], generation: int | None = None
     ) -> list[MessageRef]:
-        """`track` for consecutive messages of one fetched batch: holds on the leading ones it
-        would track, up to the first it would not (the caller stops there, as after `track`'s
-        None). One ownership check for the run: nothing can be revoked in between."""
+        """`track` for consecutive messages (with their `offset`) of one fetched batch: holds on
+        the leading ones it would track, up to the first it would not (the caller stops there,
+        as after `track`'s None). One ownership check for the run: nothing can be revoked in
+        between."""
         state = self._owned.get(partition)
         if state is None or (generation is not None and generation != state.generation):
             return []
         pending = state.pending
-        last = pending[-1].offset + 1 if pending else state.next
-        refs: list[MessageRef] = []
-        for offset in offsets:
-            if last is not None and offset < last:
-                break  # a re-delivery of what this generation already holds or finished
-            refs.append(MessageRef(partition, offset))
-            last = offset + 1
+        refs = self._new_refs(partition, messages, pending[-1].offset + 1 if pending else state.next)
         pending.extend(refs)
         return refs
 
