@@ -516,6 +516,33 @@ def test_non_canonical_shapes_agree() -> None:
         both(b"\x0a" + _varint(len(rs_bytes)) + rs_bytes)
 
 
+@needs_wire
+def test_utf8_is_checked_alike_at_every_length_and_position() -> None:
+    """The compiled check takes ASCII a word at a time (the last word overlapping): a non-ASCII
+    sequence, valid or not, anywhere in a string of any length is judged as upb judges it, in a
+    span name, an attribute key, and values the dialects read or skip."""
+    span_bytes = SAMPLE.resource_spans[0].scope_spans[0].spans[0].SerializeToString()
+    sequences = [b"\xc3\xa9", b"\xc3\x28", b"\xed\xa0\x80", b"\xe0\x80\x80", b"\xf4\x90\x80\x80", b"\x80"]
+
+    def field(tag: bytes, body: bytes) -> bytes:
+        return tag + _varint(len(body)) + body
+
+    def attribute(key: bytes, value: bytes) -> bytes:
+        return field(b"\x4a", field(b"\x0a", key) + field(b"\x12", field(b"\x0a", value)))
+
+    for n in range(20):
+        for pos in range(n + 1):
+            for seq in sequences:
+                text = b"a" * pos + seq + b"b" * (n - pos)
+                for extra in (
+                    field(b"\x2a", text),  # the name
+                    attribute(text, b"v"),  # a key
+                    attribute(b"db.statement", text),  # a value skipped
+                    attribute(b"input.value", text),  # a value read
+                ):
+                    both(_wrap(span_bytes + extra))
+
+
 def _varint(n: int) -> bytes:
     out = bytearray()
     while True:

@@ -135,7 +135,7 @@ static inline int read_fixed64(ptr *pp, ptr end, uint64_t *out)
 }
 
 /* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF), as upb checks it. */
-static int utf8_ok(ptr s, Py_ssize_t n)
+static int utf8_checked(ptr s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
     while (i < n) {
@@ -184,6 +184,26 @@ static int utf8_ok(ptr s, Py_ssize_t n)
         }
     }
     return 1;
+}
+
+/* Keys and most values are short ASCII strings: one OR over their words (the last one
+ * overlapping) or bytes says so without a branch a byte; anything else is checked in full. */
+static inline int utf8_ok(ptr s, Py_ssize_t n)
+{
+    uint64_t acc = 0, w;
+    if (n >= 8) {
+        for (Py_ssize_t i = 0; i + 8 <= n; i += 8) {
+            memcpy(&w, s + i, 8);
+            acc |= w;
+        }
+        memcpy(&w, s + n - 8, 8);
+        acc |= w;
+    }
+    else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            acc |= s[i];
+    }
+    return !(acc & 0x8080808080808080ULL) || utf8_checked(s, n);
 }
 
 static int validate_msg(int type, ptr p, ptr end, int depth);
