@@ -279,6 +279,18 @@ typedef struct {
  * validated). Two `value` fields would be merged by upb: left to the reference path. */
 static int read_kv(ptr p, ptr end, kv_t *kv, int depth)
 {
+    /* As the SDKs write nearly every attribute: the key, then the value, each with a one-byte
+     * length, and nothing else. What the loop below would find, without it. */
+    Py_ssize_t n = end - p;
+    if (n >= 4 && p[0] == 0x0a && p[1] < 0x80 && p[1] + 4 <= n && p[p[1] + 2] == 0x12 && p[p[1] + 3] < 0x80
+        && p[1] + 4 + p[p[1] + 3] == n) {
+        kv->key = p + 2;
+        kv->key_n = p[1];
+        kv->val = p + 4 + p[1];
+        kv->val_n = p[p[1] + 3];
+        kv->has_val = 1;
+        return utf8_ok(kv->key, kv->key_n) ? 0 : FAIL;
+    }
     kv->key = p;
     kv->key_n = 0;
     kv->has_val = 0;
@@ -624,7 +636,11 @@ static int take_attribute(source_t *src, ptr p, ptr end, PyObject **attrs, int d
     if (key == NULL) {
         if (PyErr_Occurred())
             return FAIL;
-        return kv.has_val ? validate_msg(M_ANY_VALUE, kv.val, kv.val + kv.val_n, depth + 1) : 0;
+        if (!kv.has_val)
+            return 0;
+        if (kv.val_n >= 2 && kv.val[0] == 0x0a && kv.val[1] < 0x80 && kv.val[1] + 2 == kv.val_n) /* one short string */
+            return utf8_ok(kv.val + 2, kv.val[1]) ? 0 : FAIL;
+        return validate_msg(M_ANY_VALUE, kv.val, kv.val + kv.val_n, depth + 1);
     }
     int rc = 0;
     if (kv.has_val) {
