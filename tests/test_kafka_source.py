@@ -4,7 +4,7 @@ broker before a batch is handed over, and a rebalance in that moment cannot misl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -62,6 +62,20 @@ def _source(bootstrap: str, topic: str, tracker: OffsetTracker, max_poll_records
     )
 
 
+async def _consume(
+    source: KafkaSource,
+    stop: asyncio.Event,
+    handle: Callable[[Batch], Awaitable[None]],
+    due: Callable[[], float | None] | None = None,
+) -> None:
+    """A started source's consume loop until `stop` (a minute at most), then leave the group."""
+    try:
+        async with asyncio.timeout(60):
+            await source.consume(stop, handle, due)
+    finally:
+        await source.stop(grace_seconds=1.0)
+
+
 async def test_the_next_fetch_is_sent_before_a_batch_is_handled(
     broker: EmbeddedBroker, topic: str, fetch_requests: list[int]
 ) -> None:
@@ -93,11 +107,7 @@ async def test_the_next_fetch_is_sent_before_a_batch_is_handled(
             stop.set()
 
     assert await source.start(stop)
-    try:
-        async with asyncio.timeout(60):
-            await source.consume(stop, handle)
-    finally:
-        await source.stop(grace_seconds=1.0)
+    await _consume(source, stop, handle)
     assert got == MESSAGES
     assert len(sent_when_handled) >= 3, sent_when_handled
     assert all(handled > fetched for fetched, handled in sent_when_handled), sent_when_handled
@@ -133,11 +143,7 @@ async def test_a_partition_whose_generation_changes_before_its_batch_is_handled_
             stop.set()
 
     assert await source.start(stop)
-    try:
-        async with asyncio.timeout(60):
-            await source.consume(stop, handle)
-    finally:
-        await source.stop(grace_seconds=1.0)
+    await _consume(source, stop, handle)
     first = fetched[0]
     reassigned = min(first)
     assert sorted(handled[0]) == sorted(tp for tp in first if tp != reassigned)
@@ -170,9 +176,5 @@ async def test_a_stage_is_handed_an_empty_batch_when_its_work_falls_due(
         events.append("handled")
         stop.set()
 
-    try:
-        async with asyncio.timeout(60):
-            await source.consume(stop, handle, due=lambda: soon)
-    finally:
-        await source.stop(grace_seconds=1.0)
+    await _consume(source, stop, handle, due=lambda: soon)
     assert events[0] == "handled", events
