@@ -14,7 +14,7 @@ ever move forwards.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NamedTuple
 
 
@@ -35,7 +35,7 @@ class MessageRef:
         self.holds -= 1
 
 
-def new_refs(partition: Hashable, messages: Sequence[Any], last: int | None) -> list[MessageRef]:
+def new_refs(partition: Hashable, messages: list[Any], last: int | None) -> list[MessageRef]:
     """Holds on the leading `messages` (anything with an `offset`) from `last` on (None: all), up
     to the first before it: a re-delivery of what is held or finished already. The ingest stage
     uses the compiled twin (`monitor/ingest/_accounting.c`), one MessageRef a message."""
@@ -49,7 +49,7 @@ def new_refs(partition: Hashable, messages: Sequence[Any], last: int | None) -> 
     return refs
 
 
-RefMaker = Callable[[Hashable, Sequence[Any], "int | None"], list[MessageRef]]
+RefMaker = Callable[[Hashable, list[Any], int | None], list[MessageRef]]
 
 
 class _At(NamedTuple):
