@@ -42,7 +42,7 @@ which `ragmon_records_total`, read from the sidecar's registry, holds every trac
 is done — its offset committable, so for `judged` every sampled record has been judged and written
 too —, with `assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted ("to last
 decode" is the rate up to the turn that processed the last message). The stage is handed an empty
-batch when its next trace falls due, so the tail is the grace; until 2026-12-01 it was checked
+batch when its next trace falls due, so the tail is the grace; before 088ebce it was checked
 only at fetch calls, and the tail ran to the next fetch's return (~0.1 s more). Every role runs
 in its own subprocess (this file with `--role raw|sidecar`), in a fresh consumer group, so each
 peak RSS (`ru_maxrss`) is its own; the broker is a separate process and not counted. CPU µs/msg

@@ -100,7 +100,7 @@ def test_decisions_are_the_same_in_another_process() -> None:
 @given(st.text(max_size=300) | st.text("0123456789abcdef", min_size=32, max_size=32))
 def test_the_compiled_draw_is_the_blake2b_reference(trace_id: str) -> None:
     """Ids of every length around BLAKE2b's 128-byte blocks, and non-ASCII ones, give the same
-    draw in `_wire.c` as in hashlib."""
+    draw in `_accounting.c` as in hashlib."""
     if os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0") and not os.environ.get(
         "RAGMON_PURE_PYTHON"
     ):
