@@ -726,6 +726,30 @@ def test_fuzz_dialect_shapes_mapped_natively(attrs: dict[str, Any], parent: bool
 
 
 @needs_wire
+@pytest.mark.parametrize("n_docs", [3, 42, 43, 60])
+@pytest.mark.parametrize("prefixed_at", [None, 0, 5])
+def test_attributes_past_the_array_or_with_a_prefixed_key_agree(n_docs: int, prefixed_at: int | None) -> None:
+    """`_wire.c` keeps a span's attributes in an array (128 at most) while they are all keys of
+    its table, and moves them into a dict for `apply` past that or at a prefixed key: what came
+    before and after the move, a key repeated across it included, reads the same either way."""
+    req, span = _bare_first_span(False)
+    attrs: list[tuple[str, Any]] = [("openinference.span.kind", "RETRIEVER"), ("input.value", "q?")]
+    for i in range(n_docs):  # 3 keys each: 42 documents fill the array to 128, 43 pass it
+        doc = f"retrieval.documents.{i}.document."
+        attrs += [(doc + "id", f"d{i}"), (doc + "content", f"text {i}"), (doc + "score", 1.0 / (i + 1))]
+    if prefixed_at is not None:
+        attrs.insert(prefixed_at, ("retrieval.documents.0.document.extra", "x"))
+    attrs += [("input.value", "asked again"), ("retrieval.documents.1.document.id", "again")]
+    for key, value in attrs:
+        span.attributes.append(KeyValue(key=key, value=_any(value)))
+    out = taken(bytes(req.SerializeToString()))
+    retriever = out.spans[0]  # the span changed; the others are SAMPLE's
+    assert retriever.query == "asked again"
+    assert retriever.chunks is not None and len(retriever.chunks) == min(n_docs, 64)
+    assert retriever.chunks[1].id == "again"
+
+
+@needs_wire
 def test_openinference_spans_are_mapped_without_apply() -> None:
     """The workload's spans take the native mapping (else the fuzz above would prove little): all
     but those whose text looks like JSON (a quoted title in an answer)."""

@@ -48,6 +48,7 @@ typedef struct {
     const char *s;
     Py_ssize_t n;
     PyObject *obj;
+    int slot; /* the exact keys: 0, 1, … in the order added (a span's attributes are indexed by it) */
 } key_t_;
 static key_t_ keys[KEY_SLOTS];
 static int n_keys = 0;
@@ -492,24 +493,34 @@ static PyObject *cached_str(ptr s, Py_ssize_t n)
     return o;
 }
 
-/* The str key under which `dialects.apply` may look this attribute up; NULL (no error) if it
- * never does, NULL with an error set on failure. */
-static PyObject *relevant_key(ptr s, Py_ssize_t n)
+/* The exact key s..s+n in the table, or NULL. */
+static key_t_ *exact_key(ptr s, Py_ssize_t n)
 {
-    if (n == 0 || !first_byte[s[0]])
-        return NULL;
     uint32_t h = key_hash(s, n);
     for (uint32_t i = 0; i < KEY_SLOTS; i++) {
         key_t_ *k = &keys[(h + i) & (KEY_SLOTS - 1)];
         if (k->obj == NULL)
             break;
-        if (k->n == n && memcmp(k->s, s, n) == 0) {
-            Py_INCREF(k->obj);
-            return k->obj;
-        }
+        if (k->n == n && memcmp(k->s, s, n) == 0)
+            return k;
     }
+    return NULL;
+}
+
+/* The str key under which `dialects.apply` may look this attribute up; NULL (no error) if it
+ * never does, NULL with an error set on failure. *slot: the exact key's, -1 for a prefixed one. */
+static PyObject *relevant_key(ptr s, Py_ssize_t n, int *slot)
+{
+    if (n == 0 || !first_byte[s[0]])
+        return NULL;
+    key_t_ *k = exact_key(s, n);
+    if (k != NULL) {
+        *slot = k->slot;
+        return Py_NewRef(k->obj);
+    }
+    *slot = -1;
     for (int i = 0; i < n_prefixes; i++) {
-        key_t_ *k = &prefixes[i];
+        k = &prefixes[i];
         if (n > k->n && memcmp(k->s, s, k->n) == 0)
             return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
     }
@@ -625,14 +636,113 @@ static PyObject *raw_string(source_t *src, ptr p, ptr end)
     return (PyObject *)r;
 }
 
-/* Read one attribute KeyValue; if its key is relevant, store its value in *attrs (created on
- * first use); otherwise only validate the value. `src`: see source_t (NULL for events). */
-static int take_attribute(source_t *src, ptr p, ptr end, PyObject **attrs, int depth)
+/* --- a span's relevant attributes ----------------------------------------------------------
+ *
+ * `dialects.apply` takes them as a dict, but map_span, the common shapes, only probes ~25 known
+ * keys: so they are kept in arrival order in an array, found through an index by the key's slot
+ * in the table, and a dict is built only for apply, for a prefixed key (not in the table) or past
+ * MAX_ATTRS. Building, probing and freeing a dict per kept span was ~10 % of the ingest stage.
+ * The index serves one span at a time (a stamp per slot marks the current span's); a span whose
+ * walk began while another held it (through Python code, in theory) keeps a dict throughout. */
+#define MAX_ATTRS 128
+#define N_KEY_INDEX (KEY_SLOTS / 2) /* the table is at most half full */
+typedef struct {
+    PyObject *dict; /* the attributes as apply takes them, once built (owned) */
+    int complete;   /* the array holds every attribute */
+    int indexed;    /* this span holds the index */
+    int n;
+    PyObject *key[MAX_ATTRS]; /* borrowed: the table's */
+    PyObject *val[MAX_ATTRS];
+} attrs_t;
+static uint32_t slot_stamp[N_KEY_INDEX], stamp_now;
+static uint16_t slot_at[N_KEY_INDEX];
+static int index_busy;
+
+static void attrs_begin(attrs_t *a, int dict_only)
+{
+    a->dict = NULL;
+    a->n = 0;
+    a->indexed = a->complete = !dict_only && !index_busy;
+    if (a->indexed) {
+        index_busy = 1;
+        if (++stamp_now == 0) {
+            memset(slot_stamp, 0, sizeof slot_stamp);
+            stamp_now = 1;
+        }
+    }
+}
+
+static void attrs_end(attrs_t *a)
+{
+    for (int i = 0; i < a->n; i++)
+        Py_DECREF(a->val[i]);
+    a->n = 0;
+    Py_CLEAR(a->dict);
+    if (a->indexed)
+        index_busy = a->indexed = 0;
+}
+
+static inline int attrs_any(const attrs_t *a)
+{
+    return a->n > 0 || a->dict != NULL;
+}
+
+/* attrs.get(key) for the key with this slot (-1: none in the table, so never there), borrowed;
+ * only while the array is complete. */
+static inline PyObject *attr(const attrs_t *a, int slot)
+{
+    return slot >= 0 && slot_stamp[slot] == stamp_now ? a->val[slot_at[slot]] : NULL;
+}
+
+/* The dict apply takes, built on first use (the array stays as it was): borrowed, NULL on failure. */
+static PyObject *attrs_dict(attrs_t *a)
+{
+    if (a->dict != NULL)
+        return a->dict;
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < a->n; i++) {
+        if (PyDict_SetItem(d, a->key[i], a->val[i])) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return a->dict = d;
+}
+
+/* attrs[key] = v, v stolen; `slot` as relevant_key gave it. A repeated key keeps its place. */
+static int attrs_set(attrs_t *a, PyObject *key, int slot, PyObject *v)
+{
+    if (a->complete && a->dict == NULL && slot >= 0) {
+        if (slot_stamp[slot] == stamp_now) {
+            Py_SETREF(a->val[slot_at[slot]], v);
+            return 0;
+        }
+        if (a->n < MAX_ATTRS) {
+            slot_stamp[slot] = stamp_now;
+            slot_at[slot] = (uint16_t)a->n;
+            a->key[a->n] = key;
+            a->val[a->n++] = v;
+            return 0;
+        }
+    }
+    a->complete = 0;
+    PyObject *d = attrs_dict(a);
+    int rc = d == NULL ? FAIL : PyDict_SetItem(d, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* Read one attribute KeyValue; if its key is relevant, store its value in attrs; otherwise only
+ * validate the value. `src`: see source_t (NULL for events). */
+static int take_attribute(source_t *src, ptr p, ptr end, attrs_t *attrs, int depth)
 {
     kv_t kv;
     if (read_kv(p, end, &kv, depth))
         return FAIL;
-    PyObject *key = relevant_key(kv.key, kv.key_n);
+    int slot;
+    PyObject *key = relevant_key(kv.key, kv.key_n, &slot);
     if (key == NULL) {
         if (PyErr_Occurred())
             return FAIL;
@@ -649,16 +759,10 @@ static int take_attribute(source_t *src, ptr p, ptr end, PyObject **attrs, int d
             v = raw_string(src, kv.val, kv.val + kv.val_n);
         if (v == NO_VALUE)
             v = any_value(kv.val, kv.val + kv.val_n, depth + 1);
-        if (v == NULL) {
+        if (v == NULL)
             rc = FAIL;
-        }
-        else if (v != NO_VALUE) {
-            if (*attrs == NULL && (*attrs = PyDict_New()) == NULL)
-                rc = FAIL;
-            else
-                rc = PyDict_SetItem(*attrs, key, v);
-            Py_DECREF(v);
-        }
+        else if (v != NO_VALUE)
+            rc = attrs_set(attrs, key, slot, v);
     }
     Py_DECREF(key);
     return rc;
@@ -792,7 +896,8 @@ static int merge_events(PyObject *attrs, ptr *ev, Py_ssize_t *ev_n, int n_ev, in
             merged = name != NULL && merged_events[i].n == name_n && memcmp(merged_events[i].s, name, name_n) == 0;
         if (!merged)
             continue;
-        PyObject *ev_attrs = NULL;
+        attrs_t ev_attrs;
+        attrs_begin(&ev_attrs, 1);
         for (p = ev[e]; p < end;) {
             if (read_tag(&p, end, &field, &wt))
                 goto fail;
@@ -804,18 +909,18 @@ static int merge_events(PyObject *attrs, ptr *ev, Py_ssize_t *ev_n, int n_ev, in
                 goto fail;
             }
         }
-        if (ev_attrs != NULL) {
+        if (ev_attrs.dict != NULL) {
             PyObject *k, *v;
             Py_ssize_t pos = 0;
-            while (PyDict_Next(ev_attrs, &pos, &k, &v)) {
+            while (PyDict_Next(ev_attrs.dict, &pos, &k, &v)) {
                 if (PyDict_SetDefault(attrs, k, v) == NULL)
                     goto fail;
             }
-            Py_DECREF(ev_attrs);
         }
+        attrs_end(&ev_attrs);
         continue;
     fail:
-        Py_XDECREF(ev_attrs);
+        attrs_end(&ev_attrs);
         return FAIL;
     }
     return 0;
@@ -987,7 +1092,7 @@ static const char *const key_names[N_KEYS] = {
     "gen_ai.input.messages", "gen_ai.prompt", "gen_ai.output.messages", "gen_ai.completion",
     "gen_ai.prompt.0.content", "gen_ai.completion.0.content",
 };
-static PyObject *key_objs[N_KEYS];
+static int key_slot[N_KEYS]; /* -1: not in the table, so never among a span's attributes */
 
 /* Indexed families: "{prefix}{i}{suffix}", built once per index. */
 enum { F_DOC_ID, F_DOC_CONTENT, F_DOC_SCORE, F_DOC_METADATA, F_IN_ROLE, F_IN_CONTENT, F_OUT_ROLE, F_OUT_CONTENT,
@@ -998,40 +1103,25 @@ static const char *const family_fmt[N_FAMILIES] = {
     "llm.input_messages.%d.message.role",      "llm.input_messages.%d.message.content",
     "llm.output_messages.%d.message.role",     "llm.output_messages.%d.message.content",
 };
-static PyObject *indexed[N_FAMILIES][MAX_INDEX]; /* also in the relevant keys' table: decoded once */
+static int indexed_slots[N_FAMILIES][MAX_INDEX]; /* added to the relevant keys' table */
 
-static inline PyObject *indexed_key(int family, int i)
+static inline int indexed_key(int family, int i)
 {
-    return indexed[family][i];
+    return indexed_slots[family][i];
 }
 
-/* attrs.get(key) as a borrowed reference: NULL when absent, NULL with an error on failure. */
-static inline PyObject *get(PyObject *attrs, PyObject *key)
+/* `key in attrs` (1 is UNSUPPORTED where a key takes apply elsewhere) */
+static inline int has(const attrs_t *attrs, int slot)
 {
-    return PyDict_GetItemWithError(attrs, key);
-}
-
-/* *out = attrs.get(key) (borrowed, NULL when absent): 0, or FAIL. */
-static inline int lookup(PyObject *attrs, PyObject *key, PyObject **out)
-{
-    *out = get(attrs, key);
-    return *out == NULL && PyErr_Occurred() ? FAIL : 0;
-}
-
-/* `key in attrs`: 1, 0, or FAIL */
-static inline int has(PyObject *attrs, PyObject *key)
-{
-    return PyDict_Contains(attrs, key);
+    return attr(attrs, slot) != NULL;
 }
 
 /* `_text_attr` for a string that does not look like JSON (its first non-space character is none
  * of `{["`): the string itself. *out is NULL when absent (borrowed otherwise). */
-static int plain_text(PyObject *attrs, int key, PyObject **out)
+static int plain_text(const attrs_t *attrs, int key, PyObject **out)
 {
-    PyObject *v;
+    PyObject *v = attr(attrs, key_slot[key]);
     *out = NULL;
-    if (lookup(attrs, key_objs[key], &v))
-        return FAIL;
     if (v == NULL)
         return 0;
     if (!PyUnicode_CheckExact(v))
@@ -1052,13 +1142,11 @@ static int plain_text(PyObject *attrs, int key, PyObject **out)
 }
 
 /* `_model`: the first non-empty string among its keys. */
-static int model_of(PyObject *attrs, PyObject **out)
+static int model_of(const attrs_t *attrs, PyObject **out)
 {
     *out = NULL;
     for (int k = K_MODEL; k < K_MODEL_END; k++) {
-        PyObject *v;
-        if (lookup(attrs, key_objs[k], &v))
-            return FAIL;
+        PyObject *v = attr(attrs, key_slot[k]);
         if (v == NULL)
             continue;
         if (!PyUnicode_CheckExact(v))
@@ -1095,24 +1183,17 @@ static const char *const assistant_roles[] = {"assistant", "ai", "model", "bot",
 
 /* `_messages_text` when the messages are OpenInference's indexed ones with string content (or
  * there are none of any dialect). `output`: 1 for llm.output_messages, 0 for llm.input_messages. */
-static int messages_text(PyObject *attrs, int output, PyObject **out)
+static int messages_text(const attrs_t *attrs, int output, PyObject **out)
 {
     int f_role = output ? F_OUT_ROLE : F_IN_ROLE, f_content = output ? F_OUT_CONTENT : F_IN_CONTENT;
     const char *const *words = output ? assistant_roles : user_roles;
     *out = NULL;
-    int any = has(attrs, indexed_key(f_content, 0));
-    if (any == 0)
-        any = has(attrs, indexed_key(f_role, 0));
-    if (any < 0)
-        return FAIL;
-    if (any) {
+    if (has(attrs, indexed_key(f_content, 0)) || has(attrs, indexed_key(f_role, 0))) {
         PyObject *last = NULL;
         for (int i = 0;; i++) {
             if (i == MAX_INDEX)
                 return UNSUPPORTED;
-            PyObject *content, *role;
-            if (lookup(attrs, indexed_key(f_content, i), &content) || lookup(attrs, indexed_key(f_role, i), &role))
-                return FAIL;
+            PyObject *content = attr(attrs, indexed_key(f_content, i)), *role = attr(attrs, indexed_key(f_role, i));
             if (content == NULL) {
                 if (role == NULL)
                     break;
@@ -1133,21 +1214,19 @@ static int messages_text(PyObject *attrs, int output, PyObject **out)
     }
     int json0 = output ? K_JSON_OUT : K_JSON_IN;
     int others[3] = {json0, json0 + 1, output ? K_LEGACY_OUT : K_LEGACY_IN};
-    for (int k = 0; k < 3; k++) {
-        int h = has(attrs, key_objs[others[k]]);
-        if (h)
-            return h < 0 ? FAIL : UNSUPPORTED; /* GenAI JSON or legacy indexed messages */
-    }
+    for (int k = 0; k < 3; k++)
+        if (has(attrs, key_slot[others[k]]))
+            return UNSUPPORTED; /* GenAI JSON or legacy indexed messages */
     return 0;
 }
 
 /* `_has_oi_docs(attrs, "retrieval.documents.")` */
-static int has_documents(PyObject *attrs)
+static int has_documents(const attrs_t *attrs)
 {
-    int h = 0;
-    for (int f = F_DOC_ID; f <= F_DOC_SCORE && h == 0; f++)
-        h = has(attrs, indexed_key(f, 0));
-    return h;
+    for (int f = F_DOC_ID; f <= F_DOC_SCORE; f++)
+        if (has(attrs, indexed_key(f, 0)))
+            return 1;
+    return 0;
 }
 
 /* text.encode(): a chunk's text as `Chunk.raw` holds it when it was a str already. */
@@ -1207,15 +1286,11 @@ static int raw_chunks(PyObject *facts)
 }
 
 /* `_retrieved` when the documents are OpenInference's, each well formed (apply's fast case). */
-static int documents(PyObject *attrs, int lean, PyObject **out)
+static int documents(const attrs_t *attrs, int lean, PyObject **out)
 {
     *out = NULL;
-    int h = has_documents(attrs);
-    if (h <= 0) {
-        if (h == 0 && (h = has(attrs, key_objs[K_GENAI_DOCS])) == 0)
-            return 0;
-        return h < 0 ? FAIL : UNSUPPORTED;
-    }
+    if (!has_documents(attrs))
+        return has(attrs, key_slot[K_GENAI_DOCS]) ? UNSUPPORTED : 0;
     PyObject *list = untracked(PyList_New(0));
     if (list == NULL)
         return FAIL;
@@ -1225,17 +1300,11 @@ static int documents(PyObject *attrs, int lean, PyObject **out)
             rc = UNSUPPORTED;
             break;
         }
-        PyObject *id, *content, *score;
-        if (lookup(attrs, indexed_key(F_DOC_ID, i), &id) || lookup(attrs, indexed_key(F_DOC_CONTENT, i), &content)
-            || lookup(attrs, indexed_key(F_DOC_SCORE, i), &score)) {
-            rc = FAIL;
-            break;
-        }
+        PyObject *id = attr(attrs, indexed_key(F_DOC_ID, i)), *content = attr(attrs, indexed_key(F_DOC_CONTENT, i)),
+                 *score = attr(attrs, indexed_key(F_DOC_SCORE, i));
         if (id == NULL && content == NULL && score == NULL) {
-            int m = has(attrs, indexed_key(F_DOC_METADATA, i));
-            if (m > 0)
+            if (has(attrs, indexed_key(F_DOC_METADATA, i)))
                 continue;
-            rc = m;
             break;
         }
         if (!(id != NULL && PyUnicode_CheckExact(id) && PyUnicode_GET_LENGTH(id) && content != NULL
@@ -1286,31 +1355,30 @@ static int oi_role(PyObject *kind)
 
 /* `dialects.apply(facts, attrs)` for the shapes above: 0 done (*role_out: the role set),
  * UNSUPPORTED (facts untouched), FAIL with an error. */
-static int map_span(PyObject *facts, PyObject *attrs, int lean, int *role_out)
+static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_out)
 {
-    PyObject *kind, *query = NULL, *answer = NULL, *model = NULL, *chunks = NULL, *qt = NULL, *replay = NULL;
-    if (lookup(attrs, key_objs[K_KIND], &kind))
-        return FAIL;
+    PyObject *kind = attr(attrs, key_slot[K_KIND]), *query = NULL, *answer = NULL, *model = NULL, *chunks = NULL,
+             *qt = NULL, *replay = NULL;
     if (kind == NULL || !PyUnicode_CheckExact(kind))
         return UNSUPPORTED; /* another dialect's role, or one inferred */
     int role = oi_role(kind), rc;
     switch (role) {
     case R_ROOT:
-        if ((rc = plain_text(attrs, K_INPUT, &query)) || (query == NULL && (rc = has(attrs, key_objs[K_TL_INPUT]))))
+        if ((rc = plain_text(attrs, K_INPUT, &query)) || (query == NULL && (rc = has(attrs, key_slot[K_TL_INPUT]))))
             break;
-        if ((query == NULL && (rc = has(attrs, key_objs[K_RETRIEVAL_QUERY])))
+        if ((query == NULL && (rc = has(attrs, key_slot[K_RETRIEVAL_QUERY])))
             || (query == NULL && (rc = messages_text(attrs, 0, &query))))
             break;
-        if ((rc = plain_text(attrs, K_OUTPUT, &answer)) || (answer == NULL && (rc = has(attrs, key_objs[K_TL_OUTPUT]))))
+        if ((rc = plain_text(attrs, K_OUTPUT, &answer)) || (answer == NULL && (rc = has(attrs, key_slot[K_TL_OUTPUT]))))
             break;
         if ((answer == NULL && (rc = messages_text(attrs, 1, &answer))) || (rc = model_of(attrs, &model)))
             break;
         rc = documents(attrs, lean, &chunks);
         break;
     case R_RETRIEVER:
-        if ((rc = has(attrs, key_objs[K_RETRIEVAL_QUERY])) || (rc = plain_text(attrs, K_INPUT, &query)))
+        if ((rc = has(attrs, key_slot[K_RETRIEVAL_QUERY])) || (rc = plain_text(attrs, K_INPUT, &query)))
             break;
-        if (query == NULL && (rc = has(attrs, key_objs[K_TL_INPUT])))
+        if (query == NULL && (rc = has(attrs, key_slot[K_TL_INPUT])))
             break;
         rc = documents(attrs, lean, &chunks);
         break;
@@ -1322,19 +1390,20 @@ static int map_span(PyObject *facts, PyObject *attrs, int lean, int *role_out)
         rc = model_of(attrs, &model);
         break;
     case R_OTHER: /* a kind without a role: only a traceloop retriever task could change that */
-        rc = has(attrs, key_objs[K_TL_OUTPUT]);
+        rc = has(attrs, key_slot[K_TL_OUTPUT]);
         break;
     default: /* a reranker, or a kind that is not ASCII */
         rc = UNSUPPORTED;
     }
     /* has() is 1 (UNSUPPORTED) where it finds a key that takes apply elsewhere */
-    if (rc == 0 && (rc = lookup(attrs, key_objs[K_QUERY_TYPE], &qt)) == 0) {
+    if (rc == 0) {
+        qt = attr(attrs, key_slot[K_QUERY_TYPE]);
         if (qt == NULL)
-            rc = has(attrs, key_objs[K_METADATA]); /* a query type in metadata */
+            rc = has(attrs, key_slot[K_METADATA]); /* a query type in metadata */
         else if (!PyUnicode_CheckExact(qt))
             rc = UNSUPPORTED;
     }
-    if (rc == 0 && (rc = lookup(attrs, key_objs[K_REPLAY], &replay)) == 0 && replay != NULL && !PyBool_Check(replay))
+    if (rc == 0 && (replay = attr(attrs, key_slot[K_REPLAY])) != NULL && !PyBool_Check(replay))
         rc = UNSUPPORTED; /* parse_bool of a string or number */
     if (rc == 0) {
         *role_out = role;
@@ -1361,10 +1430,12 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     ptr tid = NULL, sid = NULL, pid = NULL, name = NULL;
     Py_ssize_t tid_n = 0, sid_n = 0, pid_n = 0, name_n = 0;
     uint64_t start = 0, stop = 0;
-    PyObject *attrs = NULL, *facts = NULL;
+    PyObject *facts = NULL;
+    attrs_t attrs;
     ptr ev[MAX_EVENT_SEGMENTS];
     Py_ssize_t ev_n[MAX_EVENT_SEGMENTS];
     int n_ev = 0;
+    attrs_begin(&attrs, 0);
     while (p < end) {
         uint32_t field;
         int wt;
@@ -1407,7 +1478,7 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     }
     if (tid_n != 16 || sid_n != 8 || (pid_n && pid_n != 8) || all_zero(tid, 16) || all_zero(sid, 8)) {
         c->dropped++;
-        Py_XDECREF(attrs);
+        attrs_end(&attrs);
         return 0;
     }
     /* end < start or start < now - past or end > now + future: times dropped, span kept */
@@ -1418,9 +1489,10 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         if ((trace = trace_slot(c, tid)) == NULL)
             goto fail;
         seen = trace->str != NULL;
-        if (seen && attrs == NULL && pid_n != 0) { /* what apply(facts, {}) leaves inert */
+        if (seen && !attrs_any(&attrs) && pid_n != 0) { /* what apply(facts, {}) leaves inert */
+            attrs_end(&attrs);
             if (bad_times && PyList_Append(c->problems, bad_timestamp))
-                goto fail;
+                return FAIL;
             return count_inert(c, trace);
         }
     }
@@ -1453,20 +1525,23 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         goto fail;
     if (bad_times && append_problem(facts, bad_timestamp))
         goto fail;
-    int mapped = attrs != NULL, role = R_OTHER;
+    int mapped = attrs_any(&attrs), role = R_OTHER;
     if (mapped) {
         if (n_ev) {
-            PyObject *w = PyObject_CallOneArg(wants_events_fn, attrs);
+            PyObject *d = attrs_dict(&attrs), *w = d == NULL ? NULL : PyObject_CallOneArg(wants_events_fn, d);
             int wants = w == NULL ? -1 : PyObject_IsTrue(w);
             Py_XDECREF(w);
-            if (wants < 0 || (wants && merge_events(attrs, ev, ev_n, n_ev, depth + 1)))
+            if (wants < 0 || (wants && merge_events(d, ev, ev_n, n_ev, depth + 1)))
                 goto fail;
+            if (wants)
+                attrs.complete = 0; /* the dict has more */
         }
-        int rc = map_span(facts, attrs, c->lean, &role);
+        int rc = attrs.complete ? map_span(facts, &attrs, c->lean, &role) : UNSUPPORTED;
         if (rc == UNSUPPORTED) {
-            if (c->lean && text_again(attrs)) /* apply reads text as str */
+            PyObject *d = attrs_dict(&attrs);
+            if (d == NULL || (c->lean && text_again(d))) /* apply reads text as str */
                 goto fail;
-            PyObject *r = PyObject_CallFunctionObjArgs(apply_fn, facts, attrs, NULL);
+            PyObject *r = PyObject_CallFunctionObjArgs(apply_fn, facts, d, NULL);
             if (r == NULL)
                 goto fail;
             Py_DECREF(r);
@@ -1480,13 +1555,13 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         else {
             mapped_native++;
         }
-        Py_CLEAR(attrs);
     }
     else if (pid_n == 0) { /* apply(facts, {}): ROOT without a parent, else OTHER (the default) */
         if (facts_set(facts, str_role, roles[R_ROOT]))
             goto fail;
         role = R_ROOT;
     }
+    attrs_end(&attrs);
     if (bad_times || mapped) { /* facts.problems may hold something: the message's list gets it */
         PyObject *lst = facts_get(facts, str_problems);
         if (lst == NULL)
@@ -1514,7 +1589,7 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     Py_DECREF(facts);
     return 0;
 fail:
-    Py_XDECREF(attrs);
+    attrs_end(&attrs);
     Py_XDECREF(facts);
     return FAIL;
 }
@@ -1865,7 +1940,10 @@ static key_t_ *add_key(key_t_ *out, PyObject *s)
             if (keys[h & (KEY_SLOTS - 1)].n == len && memcmp(keys[h & (KEY_SLOTS - 1)].s, u, len) == 0)
                 return &keys[h & (KEY_SLOTS - 1)];
         out = &keys[h & (KEY_SLOTS - 1)];
-        n_keys++;
+        out->slot = n_keys++;
+    }
+    else {
+        out->slot = -1;
     }
     Py_INCREF(s);
     PyUnicode_InternInPlace(&s);
@@ -1959,7 +2037,7 @@ static PyObject *init(PyObject *self, PyObject *args)
             Py_XDECREF(key);
             if (entry == NULL)
                 return NULL;
-            indexed[f][i] = entry->obj;
+            indexed_slots[f][i] = entry->slot;
         }
     }
     if (set_layout(&span_facts, facts_cls, facts_layout) || set_layout(&chunk, chunk_cls, chunk_layout)
@@ -1976,9 +2054,10 @@ static PyObject *init(PyObject *self, PyObject *args)
     for (int r = 0; r < N_ROLES; r++)
         if ((roles[r] = PyObject_GetAttrString(span_role, role_names[r])) == NULL)
             return NULL;
-    for (int i = 0; i < N_KEYS; i++)
-        if ((key_objs[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
-            return NULL;
+    for (int i = 0; i < N_KEYS; i++) {
+        key_t_ *entry = exact_key((ptr)key_names[i], (Py_ssize_t)strlen(key_names[i]));
+        key_slot[i] = entry == NULL ? -1 : entry->slot;
+    }
     PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
                           &str_query_type, &str_replay, &str_value, &str_holds, &str_content, &str_raw};
     const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",  "model",
