@@ -451,22 +451,49 @@ static PyObject *any_value(ptr p, ptr end, int depth)
 
 /* --- relevant keys ----------------------------------------------------------------------- */
 
-/* Eight bytes at a time: attribute keys run to ~40 bytes, and every key of a RAG span is probed. */
+static inline uint64_t load64(ptr s)
+{
+    uint64_t w;
+    memcpy(&w, s, 8);
+    return w;
+}
+
+/* 0 to 7 bytes as one word, without a variable-length copy (distinct strings of one length
+ * give distinct words up to 3 bytes; beyond, overlapping halves). */
+static inline uint64_t load_short(ptr s, Py_ssize_t n)
+{
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, s, 4);
+        memcpy(&hi, s + n - 4, 4);
+        return lo | (uint64_t)hi << 32;
+    }
+    return n == 0 ? 0 : s[0] | (uint64_t)s[n / 2] << 8 | (uint64_t)s[n - 1] << 16;
+}
+
+#define MIX(h, w, k) (h = ((h) ^ (w)) * (k), h ^= (h) >> 29)
+
+/* Sixteen bytes a step in two independent lanes, the tail read as the last (overlapping) word(s):
+ * attribute keys run to ~40 bytes, and every key of a RAG span and most short values are hashed. */
 static inline uint32_t key_hash(ptr s, Py_ssize_t n)
 {
-    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL, w;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 29;
+    const uint64_t ka = 0xFF51AFD7ED558CCDULL, kb = 0xC4CEB9FE1A85EC53ULL;
+    uint64_t a = (uint64_t)n * 0x9E3779B97F4A7C15ULL, b = ~a;
+    if (n < 8) {
+        MIX(a, load_short(s, n), ka);
     }
-    if (i < n) {
-        w = 0;
-        memcpy(&w, s + i, (size_t)(n - i));
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 29;
+    else {
+        Py_ssize_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            MIX(a, load64(s + i), ka);
+            MIX(b, load64(s + i + 8), kb);
+        }
+        if (i < n) {
+            MIX(a, load64(s + (n >= 16 ? n - 16 : 0)), ka);
+            MIX(b, load64(s + n - 8), kb);
+        }
     }
+    uint64_t h = (a ^ (b << 31 | b >> 33)) * ka;
     return (uint32_t)(h ^ (h >> 32));
 }
 
