@@ -31,7 +31,7 @@ from monitor.demo.workload import trace_messages
 from monitor.ingest import assemble as assemble_mod
 from monitor.ingest.assemble import Finished, PyAssembler
 from monitor.ingest.decode import Encoding, decode
-from monitor.kafka.offsets import MessageRef
+from monitor.kafka.offsets import MessageRef, new_refs
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 COMPILED: Any = assemble_mod.compiled_assembler()
@@ -430,7 +430,7 @@ def test_sort_and_max_keep_the_first_of_equals_and_take_any_int() -> None:
 @needs_compiled
 def test_references_are_released() -> None:
     """Once a trace is emitted and its `Finished` dropped, its spans, refs and ids are referenced
-    as before (no leak), late spans and evictions included; and the assembler is collectable."""
+    as before (no leak), late spans and evictions included; and the assembler is freed."""
     assert COMPILED is not None
     spans = [*cases.rag_spans("leak"), cases.span("leak", "x", "r")]
     ref = MessageRef("p0", 0)
@@ -455,7 +455,27 @@ def test_references_are_released() -> None:
     alive = sum(type(o) is COMPILED for o in gc.get_objects())
     asm = COMPILED(AssemblyConfig())
     asm.add(spans[0], ref, 10, 0.0)
-    asm._open["leak"].spans.append(asm)  # a cycle through an open trace: the GC must see it
-    del asm
-    gc.collect()
+    del asm  # freed with a trace open
     assert sum(type(o) is COMPILED for o in gc.get_objects()) == alive
+
+
+@needs_compiled
+def test_open_traces_and_records_stay_out_of_the_cyclic_collector() -> None:
+    """An open trace, its lists, a record and its `Finished` refer only to spans,
+    chunks, message refs and strings (none refers back): untracked, so that the collector's young
+    generation is not filled with every trace open for the grace. The stage's message refs too."""
+    assert COMPILED is not None
+    from monitor.ingest.stage import NEW_REFS
+
+    (ref,) = NEW_REFS("p0", [type("Msg", (), {"offset": 7})()], None)
+    asm = COMPILED(AssemblyConfig(grace_seconds=0))
+    out: list[Finished] = []
+    asm.add_spans(cases.rag_spans("t1"), ref, 10, 0.0, out)
+    trace = asm._open["t1"]
+    assert not any(gc.is_tracked(o) for o in (trace, trace.spans, trace.refs))
+    out += asm.poll(1.0)
+    (fin,) = out
+    assert fin.record is not None  # its chunk list is the retriever's own here
+    assert not any(gc.is_tracked(o) for o in (fin, fin.record, fin.refs))
+    if NEW_REFS is not new_refs:
+        assert not gc.is_tracked(ref)

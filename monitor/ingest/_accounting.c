@@ -569,6 +569,7 @@ static PyObject *new_refs(PyObject *self, PyObject *const *args, Py_ssize_t narg
         SLOT(ref, M_PARTITION) = Py_NewRef(partition);
         SLOT(ref, M_OFFSET) = offset; /* our reference, now the ref's */
         SLOT(ref, M_HOLDS) = Py_NewRef(one_hold);
+        PyObject_GC_UnTrack(ref); /* refers to a partition and ints only: never in a cycle */
         Py_DECREF(ref);
         last = off + 1;
         bounded = 1;

@@ -195,6 +195,17 @@ static inline int out_append(PyObject *out, PyObject *item)
     return r == NULL ? -1 : 0;
 }
 
+/* An open trace, its lists of spans and message refs, a record's chunk list: they only ever refer
+ * to spans, chunks, refs and strings, none of which refers back, so they cannot be part of a
+ * cycle: kept out of the cyclic collector, whose young generation they would otherwise fill
+ * (traces stay open for the assembly grace). */
+static PyObject *untracked(PyObject *obj)
+{
+    if (obj != NULL)
+        PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
 static PyObject *make_finished(PyObject *tid, PyObject *record, PyObject *reason, PyObject *refs)
 {
     PyObject *args[4] = {tid, record, reason, refs};
@@ -203,7 +214,7 @@ static PyObject *make_finished(PyObject *tid, PyObject *record, PyObject *reason
 
 static PyObject *late_finished(PyObject *tid)
 {
-    PyObject *refs = PyList_New(0);
+    PyObject *refs = untracked(PyList_New(0));
     if (refs == NULL)
         return NULL;
     PyObject *fin = make_finished(tid, Py_None, rej_late, refs);
@@ -419,9 +430,9 @@ static PyObject *final_ranking(PyObject **rerankers, Py_ssize_t n_rr, PyObject *
             Py_INCREF(chunks);
             return chunks;
         }
-        return PyList_New(0);
+        return untracked(PyList_New(0));
     }
-    PyObject *out = PyList_New(0);
+    PyObject *out = untracked(PyList_New(0));
     if (out == NULL || n_ret == 0)
         return out;
     PyObject *seen = PySet_New(NULL);
@@ -654,8 +665,8 @@ static Trace *trace_new(PyObject *tid, double now, PyObject *span, PyObject *ref
     if (t == NULL)
         return NULL;
     t->prev = t->next = NULL;
-    t->spans = PyList_New(1);
-    t->refs = PyList_New(1);
+    t->spans = untracked(PyList_New(1));
+    t->refs = untracked(PyList_New(1));
     Py_INCREF(tid);
     t->tid = tid;
     t->first_seen = now;
@@ -669,8 +680,7 @@ static Trace *trace_new(PyObject *tid, double now, PyObject *span, PyObject *ref
     PyList_SET_ITEM(t->spans, 0, span);
     Py_INCREF(ref);
     PyList_SET_ITEM(t->refs, 0, ref);
-    PyObject_GC_Track(t);
-    return t;
+    return t; /* not tracked either: see untracked() */
 }
 
 static int trace_traverse(Trace *t, visitproc visit, void *arg)
