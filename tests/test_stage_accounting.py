@@ -1,8 +1,9 @@
 """The ingest stage's compiled record accounting (`_accounting.account`) against `_finish`.
 
 `IngestStage._finish_all` hands runs of finished traces to `account`, which counts those on
-`_finish`'s common path (labels known and allowed, a frozen drift slice not due a check, a draw
-the sampler's current window leaves unsampled) and stops at the first it leaves to `_finish`.
+`_finish`'s common path (labels known and allowed, a drift slice collecting its reference or frozen
+and not due a check, a draw the sampler's current window leaves unsampled) and stops at the first
+it leaves to `_finish`.
 Two stages — one with it, one without — given the same finished traces must end in the same
 state: every exported sample, the sampler's and the drift monitor's slices, the samples queued for
 the judge, and every message's holds. The traces mix the common path with each way off it: no
@@ -22,6 +23,7 @@ from aiokafka import TopicPartition
 from prometheus_client import generate_latest
 
 from monitor.config import load_settings
+from monitor.drift.retrieval import SliceDrift
 from monitor.ingest.assemble import Finished
 from monitor.ingest.sample import trace_fraction
 from monitor.ingest.stage import ACCOUNT, IngestStage
@@ -211,15 +213,19 @@ async def test_compiled_accounting_ends_where_finish_ends(seed: int) -> None:
     assert "\nragmon_retrieval_drift_psi{" in fast["metrics"]  # drift slices froze and were checked
 
 
-async def test_a_record_off_the_common_path_is_left_untouched() -> None:
+@pytest.mark.parametrize("collecting", [False, True], ids=["drift frozen", "drift collecting"])
+async def test_a_record_off_the_common_path_is_left_untouched(collecting: bool) -> None:
     """`account` stops at the first record it does not take having written nothing for it, even
     when it finds out last: a draw the window may sample, after the labels, tallies and drift
-    window were worked out."""
+    window (or the reference being collected, whose lists grew by one) were worked out."""
     st, output, _ = make_stage(True)
     batches = traffic(11, 40)
     for now, finished, _ in batches[:-1]:
         st._finish_all(finished, now)
     now = batches[-1][0]
+    if collecting:
+        drift = st.retrieval_drift
+        drift.slices["lookup"] = SliceDrift(drift.policy, [3, 1, 2], [0.5, None, 0.7])
     tid = next(t for t in (f"{i:032x}" for i in range(10_000)) if trace_fraction(t) < 0.01)
     chunks = [Chunk("c1", "x", 0.8)]
     record = RagRecord(tid, "0" * 16, "svc-a", "q", "lookup", chunks, "a", start_ns=int(now * 1e9))

@@ -2,7 +2,8 @@
  *
  * `IngestStage._finish` is the reference. `account` runs it for the records that take its common
  * path: a record with a query type whose bounded labels are known and allowed, whose retrieval-drift
- * slice is frozen and not due a check, and which the sampler's current window leaves unsampled
+ * slice is collecting its reference (and this record does not complete it) or is frozen and not due
+ * a check, and which the sampler's current window leaves unsampled
  * (the trace-id draw at or above the window's bound). It stops at the first record that is
  * anything else — no record, replay traffic, no query type, a label not seen yet or outside the
  * allow-list, a slice to create, freeze, check or roll, a draw that may sample — and the caller's
@@ -132,7 +133,8 @@ enum {
     M_HOLDS, M_PARTITION, M_OFFSET,
     S_RECORDS, S_CHUNKS, S_TOP,
     H_BOUNDS, H_COUNTS, H_SUM, H_N,
-    D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL,
+    D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL, D_POLICY, D_COUNTS_SEEN,
+    D_SCORES_SEEN,
     L_WINDOW_END, L_CUR, L_PREV, L_UNKNOWN, L_SEEN, L_MEDIAN,
     Z_BOUND,
     N_SLOTS
@@ -149,13 +151,15 @@ static const struct {
     {T_TALLY, "_counts"},    {T_TALLY, "_sum"},        {T_TALLY, "_n"},          {T_DRIFT, "frozen"},
     {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "_count_ring"}, {T_DRIFT, "_score_ring"},
     {T_DRIFT, "_count_bins"}, {T_DRIFT, "_score_bins"}, {T_DRIFT, "_pos"},       {T_DRIFT, "_until_check"},
+    {T_DRIFT, "policy"},     {T_DRIFT, "counts_seen"}, {T_DRIFT, "scores_seen"},
     {T_SLICE, "window_end"}, {T_SLICE, "cur"},        {T_SLICE, "prev"},        {T_SLICE, "unknown"},
     {T_SLICE, "seen"},       {T_SLICE, "median"},     {T_FROZEN, "bound"},
 };
 
 static PyTypeObject *types[N_TYPES];
 static Py_ssize_t offsets[N_SLOTS];
-static PyObject *str_slices = NULL, *str_window = NULL, *str_drift_slices = NULL, *str_offset = NULL;
+static PyObject *str_slices = NULL, *str_window = NULL, *str_drift_slices = NULL, *str_offset = NULL,
+                *str_reference_records = NULL;
 static int ready = 0;
 
 #define SLOT(obj, s) (*(PyObject **)((char *)(obj) + offsets[s]))
@@ -198,7 +202,8 @@ static PyObject *init(PyObject *self, PyObject *args)
     if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("_slices")) == NULL
                                || (str_window = PyUnicode_InternFromString("_window")) == NULL
                                || (str_drift_slices = PyUnicode_InternFromString("slices")) == NULL
-                               || (str_offset = PyUnicode_InternFromString("offset")) == NULL))
+                               || (str_offset = PyUnicode_InternFromString("offset")) == NULL
+                               || (str_reference_records = PyUnicode_InternFromString("reference_records")) == NULL))
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
@@ -207,13 +212,17 @@ static PyObject *init(PyObject *self, PyObject *args)
 /* --- one record -------------------------------------------------------------------------- */
 
 /* The writes of one record, made after every check passed: each slot gets its new value (a new
- * reference, allocated beforehand) and its old one is released. */
+ * reference, allocated beforehand) and its old one is released; each staged append fills the
+ * room made for it. */
 #define MAX_WRITES 48
+#define MAX_APPENDS 2
 #define MAX_REFS 32
 typedef struct {
     PyObject **slot[MAX_WRITES];
     PyObject *value[MAX_WRITES];
     int n;
+    PyObject *app_list[MAX_APPENDS], *app_value[MAX_APPENDS];
+    int n_app;
 } writes_t;
 
 static int put(writes_t *w, PyObject **slot, PyObject *value)
@@ -229,11 +238,37 @@ static int put(writes_t *w, PyObject **slot, PyObject *value)
     return 0;
 }
 
+/* lst.append(value), staged: the room is made now (a None appended, the one step that can
+ * fail), the value put there on commit; dropped, the list is cut back. One append a list. */
+static int append(writes_t *w, PyObject *lst, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (w->n_app == MAX_APPENDS) {
+        Py_DECREF(value);
+        return 1;
+    }
+    if (PyList_Append(lst, Py_None)) {
+        Py_DECREF(value);
+        return -1;
+    }
+    w->app_list[w->n_app] = lst;
+    w->app_value[w->n_app++] = value;
+    return 0;
+}
+
 static void drop(writes_t *w)
 {
     for (int i = 0; i < w->n; i++)
         Py_DECREF(w->value[i]);
     w->n = 0;
+    for (int i = 0; i < w->n_app; i++) {
+        PyObject *lst = w->app_list[i];
+        Py_SET_SIZE(lst, PyList_GET_SIZE(lst) - 1); /* never reallocates, cannot fail */
+        Py_DECREF(Py_None);
+        Py_DECREF(w->app_value[i]);
+    }
+    w->n_app = 0;
 }
 
 static void commit(writes_t *w)
@@ -244,6 +279,12 @@ static void commit(writes_t *w)
         Py_XDECREF(old);
     }
     w->n = 0;
+    for (int i = 0; i < w->n_app; i++) {
+        PyObject *lst = w->app_list[i];
+        PyList_SET_ITEM(lst, PyList_GET_SIZE(lst) - 1, w->app_value[i]); /* over the None */
+        Py_DECREF(Py_None);
+    }
+    w->n_app = 0;
 }
 
 /* Checks give 1 (not the common path: no error), -1 (an error), 0 (go on). */
@@ -316,13 +357,32 @@ static int tally(writes_t *w, PyObject *t, double value)
     return add_long(w, t, H_N, 1);
 }
 
-/* RetrievalDriftMonitor.observe for a frozen slice not due a check (SliceDrift.observe's window
- * update), staged */
+/* RetrievalDriftMonitor.observe, staged: for a slice collecting its reference (one more record
+ * that does not complete it), or a frozen one not due a check (SliceDrift.observe's window update) */
 static int drift(writes_t *w, PyObject *d, long n_chunks, PyObject *top)
 {
-    long pos, k, until, old_c, old_s;
+    long pos, k, until, old_c, old_s, need;
     int rc;
-    if (!IS(d, T_DRIFT) || SLOT(d, D_FROZEN) != Py_True || long_of(SLOT(d, D_UNTIL), &until) || until <= 1
+    if (!IS(d, T_DRIFT))
+        return 1;
+    if (SLOT(d, D_FROZEN) == Py_False) {
+        PyObject *counts = SLOT(d, D_COUNTS_SEEN), *scores = SLOT(d, D_SCORES_SEEN), *policy = SLOT(d, D_POLICY);
+        if (counts == NULL || scores == NULL || policy == NULL || !PyList_CheckExact(counts)
+            || !PyList_CheckExact(scores) || counts == scores)
+            return 1;
+        PyObject *n = PyObject_GetAttr(policy, str_reference_records);
+        if (n == NULL)
+            return -1;
+        rc = long_of(n, &need);
+        Py_DECREF(n);
+        if (rc || PyList_GET_SIZE(counts) + 1 >= need)
+            return 1; /* this record completes the reference: Python freezes it and exports */
+        if ((rc = append(w, counts, PyLong_FromLong(n_chunks))))
+            return rc;
+        Py_INCREF(top);
+        return append(w, scores, top);
+    }
+    if (SLOT(d, D_FROZEN) != Py_True || long_of(SLOT(d, D_UNTIL), &until) || until <= 1
         || long_of(SLOT(d, D_POS), &pos) || long_of(SLOT(d, D_MAX_COUNT), &k))
         return 1;
     PyObject *cr = SLOT(d, D_CRING), *sr = SLOT(d, D_SRING), *cb = SLOT(d, D_CBINS), *sb = SLOT(d, D_SBINS);
@@ -535,7 +595,7 @@ static PyObject *new_refs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *partition = args[0], *messages = args[1];
     long long last = 0;
     int bounded = args[2] != Py_None;
-    if (bounded && (!PyLong_CheckExact(args[2]) || (last = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred()))
+    if (bounded && (!PyLong_CheckExact(args[2]) || ((last = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred())))
         return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "last: an int or None"), NULL);
     Py_ssize_t n = PyList_GET_SIZE(messages);
     PyObject *out = PyList_New(0);
