@@ -54,6 +54,7 @@ def stage(encoding: str, feed: bool) -> tuple[IngestStage, KafkaOutput, list[tup
     )
     output = KafkaOutput(settings.kafka)  # never started: nothing is sampled
     st = IngestStage(settings, Metrics(), output)
+    st._account = None  # every record through `_finish`, recorded below (the accounting has its own test)
     st.tracker.assign([TP])
     if not feed:
         st._feed = None
