@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from monitor.model import Chunk, RagRecord
@@ -70,9 +71,13 @@ def encode_sample(
         inclusion_probability=probability,
         sampled_at=now,
     )
-    # ASCII-escaped: json's C encoder is ~40% faster so (13.6 vs 23.2 µs for a 2.8 KB sample), and
-    # this runs on the ingest path for every sampled record.
-    return json.dumps(doc, separators=(",", ":")).encode()
+    # orjson: this runs on the ingest path for every sampled record, and json's encoder took
+    # ~12 µs of a 3.8 KB sample against orjson's ~0.6. It refuses what is not valid UTF-8 (a lone
+    # surrogate, which only a JSON span's escape can bring): json writes that as an escape.
+    try:
+        return orjson.dumps(doc)
+    except orjson.JSONEncodeError:
+        return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:

@@ -1,0 +1,35 @@
+"""The samples topic's message: what the ingest stage writes, the judge stage reads back."""
+
+from __future__ import annotations
+
+import json
+
+from monitor.model import Chunk, RagRecord
+from monitor.samples import decode_sample, encode_sample
+
+
+def record(query: str = "Wie hoch ist die Zugspitze?") -> RagRecord:
+    text = "Die Zugspitze ist 2962 m hoch — 日本語も。".encode()
+    chunks = [Chunk("c1", None, 0.91, text), Chunk("c2", "x", None)]
+    start = 1_800_000_000_500_000_000
+    return RagRecord("ab" * 16, "cd" * 8, "svc", query, "lookup", chunks, "2962 m", "m1", start)
+
+
+def test_a_sample_reads_back_as_the_record_it_carries() -> None:
+    value = encode_sample(record(), 0.05, "svc", "span", 1_800_000_001.25)
+    assert "日本語".encode() in value  # UTF-8 as is, not escaped
+    msg, back = decode_sample(value)
+    assert (msg.inclusion_probability, msg.service_label, msg.query_type_source) == (0.05, "svc", "span")
+    assert msg.sampled_at == 1_800_000_001.25
+    assert back.query == "Wie hoch ist die Zugspitze?" and back.answer == "2962 m" and back.model == "m1"
+    assert [(c.id, c.content, c.score) for c in back.chunks] == [
+        ("c1", "Die Zugspitze ist 2962 m hoch — 日本語も。", 0.91),
+        ("c2", "x", None),
+    ]
+    assert back.start_ns == 1_800_000_000_500_000_000
+
+
+def test_text_that_is_not_valid_utf8_is_still_written() -> None:
+    """A lone surrogate (a JSON span's escape can carry one) is written escaped, as JSON allows."""
+    value = encode_sample(record("half a pair: \ud800"), 0.5, "svc", "rules", 1_800_000_001.0)
+    assert json.loads(value)["query"] == "half a pair: \ud800"
