@@ -18,6 +18,7 @@ SIDECAR_MODULES = (
     "aiokafka",
     "anthropic",
     "httpx",
+    "orjson",
     "prometheus_client",
     "pydantic",
     "pydantic_settings",
