@@ -100,6 +100,7 @@ GAUGES = frozenset(
         "ragmon_drift_active",
         "ragmon_drift_statistic",
         "ragmon_drift_threshold",
+        "ragmon_drift_baseline_info",
         "ragmon_retrieval_drift_psi",
         "ragmon_retrieval_drift_threshold",
         "ragmon_retrieval_drift_active",
@@ -452,6 +453,9 @@ def drift() -> dict[str, Any]:
         series("ragmon_drift_active", "0x90", instance="judge-0", **other),
         series("ragmon_drift_statistic", "3x90", instance="judge-0", **other),
         series("ragmon_drift_threshold", "10x90", instance="judge-0", **other),
+        # Both replicas loaded the same pinned baseline file.
+        series("ragmon_drift_baseline_info", "1x90", instance="judge-0", version="prod-2027-01"),
+        series("ragmon_drift_baseline_info", "1x90", instance="judge-1", version="prod-2027-01"),
     ]
 
     def alert(statistic: str) -> dict[str, Any]:
@@ -459,7 +463,8 @@ def drift() -> dict[str, Any]:
             "RagmonDriftActive",
             lookup,
             "faithfulness of lookup queries has moved from its reference: CUSUM statistic "
-            f"{statistic} against threshold 10.0.",
+            f"{statistic} against threshold 10.0. Reference: drift baseline prod-2027-01 "
+            '("none": each slice\'s own first records).',
         )
 
     return {
@@ -493,12 +498,16 @@ def retrieval_drift() -> dict[str, Any]:
         series("ragmon_retrieval_drift_active", "0x90", instance="ingest-0", **other),
         series("ragmon_retrieval_drift_psi", "0.2x90", instance="ingest-0", **other),
         series("ragmon_retrieval_drift_threshold", "0.25x90", instance="ingest-0", **other),
+        # A rollout: ingest-1 already runs with a newly pinned baseline, ingest-0 with none.
+        series("ragmon_drift_baseline_info", "1x90", instance="ingest-0", version="none"),
+        series("ragmon_drift_baseline_info", "1x90", instance="ingest-1", version="prod-2027-02"),
     ]
     alert = fired(
         "RagmonRetrievalDrift",
         lookup,
         "The chunk_count distribution of lookup queries has shifted from its reference: PSI 0.41 "
-        "against threshold 0.25.",
+        'against threshold 0.25. Reference: drift baseline none, prod-2027-02 ("none": each '
+        "slice's own first records).",
     )
     return {
         "name": "retrieval drift",
