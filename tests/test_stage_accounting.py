@@ -2,8 +2,9 @@
 
 `IngestStage._finish_all` hands runs of finished traces to `account`, which counts those on
 `_finish`'s common path (labels known and allowed, a drift slice collecting its reference or frozen
-and not due a check, a draw the sampler's current window leaves unsampled) and stops at the first
-it leaves to `_finish`.
+and not due a check, a record the sampler's decision leaves unsampled: past the window's bound, or
+below it with the signals, length and floor worked out) and stops at the first it leaves to
+`_finish`.
 Two stages — one with it, one without — given the same finished traces must end in the same
 state: every exported sample, the sampler's and the drift monitor's slices, the samples queued for
 the judge, and every message's holds. The traces mix the common path with each way off it: no

@@ -3,11 +3,11 @@
  * `IngestStage._finish` is the reference. `account` runs it for the records that take its common
  * path: a record with a query type whose bounded labels are known and allowed, whose retrieval-drift
  * slice is collecting its reference (and this record does not complete it) or is frozen and not due
- * a check, and which the sampler's current window leaves unsampled
- * (the trace-id draw at or above the window's bound). It stops at the first record that is
- * anything else — no record, replay traffic, no query type, a label not seen yet or outside the
- * allow-list, a slice to create, freeze, check or roll, a draw that may sample — and the caller's
- * `_finish` takes that one. Both read and write the same Python objects (the stage's label cache,
+ * a check, and which the sampler's current window leaves unsampled (the trace-id draw at or above
+ * the window's bound, or below it and above the probability the signals and floor give). It stops
+ * at the first record that is anything else — no record, replay traffic, no query type, a label
+ * not seen yet or outside the allow-list, a slice to create, freeze, check or roll, a record the
+ * sampler samples — and the caller's `_finish` takes that one. Both read and write the same Python objects (the stage's label cache,
  * the series' tallies, the drift and sampler slices), so there is no second copy of any state: each
  * record's reads and checks come first, with every new value allocated, and only then are the
  * slots written, so a record is either counted here entirely or not touched.
@@ -135,8 +135,8 @@ enum {
     H_BOUNDS, H_COUNTS, H_SUM, H_N,
     D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL, D_POLICY, D_COUNTS_SEEN,
     D_SCORES_SEEN,
-    L_WINDOW_END, L_CUR, L_PREV, L_UNKNOWN, L_SEEN, L_MEDIAN,
-    Z_BOUND,
+    L_WINDOW_END, L_CUR, L_PREV, L_UNKNOWN, L_SEEN, L_MEDIAN, L_RATE,
+    Z_BOUND, Z_FLOOR, Z_MEDIAN,
     N_SLOTS
 };
 static const struct {
@@ -153,13 +153,15 @@ static const struct {
     {T_DRIFT, "_count_bins"}, {T_DRIFT, "_score_bins"}, {T_DRIFT, "_pos"},       {T_DRIFT, "_until_check"},
     {T_DRIFT, "policy"},     {T_DRIFT, "counts_seen"}, {T_DRIFT, "scores_seen"},
     {T_SLICE, "window_end"}, {T_SLICE, "cur"},        {T_SLICE, "prev"},        {T_SLICE, "unknown"},
-    {T_SLICE, "seen"},       {T_SLICE, "median"},     {T_FROZEN, "bound"},
+    {T_SLICE, "seen"},       {T_SLICE, "median"},     {T_SLICE, "rate"},        {T_FROZEN, "bound"},
+    {T_FROZEN, "floor_p"},   {T_FROZEN, "median"},
 };
 
 static PyTypeObject *types[N_TYPES];
 static Py_ssize_t offsets[N_SLOTS];
-static PyObject *str_slices = NULL, *str_window = NULL, *str_drift_slices = NULL, *str_offset = NULL,
+static PyObject *str_slices = NULL, *str_drift_slices = NULL, *str_offset = NULL,
                 *str_reference_records = NULL;
+static PyObject *refusal_fn = NULL; /* sample.looks_like_refusal */
 static int ready = 0;
 
 #define SLOT(obj, s) (*(PyObject **)((char *)(obj) + offsets[s]))
@@ -167,14 +169,19 @@ static int ready = 0;
 
 static const char init_doc[] =
     "init(record, chunk, finished, message_ref, record_series, histogram_tally, slice_drift, sampler_slice, "
-    "sampler_frozen): the classes whose slots `account` reads and writes; ValueError when one lacks a slot";
+    "sampler_frozen, looks_like_refusal): the classes whose slots `account` reads and writes (ValueError when "
+    "one lacks a slot), and the sampler's refusal check";
 
 static PyObject *init(PyObject *self, PyObject *args)
 {
-    PyObject *cls[N_TYPES];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &cls[0], &cls[1], &cls[2], &cls[3], &cls[4], &cls[5], &cls[6],
-                          &cls[7], &cls[8]))
+    PyObject *cls[N_TYPES], *refusal;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &cls[0], &cls[1], &cls[2], &cls[3], &cls[4], &cls[5], &cls[6],
+                          &cls[7], &cls[8], &refusal))
         return NULL;
+    if (!PyCallable_Check(refusal)) {
+        PyErr_SetString(PyExc_TypeError, "looks_like_refusal must be callable");
+        return NULL;
+    }
     for (int t = 0; t < N_TYPES; t++) {
         if (!PyType_Check(cls[t]) || ((PyTypeObject *)cls[t])->tp_setattro != PyObject_GenericSetAttr) {
             PyErr_Format(PyExc_ValueError, "%s: not a plain class", type_names[t]);
@@ -199,8 +206,9 @@ static PyObject *init(PyObject *self, PyObject *args)
         Py_INCREF(cls[t]);
         Py_XSETREF(types[t], (PyTypeObject *)cls[t]);
     }
+    Py_INCREF(refusal);
+    Py_XSETREF(refusal_fn, refusal);
     if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("_slices")) == NULL
-                               || (str_window = PyUnicode_InternFromString("_window")) == NULL
                                || (str_drift_slices = PyUnicode_InternFromString("slices")) == NULL
                                || (str_offset = PyUnicode_InternFromString("offset")) == NULL
                                || (str_reference_records = PyUnicode_InternFromString("reference_records")) == NULL))
@@ -415,9 +423,19 @@ static int drift(writes_t *w, PyObject *d, long n_chunks, PyObject *top)
     return put(w, &SLOT(d, D_UNTIL), PyLong_FromLong(until - 1));
 }
 
+/* The sampler's settings `Sampler.decide` reads, read once per `account` call. */
+typedef struct {
+    PyObject *slices;
+    double window, no_chunks, low_score, low_score_mult, refusal, len_factor, len_mult;
+    int has_low_score;
+} sampler_t;
+
 /* Sampler.decide when it returns None without rolling a window: the slice's count and running
- * median, staged */
-static int unsampled(writes_t *w, PyObject *slices, double window, PyObject *record, PyObject *qt, double now)
+ * median, staged. Past the bound (no signal or floor could sample it) after the draw alone; below
+ * it, with the whole decision: signals (the refusal check is the sampler's own function), length,
+ * floor. A record the decision samples is left to `_finish`, which decides again, alike. */
+static int unsampled(writes_t *w, const sampler_t *sp, PyObject *record, PyObject *qt, double now, long n_chunks,
+                     PyObject *top)
 {
     long start, seen;
     double t = now, end, median, bound;
@@ -427,14 +445,14 @@ static int unsampled(writes_t *w, PyObject *slices, double window, PyObject *rec
         t = (double)start / 1e9;
     if (t > now)
         t = now;
-    PyObject *s = PyDict_GetItemWithError(slices, qt);
+    PyObject *s = PyDict_GetItemWithError(sp->slices, qt);
     if (s == NULL)
         return PyErr_Occurred() ? -1 : 1;
     if (!IS(s, T_SLICE) || float_of(SLOT(s, L_WINDOW_END), &end) || !(t < end))
         return 1; /* a window to roll */
     PyObject *frozen = SLOT(s, L_CUR);
-    if (t < end - window)
-        frozen = t >= end - 2 * window ? SLOT(s, L_PREV) : SLOT(s, L_UNKNOWN);
+    if (t < end - sp->window)
+        frozen = t >= end - 2 * sp->window ? SLOT(s, L_PREV) : SLOT(s, L_UNKNOWN);
     if (frozen == NULL || !IS(frozen, T_FROZEN) || float_of(SLOT(frozen, Z_BOUND), &bound))
         return 1;
     PyObject *answer = SLOT(record, R_ANSWER), *id = SLOT(record, R_TRACE_ID);
@@ -444,9 +462,35 @@ static int unsampled(writes_t *w, PyObject *slices, double window, PyObject *rec
     double u = fraction_of(id);
     if (u < 0.0)
         return -1;
-    if (u < bound)
-        return 1; /* it may be sampled: the whole decision is Python's */
     double n = (double)PyUnicode_GET_LENGTH(answer);
+    if (u < bound) {
+        double rate, mult = 1.0, m, floor_p;
+        if (float_of(SLOT(s, L_RATE), &rate) || float_of(SLOT(frozen, Z_MEDIAN), &m)
+            || float_of(SLOT(frozen, Z_FLOOR), &floor_p))
+            return 1;
+        if (n_chunks == 0)
+            mult = sp->no_chunks;
+        else if (sp->has_low_score && top != Py_None && PyFloat_AS_DOUBLE(top) < sp->low_score)
+            mult = sp->low_score_mult;
+        if (sp->refusal > mult && u < rate * sp->refusal) {
+            PyObject *r = PyObject_CallOneArg(refusal_fn, answer);
+            int refuses = r == NULL ? -1 : PyObject_IsTrue(r);
+            Py_XDECREF(r);
+            if (refuses < 0)
+                return -1;
+            if (refuses)
+                mult = sp->refusal;
+        }
+        if (sp->len_mult > mult && m != 0.0 && (n > m * sp->len_factor || n * sp->len_factor < m))
+            mult = sp->len_mult;
+        double p = rate * mult;
+        if (p > 1.0)
+            p = 1.0;
+        if (floor_p > p)
+            p = floor_p;
+        if (u < p)
+            return 1; /* sampled: `_finish` decides again and produces it */
+    }
     double m = median != 0.0 ? (n > median ? median * 1.02 : median * 0.98) : (n > 1.0 ? n : 1.0);
     int rc = put(w, &SLOT(s, L_SEEN), PyLong_FromLong(seen + 1));
     return rc ? rc : put(w, &SLOT(s, L_MEDIAN), PyFloat_FromDouble(m));
@@ -454,8 +498,8 @@ static int unsampled(writes_t *w, PyObject *slices, double window, PyObject *rec
 
 /* One finished trace through `_finish`'s common path, staged in w: 0 (commit w), 1 (not the
  * common path), -1 (an error). */
-static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, PyObject *slices, double window,
-               PyObject *drifts, PyObject *lag)
+static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const sampler_t *sp, PyObject *drifts,
+               PyObject *lag)
 {
     int rc;
     if (!IS(fin, T_FINISHED))
@@ -505,7 +549,7 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, PyObjec
         if ((rc = tally(w, lag, x > 0.0 ? x : 0.0)))
             return rc;
     }
-    if ((rc = unsampled(w, slices, window, record, qt, now)))
+    if ((rc = unsampled(w, sp, record, qt, now, n_chunks, top)))
         return rc;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(refs); i++) {
         PyObject *ref = PyList_GET_ITEM(refs, i);
@@ -517,6 +561,44 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, PyObjec
                 return 1;
     }
     return 0;
+}
+
+/* sampler.<name> as a number: 0, 1 (None, allowed only where none_ok; else not a number), -1 */
+static int number_attr(PyObject *sampler, const char *name, double *v, int none_ok)
+{
+    PyObject *o = PyObject_GetAttrString(sampler, name);
+    if (o == NULL)
+        return -1;
+    int rc = 0;
+    if (o == Py_None)
+        rc = none_ok ? 1 : -2;
+    else if (PyFloat_CheckExact(o) || PyLong_CheckExact(o))
+        rc = (*v = PyFloat_AsDouble(o)) == -1.0 && PyErr_Occurred() ? -1 : 0;
+    else
+        rc = -2;
+    Py_DECREF(o);
+    if (rc == -2) {
+        PyErr_Format(PyExc_TypeError, "sampler.%s: not a number", name);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* The sampler's settings into *sp (sp->slices a new reference): 0, or -1 with an error. */
+static int read_sampler(PyObject *sampler, sampler_t *sp)
+{
+    static const char *const names[] = {"_window", "_no_chunks", "_low_score_mult", "_refusal", "_len_factor",
+                                        "_len_mult"};
+    double *into[] = {&sp->window, &sp->no_chunks, &sp->low_score_mult, &sp->refusal, &sp->len_factor,
+                      &sp->len_mult};
+    for (int i = 0; i < 6; i++)
+        if (number_attr(sampler, names[i], into[i], 0))
+            return -1;
+    int rc = number_attr(sampler, "_low_score", &sp->low_score, 1);
+    if (rc < 0)
+        return -1;
+    sp->has_low_score = rc == 0;
+    return (sp->slices = PyObject_GetAttr(sampler, str_slices)) == NULL ? -1 : 0;
 }
 
 static PyObject *account(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -536,20 +618,19 @@ static PyObject *account(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if ((now = PyFloat_AsDouble(args[2])) == -1.0 && PyErr_Occurred())
         return NULL;
     PyObject *finished = args[0], *labels = args[3], *lag = args[6];
-    PyObject *slices = PyObject_GetAttr(args[4], str_slices), *window_obj = PyObject_GetAttr(args[4], str_window);
-    PyObject *drifts = PyObject_GetAttr(args[5], str_drift_slices);
-    double window = window_obj == NULL ? -1.0 : PyFloat_AsDouble(window_obj);
+    sampler_t sp = {.slices = NULL};
+    PyObject *drifts = NULL;
     Py_ssize_t i = start;
     writes_t w = {.n = 0};
-    if (slices == NULL || drifts == NULL || (window == -1.0 && PyErr_Occurred()))
+    if (read_sampler(args[4], &sp) || (drifts = PyObject_GetAttr(args[5], str_drift_slices)) == NULL)
         goto fail;
-    if (!PyDict_CheckExact(slices) || !PyDict_CheckExact(drifts)) {
+    if (!PyDict_CheckExact(sp.slices) || !PyDict_CheckExact(drifts)) {
         i = start; /* not the shapes this was written for: Python counts them all */
         goto done;
     }
     for (; i < PyList_GET_SIZE(finished); i++) {
         PyObject *fin = PyList_GET_ITEM(finished, i);
-        int rc = one(&w, fin, now, labels, slices, window, drifts, lag);
+        int rc = one(&w, fin, now, labels, &sp, drifts, lag);
         if (rc) {
             drop(&w);
             if (rc < 0)
@@ -566,13 +647,11 @@ static PyObject *account(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
     }
 done:
-    Py_XDECREF(slices);
-    Py_XDECREF(window_obj);
+    Py_XDECREF(sp.slices);
     Py_XDECREF(drifts);
     return PyLong_FromSsize_t(i);
 fail:
-    Py_XDECREF(slices);
-    Py_XDECREF(window_obj);
+    Py_XDECREF(sp.slices);
     Py_XDECREF(drifts);
     return NULL;
 }

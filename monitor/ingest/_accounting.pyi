@@ -1,5 +1,6 @@
 """Types of the compiled record accounting (`_accounting.c`); see `IngestStage._finish_all`."""
 
+from collections.abc import Callable
 from typing import Any
 
 def init(
@@ -12,6 +13,7 @@ def init(
     slice_drift: type,
     sampler_slice: type,
     sampler_frozen: type,
+    looks_like_refusal: Callable[[str], bool],
     /,
 ) -> None: ...
 def account(

@@ -43,16 +43,26 @@ _MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their 
 
 def _compiled_accounting() -> ModuleType | None:
     """`_accounting` (`_finish`'s common path and the offset tracker's holds, compiled), told
-    the classes whose slots it reads and writes; None where it was not built."""
+    the classes whose slots it reads and writes and the sampler's refusal check; None where it was
+    not built."""
     try:
         from monitor.ingest import _accounting
     except ImportError:
         return None
     from monitor.drift.retrieval import SliceDrift
-    from monitor.ingest.sample import _Frozen, _Slice  # the sampler's state, read and written there
+    from monitor.ingest.sample import _Frozen, _Slice, looks_like_refusal  # the sampler's state and check
 
     _accounting.init(
-        RagRecord, Chunk, Finished, MessageRef, RecordSeries, HistogramTally, SliceDrift, _Slice, _Frozen
+        RagRecord,
+        Chunk,
+        Finished,
+        MessageRef,
+        RecordSeries,
+        HistogramTally,
+        SliceDrift,
+        _Slice,
+        _Frozen,
+        looks_like_refusal,
     )
     return _accounting
 
