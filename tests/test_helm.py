@@ -466,6 +466,25 @@ def test_prometheus_rule_is_deploy_prometheus(tmp_path: Path) -> None:
     renamed = render({"serviceMonitor": {"jobName": "ragmon"}}, api_versions=MONITORING)
     text = json.dumps(of_kind(renamed, "PrometheusRule"))
     assert 'job=\\"ragmon\\"' in text and 'job=\\"rag-monitor\\"' not in text
+    # Your Grafana and your runbooks: every link points there, nothing else in the rules changes.
+    links = {
+        "grafanaUrl": "https://grafana.corp.test/g/",
+        "runbookUrl": "https://wiki.corp.test/rag/runbooks",
+    }
+    moved = render({"prometheusRule": links}, api_versions=MONITORING)
+    (rule,) = of_kind(moved, "PrometheusRule").values()
+    annotations = [r["annotations"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert all(a["runbook_url"].startswith("https://wiki.corp.test/rag/runbooks#ragmon") for a in annotations)
+    dashboards = [a["dashboard_url"] for a in annotations if "dashboard_url" in a]
+    assert dashboards and all(u.startswith("https://grafana.corp.test/g/d/rag-monitor") for u in dashboards)
+    assert "example.com" not in json.dumps(rule) and "github.com/rag-monitor" not in json.dumps(rule)
+    unchanged = [
+        {k: v for k, v in r.items() if k != "annotations"} for g in rule["spec"]["groups"] for r in g["rules"]
+    ]
+    assert unchanged == [
+        {k: v for k, v in r.items() if k != "annotations"} for g in expected for r in g["rules"]
+    ]
+    assert "does not match pattern" in render_error({"prometheusRule": {"grafanaUrl": "grafana {{ x }}"}})
 
 
 def test_one_dashboard_config_map_per_json_file() -> None:

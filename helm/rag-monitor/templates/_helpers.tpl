@@ -456,6 +456,12 @@ spec:
 {{- $text := .root.Files.Get .file }}
 {{- if not $text }}{{ fail (printf "%s is missing from the chart" .file) }}{{ end }}
 {{- $text = replace "job=\"rag-monitor\"" (printf "job=%q" .root.Values.serviceMonitor.jobName) $text }}
+{{- with .root.Values.prometheusRule.grafanaUrl }}
+{{- $text = replace "https://grafana.example.com/" (printf "%s/" (trimSuffix "/" .)) $text }}
+{{- end }}
+{{- with .root.Values.prometheusRule.runbookUrl }}
+{{- $text = replace "https://github.com/rag-monitor/rag-monitor/blob/main/deploy/runbooks.md" . $text }}
+{{- end }}
 {{- $parsed := $text | fromYaml }}
 {{- if hasKey $parsed "Error" }}{{ fail (printf "%s: %s" .file $parsed.Error) }}{{ end }}
 {{- toYaml $parsed }}
