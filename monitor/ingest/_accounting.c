@@ -7,10 +7,11 @@
  * the window's bound, or below it and above the probability the signals and floor give). It stops
  * at the first record that is anything else — no record, replay traffic, no query type, a label
  * not seen yet or outside the allow-list, a slice to create, freeze, check or roll, a record the
- * sampler samples — and the caller's `_finish` takes that one. Both read and write the same Python objects (the stage's label cache,
- * the series' tallies, the drift and sampler slices), so there is no second copy of any state: each
- * record's reads and checks come first, with every new value allocated, and only then are the
- * slots written, so a record is either counted here entirely or not touched.
+ * sampler samples — and the caller's `_finish` takes that one. Both read and write the same Python
+ * objects (the stage's label cache, the series' tallies, the drift and sampler slices), so there
+ * is no second copy of any state: each record's reads and checks come first, with every new value
+ * allocated, and only then are the slots written, so a record is either counted here entirely or
+ * not touched.
  *
  * The sampler's draw (`sample.trace_fraction`, BLAKE2b-64 of the trace id) is here too.
  */
@@ -563,24 +564,14 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const s
     return 0;
 }
 
-/* sampler.<name> as a number: 0, 1 (None, allowed only where none_ok; else not a number), -1 */
+/* sampler.<name> as a number: 0; 1 for None where none_ok; -1 with an error (not a number) */
 static int number_attr(PyObject *sampler, const char *name, double *v, int none_ok)
 {
     PyObject *o = PyObject_GetAttrString(sampler, name);
     if (o == NULL)
         return -1;
-    int rc = 0;
-    if (o == Py_None)
-        rc = none_ok ? 1 : -2;
-    else if (PyFloat_CheckExact(o) || PyLong_CheckExact(o))
-        rc = (*v = PyFloat_AsDouble(o)) == -1.0 && PyErr_Occurred() ? -1 : 0;
-    else
-        rc = -2;
+    int rc = o == Py_None && none_ok ? 1 : (*v = PyFloat_AsDouble(o)) == -1.0 && PyErr_Occurred() ? -1 : 0;
     Py_DECREF(o);
-    if (rc == -2) {
-        PyErr_Format(PyExc_TypeError, "sampler.%s: not a number", name);
-        rc = -1;
-    }
     return rc;
 }
 

@@ -50,6 +50,17 @@ typedef struct {
 } builder_t;
 static builder_t record_b, finished_b;
 
+/* An open trace, its lists of spans and message refs, a record, its chunk list and its `Finished`:
+ * they only ever refer to spans, chunks, refs and strings, none of which refers back, so they
+ * cannot be part of a cycle: kept out of the cyclic collector (as `_wire` does with spans), whose
+ * young generation they would otherwise fill (traces stay open for the assembly grace). */
+static PyObject *untracked(PyObject *obj)
+{
+    if (obj != NULL)
+        PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
 static PyObject *build(builder_t *b, PyObject *const *args, int nargs)
 {
     if (b->n != nargs)
@@ -62,10 +73,7 @@ static PyObject *build(builder_t *b, PyObject *const *args, int nargs)
         Py_INCREF(args[i]);
         SLOT(obj, b->off[i]) = args[i];
     }
-    /* A record and its `Finished` refer to strings, chunks and message refs only: never part of
-     * a cycle, so kept out of the cyclic collector's traversals (as `_wire` does with spans). */
-    PyObject_GC_UnTrack(obj);
-    return obj;
+    return untracked(obj);
 }
 
 /* The offset of `cls.name`'s slot; -1 with an exception set if it is not a plain object slot. */
@@ -193,17 +201,6 @@ static inline int out_append(PyObject *out, PyObject *item)
     PyObject *r = PyObject_CallMethodOneArg(out, str_append, item);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
-}
-
-/* An open trace, its lists of spans and message refs, a record's chunk list: they only ever refer
- * to spans, chunks, refs and strings, none of which refers back, so they cannot be part of a
- * cycle: kept out of the cyclic collector, whose young generation they would otherwise fill
- * (traces stay open for the assembly grace). */
-static PyObject *untracked(PyObject *obj)
-{
-    if (obj != NULL)
-        PyObject_GC_UnTrack(obj);
-    return obj;
 }
 
 static PyObject *make_finished(PyObject *tid, PyObject *record, PyObject *reason, PyObject *refs)
