@@ -383,6 +383,21 @@ class PipelineConfig(_Section):
     max_inflight_produces: int = Field(
         10_000, gt=0, description="samples produced and not yet acknowledged before ingest waits"
     )
+    max_message_bytes: int = Field(
+        1_000_000,
+        ge=10_000,
+        description="the samples and results topics' max.message.bytes (Kafka's default is 1 MB): a"
+        " message over it is dropped and counted (ragmon_produce_dropped_total), never retried",
+    )
+    sample_max_chunks: int = Field(
+        100, ge=1, description="chunks a sample carries (the lowest ranked beyond are left out, recorded)"
+    )
+    sample_max_chunk_chars: int = Field(
+        16_000,
+        ge=100,
+        description="text a sample carries per chunk and query (the answer: twice this); the cut is"
+        " recorded in the sample and its results line",
+    )
     shutdown_seconds: float = Field(
         25.0,
         gt=0,

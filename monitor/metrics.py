@@ -171,6 +171,13 @@ class Metrics:
             ["stream"],
             registry=r,
         )
+        self.produce_dropped = Counter(
+            f"{PREFIX}produce_dropped",
+            "Messages given up because no retry can succeed (too_large: the broker refuses their size);"
+            " logged, their source offsets released",
+            ["stream", "reason"],
+            registry=r,
+        )
         self.bad_samples = Counter(
             f"{PREFIX}bad_samples",
             "Samples-topic messages the judge stage could not read (skipped, logged)",

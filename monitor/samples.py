@@ -13,7 +13,8 @@ judge stage refuses (counts and logs, never crashes on) a message it cannot read
 from __future__ import annotations
 
 import json
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -53,6 +54,40 @@ class SampleMessage(BaseModel):
     end: float | None = None
     inclusion_probability: float = Field(gt=0, le=1)
     sampled_at: float
+    clipped: dict[str, int] | None = None  # what `TextLimits` cut from the record, when anything
+
+
+@dataclass(frozen=True, slots=True)
+class TextLimits:
+    """What a sample carries of a record's text. A trace's text is whatever its spans said, and
+    a sample larger than the topic takes could never be sent: chunks past `max_chunks` (the
+    lowest ranked) are left out and texts cut at `max_chunk_chars` (the answer at twice that),
+    and the sample says how much was cut. The judge clips its prompt further."""
+
+    max_chunks: int = 100
+    max_chunk_chars: int = 16_000
+
+    def clip(self, doc: dict[str, Any]) -> dict[str, int] | None:
+        """Clip `doc` (a record's `to_json_dict`) in place; what was cut, or None."""
+        limit = self.max_chunk_chars
+        chunks: list[dict[str, Any]] = doc["chunks"]
+        dropped = max(0, len(chunks) - self.max_chunks)
+        if dropped:
+            del chunks[self.max_chunks :]
+        texts = chars = 0
+        for holder, key, most in (
+            *((c, "content", limit) for c in chunks),
+            (doc, "query", limit),
+            (doc, "answer", 2 * limit),
+        ):
+            text = holder[key]
+            if text is not None and len(text) > most:
+                holder[key] = text[:most]
+                texts += 1
+                chars += len(text) - most
+        if not (dropped or texts):
+            return None
+        return {"chunks_dropped": dropped, "texts_clipped": texts, "chars_clipped": chars}
 
 
 class BadSample(ValueError):
@@ -60,10 +95,18 @@ class BadSample(ValueError):
 
 
 def encode_sample(
-    record: RagRecord, probability: float, service_label: str, type_source: TypeSource, now: float
+    record: RagRecord,
+    probability: float,
+    service_label: str,
+    type_source: TypeSource,
+    now: float,
+    limits: TextLimits = TextLimits(),
 ) -> bytes:
     doc = record.to_json_dict()
     del doc["replay"]  # replay traffic is never sampled
+    clipped = limits.clip(doc)
+    if clipped is not None:
+        doc["clipped"] = clipped
     doc.update(
         v=SAMPLES_VERSION,
         service_label=service_label,

@@ -142,6 +142,29 @@ async def committed_total(bootstrap: str, topic: str, group: str, partitions: in
         await consumer.stop()
 
 
+async def eventually_committed(
+    bootstrap: str, topic: str, group: str, total: int, within: float = 30.0
+) -> None:
+    """Until the group's commits on `topic` add up to `total` (the commit loop runs every few
+    tenths of a second)."""
+    deadline = time.monotonic() + within
+    committed = 0
+    while time.monotonic() < deadline:
+        committed = await committed_total(bootstrap, topic, group)
+        if committed == total:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{group} committed {committed} of {total} messages of {topic} within {within}s")
+
+
+async def log_end_total(bootstrap: str, topic: str, partitions: int = 3) -> int:
+    """Messages in `topic`, from its records (tansu's ListOffsets counts batches, not records)."""
+    ends = dict.fromkeys(range(partitions), 0)
+    for m in await read_topic(bootstrap, topic):
+        ends[m.partition] = max(ends[m.partition], m.offset + 1)
+    return sum(ends.values())
+
+
 def sdk_trace(
     spans: list[tuple[str, dict[str, Any]]], service: str = "svc", **times: int
 ) -> tuple[str, bytes]:

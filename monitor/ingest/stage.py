@@ -32,7 +32,7 @@ from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import HistogramTally, Metrics, RecordSeries
 from monitor.model import Chunk, RagRecord, Reject
 from monitor.rejects import Rejections
-from monitor.samples import TypeSource, encode_sample
+from monitor.samples import TextLimits, TypeSource, encode_sample
 from monitor.slices import BoundedLabel
 
 log = logging.getLogger(__name__)
@@ -109,13 +109,17 @@ class IngestStage:
             self._on_revoked,
             self._on_assigned,
         )
-        produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending)
+        produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending, metrics.produce_dropped)
         self.samples = Delivery(
             output,
             settings.pipeline.samples_topic,
             "samples",
             settings.pipeline.max_inflight_produces,
             produced,
+            settings.pipeline.max_message_bytes,
+        )
+        self._text_limits = TextLimits(
+            settings.pipeline.sample_max_chunks, settings.pipeline.sample_max_chunk_chars
         )
         self.dead_letters = (
             Delivery(output, kafka.dead_letter_topic, "dead_letter", kafka.dead_letter_max_inflight, produced)
@@ -317,7 +321,7 @@ class IngestStage:
         if probability is None:
             release_all(fin.refs)
             return
-        value = encode_sample(record, probability, service, source, now)
+        value = encode_sample(record, probability, service, source, now, self._text_limits)
         self.samples.add(record.trace_id.encode(), value, fin.refs)
 
     def _bound(self, key: tuple[str, str]) -> tuple[str, str, bool, RecordSeries]:

@@ -72,6 +72,7 @@ class _Sample:
     partition: TopicPartition
     service: str  # the bounded label value
     type_source: str  # where query_type came from: span, rules (the judge may relabel), none
+    clipped: dict[str, int] | None  # what the sample left out of the record's text
     attempts: int = 0  # outage errors of this sample
     successes_before: int = -1  # the breaker's success count at this sample's first outage error
     line: bytes = b""  # the results line, once judged
@@ -221,7 +222,14 @@ class JudgeStage:
         if results.file is not None:
             self._sinks.append(FileSink(results.file))
         if results.topic:
-            self._sinks.append(TopicSink(self._output, results.topic))
+            self._sinks.append(
+                TopicSink(
+                    self._output,
+                    results.topic,
+                    self.settings.pipeline.max_message_bytes,
+                    self.metrics.produce_dropped,
+                )
+            )
         self.events = EvaluationEventSink.from_config(self.settings.events)
 
     async def _close_outputs(self) -> None:
@@ -251,7 +259,15 @@ class JudgeStage:
                 weight = 1.0 / sample.inclusion_probability
                 self._held += 1
                 self._queue.put_nowait(
-                    _Sample(record, weight, ref, tp, sample.service_label, sample.query_type_source)
+                    _Sample(
+                        record,
+                        weight,
+                        ref,
+                        tp,
+                        sample.service_label,
+                        sample.query_type_source,
+                        sample.clipped,
+                    )
                 )
         # Pausing, not blocking, bounds what is held: the fetch loop keeps polling, so the
         # member stays in its group however long the judge takes.
@@ -309,6 +325,8 @@ class JudgeStage:
         item.query_type = record.query_type
         result["sampling_weight"] = item.weight
         result["query_type_source"] = item.type_source
+        if item.clipped is not None:
+            result["clipped"] = item.clipped
         if self.judge is None:
             return encode_line(result)
         # The judge reads the answer without its citation markers ("[2]" is neither a number of

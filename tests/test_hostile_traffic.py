@@ -1,0 +1,169 @@
+"""Hostile traffic on the real broker: volumes past every in-flight bound, records larger than a
+topic takes. Nothing may stop a stage, and nothing read may be lost without a count."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+from support import (
+    eventually,
+    eventually_committed,
+    read_topic,
+    result_ids,
+    result_lines,
+    running,
+    sample,
+    sdk_trace,
+    settings_for,
+)
+
+from monitor.config import KafkaConfig
+from monitor.demo.broker import EmbeddedBroker
+from monitor.demo.workload import generate, produce
+from monitor.kafka.client import ensure_topics
+from monitor.kafka.delivery import Delivery, DeliveryMetrics
+from monitor.kafka.offsets import OffsetTracker
+from monitor.kafka.producer import KafkaOutput
+from monitor.metrics import Metrics
+
+ROOT = {"openinference.span.kind": "CHAIN"}
+
+
+async def test_a_flush_of_more_messages_than_the_in_flight_bound_is_delivered(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """150 queued with room for 100 in flight: the first group is sent before the rest waits."""
+    bs = broker.bootstrap_servers
+    out_topic = f"{topic}-out"
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [out_topic], partitions=1)
+    metrics = Metrics(CollectorRegistry())
+    output = KafkaOutput(KafkaConfig(bootstrap_servers=bs))
+    await output.start()
+    try:
+        produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending, metrics.produce_dropped)
+        delivery = Delivery(output, out_topic, "dead_letter", 100, produced)
+        tracker = OffsetTracker()
+        tp = TopicPartition(topic, 0)
+        tracker.assign([tp])
+        refs = [tracker.track(tp, offset, tracker.generation(tp)) for offset in range(150)]
+        for i, ref in enumerate(refs):
+            assert ref is not None
+            delivery.add(None, b"m%d" % i, [ref])
+        await asyncio.wait_for(delivery.flush(force=True), 10)
+        assert await delivery.drain(10)
+        assert delivery.delivered == 150
+        assert delivery.in_flight == 0
+        assert tracker.committable() == {tp: 150}
+    finally:
+        await output.close()
+    assert len(await read_topic(bs, out_topic, count=150)) == 150
+
+
+async def test_ten_thousand_garbage_messages_among_valid_traces(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Every bad message dead-lettered (100 in flight at most), every valid trace judged, and the
+    group's commits at the end of the topic."""
+    bs = broker.bootstrap_servers
+    dlq = f"{topic}-dlq"
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [dlq], partitions=1)
+    work = generate(400, seed=2401)
+    rng = random.Random(24)
+    garbage = [(None, b"\xff\x00garbage" + rng.randbytes(rng.randrange(1, 64))) for _ in range(10_000)]
+    good = work.pairs()
+    mixed: list[tuple[bytes | None, bytes]] = []
+    step = len(garbage) // len(good)
+    for i, pair in enumerate(good):
+        mixed += [pair, *garbage[i * step : (i + 1) * step]]
+    mixed += garbage[len(good) * step :]
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(
+        bs, topic, results, kafka={"dead_letter_topic": dlq, "dead_letter_max_inflight": 100}
+    )
+    async with running(settings) as sidecar:
+        await produce(bs, topic, mixed)
+        want = {t.trace_id for t in work.traces}
+        await eventually(lambda: result_ids(results) >= want, within=120, what="every valid trace judged")
+        await eventually(
+            lambda: sample(sidecar, "ragmon_rejected_total", reason="decode_error") == len(garbage),
+            within=60,
+            what="every garbage message counted",
+        )
+        await eventually_committed(bs, topic, settings.kafka.group_id, len(mixed))
+    dead = await read_topic(bs, dlq, count=len(garbage), within=60)
+    assert sorted(m.value for m in dead) == sorted(v for _, v in garbage)
+
+
+async def test_an_oversized_sample_or_result_is_clipped_or_dropped_and_the_commit_moves_on(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Internal topics that take 20,000 bytes: a long chunk is clipped (and the results line says
+    so); a sample that is still too large (a 30 KB chunk id) is dropped and counted, and a results
+    line over the limit is left out of the topic but kept in the file. Neither holds a commit."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(
+        bs,
+        topic,
+        results,
+        pipeline={"max_message_bytes": 20_000, "sample_max_chunk_chars": 2_000},
+    )
+
+    def rag(chunk_id: str, content: str, answer: str) -> tuple[str, bytes]:
+        return sdk_trace(
+            [
+                ("rag", {**ROOT, "input.value": "what does the manual say?", "output.value": answer}),
+                (
+                    "retrieve",
+                    {
+                        "openinference.span.kind": "RETRIEVER",
+                        "retrieval.documents.0.document.id": chunk_id,
+                        "retrieval.documents.0.document.content": content,
+                        "retrieval.documents.0.document.score": 0.9,
+                    },
+                ),
+            ]
+        )
+
+    clipped_id, clipped = rag("long", "The manual says restart the pump. " * 3000, "Restart the pump.")
+    huge_id, huge = rag("x" * 30_000, "short text", "Restart the pump.")
+    # A small sample (~4.5 KB, the answer under the 4,000-character clip), a large results line
+    # (~35 KB: a judged claim per short sentence).
+    answer = " ".join(f"Pump {i} is on." for i in range(250))
+    big_result_id, big_result = rag("c1", "The manual lists every step of the pump restart.", answer)
+    work = generate(30, seed=2403)
+    async with running(settings) as sidecar:
+        await produce(bs, topic, [(None, clipped), (None, huge), (None, big_result), *work.pairs()])
+        want = {t.trace_id for t in work.traces} | {clipped_id, big_result_id}
+        await eventually(lambda: result_ids(results) >= want, within=60, what="results")
+        await eventually(
+            lambda: (
+                sample(sidecar, "ragmon_produce_dropped_total", stream="samples", reason="too_large") == 1
+            ),
+            what="the oversized sample dropped",
+        )
+        await eventually(
+            lambda: (
+                sample(sidecar, "ragmon_produce_dropped_total", stream="results", reason="too_large") == 1
+            ),
+            what="the oversized results line left out of the topic",
+        )
+        await eventually_committed(bs, topic, settings.kafka.group_id, 3 + len(work.messages))
+    lines = {line["trace_id"]: line for line in result_lines(results)}
+    assert huge_id not in lines
+    assert lines[clipped_id]["clipped"] == {
+        "chunks_dropped": 0,
+        "texts_clipped": 1,
+        "chars_clipped": len("The manual says restart the pump. " * 3000) - 2_000,
+    }
+    assert len(lines[clipped_id]["chunks"][0]["content"]) == 2_000
+    assert "clipped" not in lines[big_result_id]
+    assert settings.results.topic is not None
+    topic_ids = {json.loads(m.value)["trace_id"] for m in await read_topic(bs, settings.results.topic)}
+    assert topic_ids >= want - {big_result_id}
+    assert big_result_id not in topic_ids
