@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +19,9 @@ from monitor.ingest.decode import Encoding
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
 DemoSource = Literal["auto", "service", "synthetic"]
+
+# Seconds past `pipeline.shutdown_seconds` after which a process that has not exited is ended.
+_EXIT_MARGIN = 2.0
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Online quality monitor for RAG services.")
 
@@ -30,10 +35,30 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
 
-def _install_stop(stop: asyncio.Event) -> None:
+def _install_stop(stop: asyncio.Event, deadline_seconds: float | None = None) -> None:
+    """SIGTERM and SIGINT set `stop`. With `deadline_seconds`, the process is also ended that
+    long after the first signal, whatever it is doing: a thread's timer, which a loop blocked
+    or a clean-up hung on a silent broker cannot hold up (unacknowledged input is re-read, as
+    after a kill)."""
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if deadline_seconds is not None and not stop.is_set():
+            timer = threading.Timer(deadline_seconds, _hard_exit, (deadline_seconds,))
+            timer.daemon = True
+            timer.start()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
+
+
+def _hard_exit(seconds: float) -> None:
+    logging.getLogger("monitor").error(
+        "shutdown overran its deadline (%.0fs): exiting now; unacknowledged input is re-read", seconds
+    )
+    logging.shutdown()
+    os._exit(1)
 
 
 def _load(config: Path | None, overrides: dict[str, object]) -> Settings:
@@ -98,7 +123,7 @@ async def _run(settings: Settings) -> None:
     from monitor.run import Sidecar
 
     stop = asyncio.Event()
-    _install_stop(stop)
+    _install_stop(stop, settings.pipeline.shutdown_seconds + _EXIT_MARGIN)
     sidecar = Sidecar(settings)
     server = MetricsServer(
         sidecar.metrics.registry,

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 # Seconds without any answer from the broker after which /readyz says so.
 _BROKER_SILENCE = 30.0
+# Of `shutdown_seconds`, what is kept for cancelling stages that overran it (1 s) and closing
+# the producer (2 s).
+_CLOSE_SECONDS = 3.0
 
 
 def build_judge(settings: Settings) -> Judge | None:
@@ -148,32 +151,56 @@ class Sidecar:
             await stop.wait()
             deadline[0] = time.monotonic() + self.settings.pipeline.shutdown_seconds - 2.0
 
-        tasks = [asyncio.create_task(on_stop())]
+        tasks = [asyncio.create_task(on_stop(), name="deadline")]
         judge_stop = stop
         if self.ingest is not None:
-            tasks.append(asyncio.create_task(self.ingest.run(stop, left)))
+            tasks.append(asyncio.create_task(self.ingest.run(stop, left), name="ingest"))
             if self.judge_stage is not None:
                 judge_stop = asyncio.Event()
-                tasks.append(asyncio.create_task(self._stop_judge_after_ingest(tasks[-1], judge_stop, left)))
+                after_ingest = self._stop_judge_after_ingest(tasks[-1], judge_stop, left)
+                tasks.append(asyncio.create_task(after_ingest, name="judge catch-up"))
         if self.judge_stage is not None:
-            tasks.append(asyncio.create_task(self.judge_stage.run(judge_stop, left)))
+            tasks.append(asyncio.create_task(self.judge_stage.run(judge_stop, left), name="judge"))
         if self.drift is not None:
             # Last to stop when here with the judge: it alerts on what the judge just wrote.
             drift_stop = stop if self.judge_stage is None else asyncio.Event()
             if self.judge_stage is not None:
-                tasks.append(asyncio.create_task(_after(tasks[-1], drift_stop)))
-            tasks.append(asyncio.create_task(self.drift.run(drift_stop)))
+                tasks.append(asyncio.create_task(_after(tasks[-1], drift_stop), name="drift after judge"))
+            tasks.append(asyncio.create_task(self.drift.run(drift_stop), name="drift"))
+        stages = asyncio.create_task(_all(tasks))
+        overdue = asyncio.create_task(self._overdue(stop))
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.wait({stages, overdue}, return_when=asyncio.FIRST_COMPLETED)
+            if stages.done():
+                stages.result()  # a stage's error is the run's
+            else:
+                running = sorted(t.get_name() for t in tasks if not t.done())
+                log.error(
+                    "shutdown: still waiting after %.0fs (%s); stopped without finishing, what is"
+                    " not acknowledged is re-read",
+                    self.settings.pipeline.shutdown_seconds - _CLOSE_SECONDS,
+                    ", ".join(running),
+                )
         finally:
+            overdue.cancel()
+            stages.cancel()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # A stage's own clean-up (leaving its group, closing a sink) may hang on the same
+            # broker that held it: it gets a second, not the rest of the deadline.
+            await asyncio.wait([overdue, *tasks], timeout=1.0)
+            stages.add_done_callback(_retrieve)
             try:
-                async with asyncio.timeout(2.0):
+                async with asyncio.timeout(_CLOSE_SECONDS - 1.0):
                     await self.output.close()
             except TimeoutError:
-                log.warning("producer did not close within 2s")
+                log.warning("producer did not close within %.0fs", _CLOSE_SECONDS - 1.0)
+
+    async def _overdue(self, stop: asyncio.Event) -> None:
+        """Ends when the stages should long have: `shutdown_seconds` after `stop` less the time
+        the producer's close and the cancelled stages' clean-up get."""
+        await stop.wait()
+        await asyncio.sleep(max(0.0, self.settings.pipeline.shutdown_seconds - _CLOSE_SECONDS))
 
     async def _stop_judge_after_ingest(
         self, ingest: asyncio.Task[None], judge_stop: asyncio.Event, left: Callable[[], float]
@@ -236,6 +263,16 @@ class Sidecar:
                     await admin.close()
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("cannot check or create topics %s (%s): provision them", wanted, type(exc).__name__)
+
+
+async def _all(tasks: list[asyncio.Task[None]]) -> None:
+    await asyncio.gather(*tasks)
+
+
+def _retrieve(future: asyncio.Task[None]) -> None:
+    """Mark a cancelled gather's outcome seen (it was logged, or raised, already)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _after(task: asyncio.Task[None], then: asyncio.Event) -> None:

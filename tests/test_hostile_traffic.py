@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
+import time
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -21,6 +24,7 @@ from support import (
     sdk_trace,
     settings_for,
 )
+from test_process import start_sidecar
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
@@ -167,3 +171,43 @@ async def test_an_oversized_sample_or_result_is_clipped_or_dropped_and_the_commi
     topic_ids = {json.loads(m.value)["trace_id"] for m in await read_topic(bs, settings.results.topic)}
     assert topic_ids >= want - {big_result_id}
     assert big_result_id not in topic_ids
+
+
+async def test_sigterm_ends_the_process_in_time_while_a_produce_never_completes(tmp_path: Path) -> None:
+    """The broker stops answering (SIGSTOP) with traces open: at SIGTERM the ingest stage emits
+    them, and waits for room among produces that never complete (before, for ever). The process
+    still exits within `shutdown_seconds` and a small margin."""
+    with EmbeddedBroker() as own:
+        bs, topic = own.bootstrap_servers, "spans"
+        await ensure_topics(KafkaConfig(bootstrap_servers=bs), [topic], partitions=3)
+        results, log = tmp_path / "results.jsonl", tmp_path / "sidecar.log"
+        proc = start_sidecar(
+            bs,
+            topic,
+            results,
+            log,
+            RAGMON_PIPELINE__SHUTDOWN_SECONDS="6",
+            RAGMON_ASSEMBLY__GRACE_SECONDS="60",  # held open until the shutdown emits them
+            RAGMON_ASSEMBLY__TIMEOUT_SECONDS="120",
+            RAGMON_PIPELINE__MAX_INFLIGHT_PRODUCES="5",  # the emitted samples wait for room
+        )
+        try:
+            await eventually(
+                lambda: log.read_text().count("assigned partitions") >= 2, within=60, what="join"
+            )
+            work = generate(50, seed=2402)
+            await produce(bs, topic, work.pairs())
+            await asyncio.sleep(2.0)  # consumed, assembled, held open
+            os.kill(own.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                code = await asyncio.to_thread(proc.wait, 60)
+                took = time.monotonic() - started
+            finally:
+                os.kill(own.pid, signal.SIGCONT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert took < 6 + 3, f"SIGTERM took {took:.1f}s with shutdown_seconds 6 (exit code {code})"
+    assert not result_ids(results) & {t.trace_id for t in work.traces}, "nothing was judged before"

@@ -88,6 +88,12 @@ class EmbeddedBroker:
                 self._proc.wait()
         self._proc = None
 
+    @property
+    def pid(self) -> int:
+        """The broker's process (the tests stop and continue it: a broker that stops answering)."""
+        assert self._proc is not None
+        return self._proc.pid
+
     def wait(self) -> int:
         assert self._proc is not None
         return self._proc.wait()
