@@ -211,3 +211,30 @@ async def test_sigterm_ends_the_process_in_time_while_a_produce_never_completes(
                 proc.kill()
     assert took < 6 + 3, f"SIGTERM took {took:.1f}s with shutdown_seconds 6 (exit code {code})"
     assert not result_ids(results) & {t.trace_id for t in work.traces}, "nothing was judged before"
+
+
+async def test_forty_thousand_traces_all_judged_while_a_second_member_joins_and_leaves(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Sample rate 1: every trace a sample, 40,000 samples through both stages, while a second
+    member of both groups joins and leaves (two rebalances of each). Every trace is judged; the
+    load the product handled before the stage split stopped after ~15,000 judgements."""
+    bs = broker.bootstrap_servers
+    work = generate(40_000, seed=2404)
+    want = {t.trace_id for t in work.traces}
+    results, other_results = tmp_path / "results.jsonl", tmp_path / "other.jsonl"
+    settings = settings_for(bs, topic, results)
+    other = settings_for(bs, topic, other_results)
+    async with running(settings):
+        feeder = asyncio.create_task(produce(bs, topic, work.pairs()))
+        await eventually(lambda: len(result_ids(results)) >= 5_000, within=120, what="5,000 judged")
+        async with running(other):
+            await eventually(
+                lambda: len(result_ids(other_results)) >= 1_000, within=120, what="the second member judging"
+            )
+        await feeder
+        await eventually(
+            lambda: result_ids(results) | result_ids(other_results) >= want,
+            within=300,
+            what="every trace judged",
+        )
