@@ -415,7 +415,7 @@ class Mutator:
                 v = rng.choice([0, 1, 2**31, 2**63, 2**64 - 1, rng.getrandbits(64)])
                 return op, buf[:after] + varint(v) + buf[s.end :]
             size = 8 if s.wt == 1 else 4
-            v = rng.choice([0, 1, 2**63, 2 ** (8 * size) - 1, rng.getrandbits(8 * size)])
+            v = rng.choice([0, 1, 2**63, 2**64 - 1, rng.getrandbits(64)]) & ((1 << 8 * size) - 1)
             return op, buf[:after] + v.to_bytes(size, "little") + buf[after + size :]
         return "concat", buf + self.seeds[rng.randrange(len(self.seeds))][1][: 64 * 1024]
 
