@@ -516,6 +516,32 @@ def test_non_canonical_shapes_agree() -> None:
         both(b"\x0a" + _varint(len(rs_bytes)) + rs_bytes)
 
 
+def _padded(n: int, width: int) -> bytes:
+    """The varint of `n` in exactly `width` bytes (over-long: zero groups with the continuation bit)."""
+    short = _varint(n)
+    if width == len(short):
+        return short
+    return bytes(b | 0x80 for b in short) + b"\x80" * (width - len(short) - 1) + b"\x00"
+
+
+@needs_wire
+@pytest.mark.parametrize("width", range(1, 11))
+def test_length_prefixes_are_taken_as_upb_takes_them(width: int) -> None:
+    """upb reads a length prefix of at most 5 bytes, whatever its value (a varint value may take
+    10): a longer one makes the message corrupt on both paths. Found by bench/fuzz.py: the
+    compiled path took 6 to 10 bytes and decoded spans where the reference rejected the message."""
+    span = SAMPLE.resource_spans[0].scope_spans[0].spans[0].SerializeToString()
+    kv = KeyValue(key="input.value", value=AnyValue(string_value="q")).SerializeToString()
+    rs = SAMPLE.resource_spans[0].SerializeToString()
+    for msg in (
+        _wrap(span + b"\x4a" + _padded(len(kv), width) + kv),  # an attribute
+        _wrap(span + b"\x2a" + _padded(3, width) + b"abc"),  # the span's name
+        b"\x0a" + _padded(len(rs), width) + rs,  # the outermost field
+    ):
+        d = both(msg)
+        assert (d.error is None) == (width <= 5), d.error
+
+
 @needs_wire
 def test_utf8_is_checked_alike_at_every_length_and_position() -> None:
     """The compiled check takes ASCII a word at a time (the last word overlapping): a non-ASCII

@@ -112,10 +112,12 @@ static inline int read_tag(ptr *pp, ptr end, uint32_t *field, int *wt)
     return 0;
 }
 
+/* A length prefix as upb reads it: at most 5 bytes (a longer one is corrupt, whatever its value). */
 static inline int read_len(ptr *pp, ptr end, ptr *body, Py_ssize_t *n)
 {
+    ptr start = *pp;
     uint64_t len;
-    if (read_varint(pp, end, &len) || len > 0x7fffffffu || len > (uint64_t)(end - *pp))
+    if (read_varint(pp, end, &len) || *pp - start > 5 || len > 0x7fffffffu || len > (uint64_t)(end - *pp))
         return FAIL;
     *body = *pp;
     *n = (Py_ssize_t)len;
