@@ -131,6 +131,7 @@ async def _run(settings: Settings) -> None:
         settings.metrics.port,
         sidecar.readiness,
         routes=sidecar.http_routes(),
+        liveness=sidecar.liveness,
     )
     try:
         server.start()

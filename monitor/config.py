@@ -398,6 +398,17 @@ class PipelineConfig(_Section):
         description="text a sample carries per chunk and query (the answer: twice this); the cut is"
         " recorded in the sample and its results line",
     )
+    stall_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="a stage with work waiting and no progress this long is stalled: /readyz answers"
+        " 503 naming it and ragmon_stage_stalled{stage} is 1",
+    )
+    liveness_stall_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="stalled this long, /healthz answers 503 too, so that Kubernetes restarts the pod",
+    )
     shutdown_seconds: float = Field(
         25.0,
         gt=0,

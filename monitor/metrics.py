@@ -171,6 +171,13 @@ class Metrics:
             ["stream"],
             registry=r,
         )
+        self.stage_stalled = Gauge(
+            f"{PREFIX}stage_stalled",
+            "1 while a stage has had work waiting and made no progress for pipeline.stall_seconds"
+            " (computed at scrape time, so a blocked event loop shows too)",
+            ["stage"],
+            registry=r,
+        )
         self.produce_dropped = Counter(
             f"{PREFIX}produce_dropped",
             "Messages given up because no retry can succeed (too_large: the broker refuses their size);"

@@ -24,6 +24,7 @@ from monitor.kafka.consumer import KafkaSource
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.outputs.http import Readiness, Route
+from monitor.progress import StageProgress
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,10 @@ class Sidecar:
         if role in ("all", "judge"):
             self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
 
+        self.stages = [s.progress for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
+        for stage in self.stages:
+            self.metrics.stage_stalled.labels(stage=stage.stage).set_function(self._stalled_gauge(stage))
+
     @property
     def sources(self) -> list[KafkaSource]:
         return [s.source for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
@@ -133,7 +138,27 @@ class Sidecar:
                 ready = False
                 checks["broker"] = "unreachable" if contact is None else f"silent for {now - contact:.0f}s"
         checks.setdefault("broker", "reachable")
-        return Readiness(ready, checks)
+        stalled = self._stalled(now, self.settings.pipeline.stall_seconds)
+        checks.update(stalled)
+        return Readiness(ready and not stalled, checks)
+
+    def liveness(self) -> Readiness:
+        """For /healthz: failing only after a long stall, which a restart may cure."""
+        stalled = self._stalled(time.monotonic(), self.settings.pipeline.liveness_stall_seconds)
+        return Readiness(not stalled, stalled)
+
+    def _stalled_gauge(self, stage: StageProgress) -> Callable[[], float]:
+        """`ragmon_stage_stalled{stage}`, read at scrape time on the HTTP thread."""
+        limit = self.settings.pipeline.stall_seconds
+        return lambda: float(stage.stalled(time.monotonic())[0] >= limit)
+
+    def _stalled(self, now: float, limit: float) -> dict[str, str]:
+        out = {}
+        for stage in self.stages:
+            seconds, part = stage.stalled(now)
+            if seconds >= limit:
+                out[stage.stage] = f"stalled: its {part} has not moved for {seconds:.0f}s with work waiting"
+        return out
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; then within `pipeline.shutdown_seconds` of it: ingest emits its open

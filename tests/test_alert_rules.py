@@ -41,6 +41,7 @@ COUNTERS = frozenset(
     {
         "ragmon_records_total",
         "ragmon_rejected_total",
+        "ragmon_produce_dropped_total",
         "ragmon_judged_total",
         "ragmon_judge_skipped_total",
         "ragmon_claims_total",
@@ -110,6 +111,7 @@ GAUGES = frozenset(
         "ragmon_faithfulness_window_ratio",
         "ragmon_hallucination_rate_window_ratio",
         "ragmon_window_samples",
+        "ragmon_stage_stalled",
     }
 )
 EXPORTED = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
@@ -153,6 +155,8 @@ SEVERITY = {
     "RagmonNoRecords": "warning",
     "RagmonDeadLettersFailing": "warning",
     "RagmonSamplesProduceFailing": "critical",
+    "RagmonStageStalled": "critical",
+    "RagmonProduceDropped": "warning",
     "RagmonSidecarAbsent": "critical",
 }
 QUALITY = {
@@ -728,6 +732,12 @@ def pipeline() -> dict[str, Any]:
         series("ragmon_produce_pending", "100x90", **i0, stream="samples"),
         counter("ragmon_produce_errors_total", 0, **i1, stream="samples"),
         series("ragmon_produce_pending", "50x90", **i1, stream="samples"),
+        # ingest-0's ingest stage stalls from 40m; ingest-1's judge stage stalled for a minute only.
+        series("ragmon_stage_stalled", "0x40 1x50", **i0, stage="ingest"),
+        series("ragmon_stage_stalled", "0x90", **i0, stage="judge"),
+        series("ragmon_stage_stalled", "0x20 1 0x69", **i1, stage="judge"),
+        # One oversized sample dropped on ingest-1 at 60m.
+        series("ragmon_produce_dropped_total", "0x60 1x30", **i1, stream="samples", reason="too_large"),
     ]
     return {
         "name": "pipeline",
@@ -775,6 +785,31 @@ def pipeline() -> dict[str, Any]:
                     "15 writes to the samples topic failed in the last 15 minutes on ingest-0, and 100 "
                     "samples are still waiting for the broker; input offsets are not committed "
                     "meanwhile.",
+                ),
+            ),
+            check("RagmonStageStalled", "41m"),
+            check("RagmonStageStalled", "23m"),
+            check(
+                "RagmonStageStalled",
+                "43m",
+                fired(
+                    "RagmonStageStalled",
+                    {"instance": "ingest-0", "stage": "ingest"},
+                    "The ingest stage on ingest-0 has had work waiting and made no progress for "
+                    "pipeline.stall_seconds and 2 more minutes; its /readyz answers 503 and names what is "
+                    "stuck. Quality metrics from it are not current: silence is not health.",
+                ),
+            ),
+            check("RagmonProduceDropped", "59m"),
+            check(
+                "RagmonProduceDropped",
+                "62m",
+                fired(
+                    "RagmonProduceDropped",
+                    {"instance": "ingest-1", "stream": "samples"},
+                    "1 samples message(s) on ingest-1 were larger than the topic takes "
+                    "(pipeline.max_message_bytes) and were dropped in the last 15 minutes; those records "
+                    "are not judged, or not on the results topic.",
                 ),
             ),
             check("RagmonSidecarAbsent", "24m"),

@@ -8,9 +8,11 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
+import httpx
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 from support import (
@@ -29,11 +31,15 @@ from test_process import start_sidecar
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
+from monitor.judge import Judgement
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
+from monitor.model import RagRecord
+from monitor.outputs.http import MetricsServer
+from monitor.run import Sidecar, build_judge
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 
@@ -238,3 +244,128 @@ async def test_forty_thousand_traces_all_judged_while_a_second_member_joins_and_
             within=300,
             what="every trace judged",
         )
+
+
+class Prober(threading.Thread):
+    """Polls `/readyz`, `/healthz` and `/metrics` from its own thread (the event loop may be the
+    thing that is stuck) and notes when each first showed `stage` stalled."""
+
+    def __init__(self, port: int, stage: str, within: float) -> None:
+        super().__init__(daemon=True)
+        self.base = f"http://127.0.0.1:{port}"
+        self.stage = stage
+        self.within = within
+        self.seen: dict[str, float] = {}
+        self.bodies: dict[str, str] = {}
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.within
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline and len(self.seen) < 3:
+                for path in ("/readyz", "/healthz"):
+                    r = client.get(self.base + path)
+                    if path not in self.seen and r.status_code == 503 and self.stage in r.json():
+                        self.seen[path], self.bodies[path] = time.monotonic(), r.text
+                metrics = client.get(self.base + "/metrics").text
+                if (
+                    "metric" not in self.seen
+                    and f'ragmon_stage_stalled{{stage="{self.stage}"}} 1.0' in metrics
+                ):
+                    self.seen["metric"] = time.monotonic()
+                time.sleep(0.1)
+
+
+def serve(sidecar: Sidecar) -> MetricsServer:
+    return MetricsServer(
+        sidecar.metrics.registry, "127.0.0.1", 0, sidecar.readiness, liveness=sidecar.liveness
+    )
+
+
+async def test_a_judge_that_blocks_the_event_loop_is_seen_stalled(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A judge that takes the event loop for 8 s (a CPU-bound judge run inline, as the lexical
+    judge was): the loop marks nothing, and the HTTP thread sees the judge stage stalled within
+    `stall_seconds` (/readyz and the gauge) and, past `liveness_stall_seconds`, /healthz fails."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(
+        bs, topic, results, pipeline={"stall_seconds": 2.0, "liveness_stall_seconds": 4.0}
+    )
+    lexical = build_judge(settings)
+    assert lexical is not None
+    blocked_at: list[float] = []
+
+    class Blocking:
+        name, model = lexical.name, lexical.model
+
+        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
+            if not blocked_at:
+                blocked_at.append(time.monotonic())
+                time.sleep(8.0)  # noqa: ASYNC251 (the point: the loop is held)
+            return await lexical.judge(record, sampling_weight=sampling_weight)
+
+        async def aclose(self) -> None:
+            await lexical.aclose()
+
+    work = generate(20, seed=2405)
+    async with running(settings, Blocking()) as sidecar:
+        server = serve(sidecar)
+        port = server.start()
+        try:
+            async with httpx.AsyncClient() as client:
+                assert (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200
+            assert sample(sidecar, "ragmon_stage_stalled", stage="judge") == 0
+            prober = Prober(port, "judge", within=40)
+            prober.start()
+            await produce(bs, topic, work.pairs())
+            await eventually(lambda: result_ids(results) >= {t.trace_id for t in work.traces}, within=60)
+            await asyncio.to_thread(prober.join, 40)
+        finally:
+            server.stop()
+        assert sample(sidecar, "ragmon_stage_stalled", stage="judge") == 0, "progress again after the block"
+    start = blocked_at[0]
+    assert set(prober.seen) == {"/readyz", "/healthz", "metric"}, prober.seen
+    assert prober.seen["/readyz"] - start < 2.0 + 1.0
+    assert prober.seen["metric"] - start < 2.0 + 1.0
+    assert 4.0 <= prober.seen["/healthz"] - start < 4.0 + 1.0
+    assert "judgements has not moved" in prober.bodies["/readyz"]
+
+
+async def test_a_produce_that_never_completes_is_seen_stalled(tmp_path: Path) -> None:
+    """The broker stops answering (SIGSTOP) while samples are on their way: the ingest stage
+    still holds its partitions, but its samples output is seen stalled within `stall_seconds`."""
+    with EmbeddedBroker() as own:
+        bs, topic = own.bootstrap_servers, "spans"
+        await ensure_topics(KafkaConfig(bootstrap_servers=bs), [topic], partitions=3)
+        results = tmp_path / "results.jsonl"
+        settings = settings_for(
+            bs,
+            topic,
+            results,
+            pipeline={"stall_seconds": 2.0, "shutdown_seconds": 6.0},
+            assembly={"grace_seconds": 4.0, "timeout_seconds": 30.0},  # emitted after the stop
+        )
+        work = generate(30, seed=2406)
+        async with running(settings) as sidecar:
+            server = serve(sidecar)
+            port = server.start()
+            try:
+                assert sidecar.ingest is not None
+                await produce(bs, topic, work.pairs())
+                ingest = sidecar.ingest
+                await eventually(lambda: ingest.assembler.open_traces == len(work.traces), what="traces open")
+                prober = Prober(port, "ingest", within=15)
+                os.kill(own.pid, signal.SIGSTOP)
+                stopped = time.monotonic()
+                try:
+                    prober.start()
+                    await asyncio.to_thread(prober.join, 20)
+                finally:
+                    os.kill(own.pid, signal.SIGCONT)
+            finally:
+                server.stop()
+    assert "/readyz" in prober.seen and "metric" in prober.seen, prober.seen
+    # The samples go out when the traces fall due (grace 4 s), then wait for their ack.
+    assert prober.seen["/readyz"] - stopped < 4.0 + 2.0 + 1.5
+    assert "samples has not moved" in prober.bodies["/readyz"]

@@ -29,6 +29,7 @@ from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSp
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
+from monitor.progress import StageProgress
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class DriftStage:
             ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
             self._on_revoked,
         )
+        self.progress = StageProgress("drift", (self.source.input,))
         self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)

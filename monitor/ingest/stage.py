@@ -31,6 +31,7 @@ from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs,
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import HistogramTally, Metrics, RecordSeries
 from monitor.model import Chunk, RagRecord, Reject
+from monitor.progress import StageProgress
 from monitor.rejects import Rejections
 from monitor.samples import TextLimits, TypeSource, encode_sample
 from monitor.slices import BoundedLabel
@@ -126,6 +127,8 @@ class IngestStage:
             if kafka.dead_letter_topic
             else None
         )
+        outputs = (self.samples, self.dead_letters) if self.dead_letters else (self.samples,)
+        self.progress = StageProgress("ingest", (self.source.input, *(d.progress for d in outputs)))
         self._encoding = Encoding(kafka.encoding)
         # The compiled decoder's loop over plain messages (None: each through `_message`).
         self._feed = compiled_feed(self._encoding)

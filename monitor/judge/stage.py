@@ -38,6 +38,7 @@ from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
+from monitor.progress import Progress, StageProgress
 from monitor.samples import BadSample, decode_sample
 from monitor.slices import BoundedLabel
 from monitor.tasks import cancel_all
@@ -123,6 +124,10 @@ class JudgeStage:
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
         self._held = 0  # samples read and not yet written
+        # Samples written, while any is held and the judge is up (an outage is the breaker's
+        # to show, not a stall).
+        self._writes = Progress("judgements")
+        self.progress = StageProgress("judge", (self.source.input, self._writes))
         self._paused = False
         self._sinks: list[ResultSink] = []
         self.events: EvaluationEventSink | None = None
@@ -269,6 +274,7 @@ class JudgeStage:
                         sample.clipped,
                     )
                 )
+        self._note_waiting()
         # Pausing, not blocking, bounds what is held: the fetch loop keeps polling, so the
         # member stays in its group however long the judge takes.
         limit = self.settings.pipeline.queue_size
@@ -405,6 +411,11 @@ class JudgeStage:
                 item.ref.release()
                 self._held -= 1
                 self.written += 1
+            self._writes.moved()
+            self._note_waiting()
+
+    def _note_waiting(self) -> None:
+        self._writes.wait(self._held > 0 and self.breaker.state is State.CLOSED)
 
     async def _write_until_done(self, lines: list[tuple[str, bytes]]) -> None:
         delay = 0.5
@@ -428,6 +439,7 @@ class JudgeStage:
             await asyncio.sleep(interval)
             m = self.metrics
             m.inflight.set(self._held)
+            self._note_waiting()
             await self.source.commit()
             await self.source.update_lag()
             self._export_estimates()

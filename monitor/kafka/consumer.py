@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge
 from monitor.config import KafkaConfig
 from monitor.kafka.client import client_kwargs
 from monitor.kafka.offsets import OffsetTracker
+from monitor.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class KafkaSource:
         self.last_fetch = time.monotonic()  # when a fetch last came back (watchdog, readiness)
         self.last_contact: float | None = None  # when the broker last answered anything
         self.replay_until: dict[TopicPartition, int] = {}  # spec.replay: offsets below were seen before
+        # A fetched batch the stage has not finished handling: what a stuck stage sits on.
+        self.input = Progress("input")
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
@@ -199,7 +202,13 @@ class KafkaSource:
                     fetch = None
                     if not await self.restart(stop):
                         return
-                await handle(batch)
+                if batch:
+                    self.input.wait(True)
+                    await handle(batch)
+                    self.input.moved()
+                    self.input.wait(False)
+                else:
+                    await handle(batch)
         finally:
             stopping.cancel()
             if fetch is not None:

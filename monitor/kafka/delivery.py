@@ -23,6 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
+from monitor.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class Delivery:
         self._stream = stream
         self._warned = self._warned_drop = -float("inf")
         self.delivered = 0
+        self.progress = Progress(stream)  # acknowledgements, while any is awaited
 
     @property
     def in_flight(self) -> int:
@@ -104,6 +106,7 @@ class Delivery:
         """`items` hold a slot each: send them in the background."""
         self._count += len(items)
         self._pending.inc(len(items))
+        self.progress.wait(True)
         task = asyncio.create_task(self._deliver(items))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -114,6 +117,7 @@ class Delivery:
         finally:
             self._count -= len(items)
             self._pending.dec(len(items))
+            self.progress.wait(self._count > 0)
             for _ in items:
                 self._slots.release()
 
@@ -144,6 +148,7 @@ class Delivery:
         for i in refused:
             self._drop(items[i], "too_large")
         self.delivered += len(items) - len(refused)
+        self.progress.moved()
         for _, _, refs in items:
             for ref in refs:
                 ref.release()

@@ -4,7 +4,8 @@ and the routes a stage adds (`routes`: the golden replay trigger, `POST /golden/
 A small threaded WSGI server in its own daemon thread, so that neither a scrape nor a probe waits on
 the event loop. `/metrics` is prometheus_client's own WSGI app (gzip and OpenMetrics negotiation
 included). `/healthz` answers while the process runs (liveness: a restart would not help a slow
-broker). `/readyz` asks a `readiness` callback, which runs on the server's thread: it must be cheap
+broker) unless a `liveness` callback says a stage has been stalled long enough that one might.
+`/readyz` asks a `readiness` callback, which runs on the server's thread: it must be cheap
 and only read plain attributes that the stages update. A route gets a `Request` (headers with
 lower-case names, a body of at most 64 KiB) on the server's thread and returns a JSON `Response`;
 there is no access log, so nothing a client sends (an Authorization header) is ever written.
@@ -88,9 +89,11 @@ class MetricsServer:
         port: int,
         readiness: Callable[[], Readiness] = always_ready,
         routes: Mapping[str, Route] | None = None,
+        liveness: Callable[[], Readiness] = always_ready,
     ) -> None:
         self._metrics = make_wsgi_app(registry)
         self._readiness = readiness
+        self._liveness = liveness
         self._routes = dict(routes or {})
         self._host = host
         self._port = port
@@ -124,11 +127,14 @@ class MetricsServer:
             body: Iterable[bytes] = self._metrics(environ, start_response)
             return body
         if path == "/healthz":
-            return _reply(start_response, "200 OK", "text/plain; charset=utf-8", b"ok\n")
+            live = self._liveness()
+            if live.ready:
+                return _reply(start_response, "200 OK", "text/plain; charset=utf-8", b"ok\n")
+            return _reply(start_response, "503 Service Unavailable", "application/json", _body(live))
         if path == "/readyz":
             state = self._readiness()
             status = "200 OK" if state.ready else "503 Service Unavailable"
-            return _reply(start_response, status, "application/json", json.dumps(state.checks).encode())
+            return _reply(start_response, status, "application/json", _body(state))
         route = self._routes.get(path)
         if route is not None:
             return self._route(route, environ, start_response)
@@ -176,6 +182,10 @@ def _json(start_response: StartResponse, response: Response) -> list[bytes]:
         ],
     )
     return [body]
+
+
+def _body(state: Readiness) -> bytes:
+    return json.dumps(state.checks).encode()
 
 
 def _reply(start_response: StartResponse, status: str, content_type: str, body: bytes) -> list[bytes]:
