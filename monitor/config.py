@@ -357,6 +357,10 @@ class MetricsConfig(_Section):
 
 class ResultsConfig(_Section):
     file: Path | None = None
+    file_max_bytes: int = Field(
+        100 * 1024 * 1024, ge=0, description="rotate the results file past this size (0: never)"
+    )
+    file_keep: int = Field(5, ge=0, description="rotated results files kept: file.1 (newest) .. file.N")
     topic: str | None = Field(
         "rag_judgements", description="keyed by query type; the drift stage reads it (null: no drift)"
     )

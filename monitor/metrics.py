@@ -206,6 +206,13 @@ class Metrics:
             "Samples read by the judge stage and not yet written (queued, judged or being written)",
             registry=r,
         )
+        self.results_write_errors = Counter(
+            f"{PREFIX}results_write_errors",
+            "Failed writes of the results file (no_space, io_error: retried whole; torn_tail: a "
+            "partial last line cut at open)",
+            ["reason"],
+            registry=r,
+        )
         self.evaluation_events = Counter(
             f"{PREFIX}evaluation_events",
             "OTel gen_ai.evaluation.result events, by outcome (exported, failed, dropped)",

@@ -107,6 +107,7 @@ GAUGES = frozenset(
         "ragmon_retrieval_drift_active",
         "ragmon_golden_metric_ratio",
         "ragmon_golden_regression_active",
+        "ragmon_golden_unmeasured",
         "ragmon_golden_last_run_timestamp_seconds",
         "ragmon_faithfulness_window_ratio",
         "ragmon_hallucination_rate_window_ratio",
@@ -147,6 +148,7 @@ SEVERITY = {
     "RagmonRetrievalDrift": "warning",
     "RagmonGoldenRegression": "warning",
     "RagmonGoldenBelowTarget": "warning",
+    "RagmonGoldenUnmeasured": "warning",
     "RagmonGoldenStale": "warning",
     "RagmonJudgeErrorRateHigh": "warning",
     "RagmonJudgeBudgetExhausted": "warning",
@@ -567,6 +569,11 @@ def golden() -> dict[str, Any]:
         ),
         series("ragmon_golden_regression_active", "0x30", **j, instance="judge-1", metric="recall_at_k"),
         series("ragmon_golden_regression_active", "1x30", **j, instance="judge-1", metric="faithfulness"),
+        # The judge failed on judge-1's replay: refusal accuracy unmeasured, faithfulness measured;
+        # judge-0's stale run could not measure faithfulness: must not alert.
+        series("ragmon_golden_unmeasured", "1x30", **j, instance="judge-1", metric="refusal_accuracy"),
+        series("ragmon_golden_unmeasured", "0x30", **j, instance="judge-1", metric="faithfulness"),
+        series("ragmon_golden_unmeasured", "1x30", **j, instance="judge-0", metric="faithfulness"),
         # judge-2 never replayed: its unlabelled gauge reads 0.
         series("ragmon_golden_last_run_timestamp_seconds", "0x30", **j, instance="judge-2"),
     ]
@@ -602,6 +609,44 @@ def golden() -> dict[str, Any]:
                     "faithfulness (a drop from the baseline, or below a floor).",
                 ),
             ),
+            check(
+                "RagmonGoldenUnmeasured",
+                "5m",
+                fired(
+                    "RagmonGoldenUnmeasured",
+                    {**at, "metric": "refusal_accuracy"},
+                    "The golden replay of 1970-01-01 00:33:20 +0000 UTC could not measure "
+                    "refusal_accuracy: the judge failed on its rows, so the gate did not pass (exit 2), "
+                    "whatever the other metrics say.",
+                ),
+            ),
+        ],
+    }
+
+
+def golden_measured() -> dict[str, Any]:
+    """The next replay measured everything: the gauge is back to 0, the alert resolves."""
+    j = {"job": "rag-monitor", "instance": "judge-1"}
+    return {
+        "name": "golden measured again",
+        "interval": "1m",
+        "input_series": [
+            series("ragmon_golden_last_run_timestamp_seconds", "1000x10 4600x20", **j),
+            series("ragmon_golden_unmeasured", "1x10 0x20", **j, metric="faithfulness"),
+        ],
+        "alert_rule_test": [
+            check(
+                "RagmonGoldenUnmeasured",
+                "5m",
+                fired(
+                    "RagmonGoldenUnmeasured",
+                    {**j, "metric": "faithfulness"},
+                    "The golden replay of 1970-01-01 00:16:40 +0000 UTC could not measure faithfulness: "
+                    "the judge failed on its rows, so the gate did not pass (exit 2), whatever the other "
+                    "metrics say.",
+                ),
+            ),
+            check("RagmonGoldenUnmeasured", "15m"),
         ],
     }
 
@@ -945,6 +990,7 @@ def scenarios() -> list[dict[str, Any]]:
         drift(),
         retrieval_drift(),
         golden(),
+        golden_measured(),
         golden_stale(3600),
         golden_stale(0),
         judge(),

@@ -4,6 +4,7 @@ timeouts, 5xx, wrong shapes) and for custom request/response shapes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 import typer
 from prometheus_client import CollectorRegistry
 from support import example_service
+from test_judge_llm import FakeAPI, Reply
 from typer.testing import CliRunner
 
 from monitor.demo.broker import free_port
@@ -296,3 +298,90 @@ async def test_callable_target() -> None:
     assert report.metrics["all"]["mrr"] == 0.5 and report.metrics["lookup"]["faithfulness"] == 1.0
     with pytest.raises(ValueError, match="cannot import"):
         make_target("no_such_module_xyz:fn")
+
+
+# -- a gate that could not measure does not pass --------------------------------------------------
+
+
+def _unmeasured_golden(tmp_path: Path) -> Path:
+    """Four answerable rows (the fake judge finds every answer faithful)."""
+    lines = GOLDEN.read_text().splitlines()
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(line + "\n" for line in lines[:4]))
+    return golden
+
+
+def _judged(api: FakeAPI, tmp_path: Path, *args: str, gate: dict[str, Any] | None = None) -> Any:
+    """`rag-monitor replay` of the oracle target, judged by the real anthropic SDK at `api`."""
+    config = tmp_path / "replay.json"
+    options = {"base_url": api.url, "api_key": api.key, "max_retries": 0, "timeout_seconds": 5}
+    config.write_text(json.dumps({"judge_options": options, "gate": gate or {}}))
+    command = ["replay", "--golden", str(_unmeasured_golden(tmp_path)), "--target", "support:oracle_target"]
+    return CliRunner().invoke(
+        _cli(), [*command, "--judge", "anthropic", "--yes", "--config", str(config), *args]
+    )
+
+
+_BROKEN = itertools.count()
+
+
+def _broken(path: str, body: dict[str, Any]) -> Reply:
+    """A judge API gone wrong: every other answer a 500, the rest 200s that are not JSON."""
+    if next(_BROKEN) % 2:
+        return Reply(200, "{not json at all")
+    return Reply(500, "<html>upstream exploded</html>")
+
+
+def test_a_judge_failing_on_every_row_is_not_a_pass(api: FakeAPI, tmp_path: Path) -> None:
+    api.default = _broken
+    report, baseline = tmp_path / "report.json", tmp_path / "baseline.json"
+    r = _judged(api, tmp_path, "--report", str(report), "--write-baseline", str(baseline))
+    assert r.exit_code == 2, r.output
+    assert "PASS" not in r.output
+    assert "COULD NOT MEASURE" in r.output and "faithfulness: the judge failed on 4 of 4 rows" in r.output
+    rep = json.loads(report.read_text())
+    assert rep["status"] == "unmeasured"
+    unmeasured = {u["metric"]: u for u in rep["unmeasured"]}
+    assert unmeasured["faithfulness"]["failed_rows"] == unmeasured["faithfulness"]["rows"] == 4
+    assert set(unmeasured) == {"faithfulness"}  # the default gate's only generation metric
+    assert rep["metrics"]["all"]["faithfulness"] is None
+    assert not baseline.exists(), "a baseline without faithfulness would hide every later drop"
+    assert len(api.requests) == 4
+
+
+def test_a_judge_failing_on_no_row_still_passes(api: FakeAPI, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    r = _judged(api, tmp_path, "--report", str(report))
+    assert r.exit_code == 0, r.output
+    assert "PASS" in r.output and "COULD NOT MEASURE" not in r.output
+    rep = json.loads(report.read_text())
+    assert rep["status"] == "pass" and rep["unmeasured"] == []
+    assert rep["metrics"]["all"]["faithfulness"] is not None
+
+
+def test_a_share_of_judge_failures_can_be_allowed(api: FakeAPI, tmp_path: Path) -> None:
+    api.script(Reply(500, "garbage"))  # one row's judgement fails, the others' succeed
+    strict = _judged(api, tmp_path)
+    assert strict.exit_code == 2, strict.output  # default: any failed row of a gated metric
+    api.script(Reply(500, "garbage"))
+    lenient = _judged(api, tmp_path, gate={"max_judge_failure_share": 0.5})
+    assert lenient.exit_code == 0, lenient.output
+    assert "1 rows not judged" in lenient.output
+
+
+async def test_the_scheduled_replay_exports_what_it_could_not_measure(api: FakeAPI, tmp_path: Path) -> None:
+    from monitor.judge import create_judge
+
+    api.default = _broken
+    registry = CollectorRegistry()
+    gauges = GoldenGauges(registry)
+    judge = create_judge("anthropic", {"base_url": api.url, "api_key": api.key, "max_retries": 0})
+    try:
+        rows = load_golden(_unmeasured_golden(tmp_path)).rows
+        report = await run_replay(rows, "support:oracle_target", judge=judge, gauges=gauges)
+    finally:
+        await judge.aclose()
+    assert report.exit_code == 2
+    assert registry.get_sample_value("ragmon_golden_unmeasured", {"metric": "faithfulness"}) == 1
+    assert registry.get_sample_value("ragmon_golden_unmeasured", {"metric": "recall_at_k"}) == 0
+    assert registry.get_sample_value("ragmon_golden_regression_active", {"metric": "faithfulness"}) == 0

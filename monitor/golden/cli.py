@@ -3,8 +3,10 @@ flag parsing and file I/O only.
 
 Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
 file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
-was not accepted (`--max-usd`, `--yes`). On exit 2 nothing is written: a CI job must never pick up
-a half-made baseline. A Pushgateway that cannot be reached changes none of these (see `_push`).
+was not accepted (`--max-usd`, `--yes`); on those nothing is written: a CI job must never pick up
+a half-made baseline. 2 also when the judge failed on the rows of a gated metric (`unmeasured`, see
+`GateConfig.max_judge_failure_share`): the report is written, to say which, the baseline is not.
+A Pushgateway that cannot be reached changes none of these (see `_push`).
 """
 
 from __future__ import annotations
@@ -278,7 +280,8 @@ def replay(
 
     With an LLM judge, the cost is estimated once the target has answered and before any judge
     request: the run stops there (exit 2) unless the estimate is within --max-usd or --yes is given.
-    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input or cost refused (nothing written).
+    Exit 0 pass, 1 regression (baseline drop or floor), 2 bad input or cost refused (nothing written),
+    or a gated metric the judge failed on (the report says which; no baseline written).
     With --pushgateway the results are pushed after the report is written; a failed push is a
     warning and leaves the exit code as the gate decided."""
     from monitor.golden.render import render_report
@@ -389,7 +392,11 @@ def replay(
             )
     if report is not None:
         _write_json(report, result.to_json_dict())
-    if write_baseline is not None:
+    if write_baseline is not None and result.unmeasured:
+        # A baseline with a metric missing would make every later run's drop on it invisible.
+        typer.echo(f"warning: baseline not written to {write_baseline}: the run could not measure "
+                   f"{', '.join(u.metric for u in result.unmeasured)}", err=True)  # fmt: skip
+    elif write_baseline is not None:
         _write_json(write_baseline, result.baseline())
         console.print(f"baseline written to {write_baseline}")
     if push is not None:

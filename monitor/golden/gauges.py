@@ -62,6 +62,13 @@ class GoldenGauges:
             ["metric"],
             registry=registry,
         )
+        self.unmeasured = Gauge(
+            f"{PREFIX}golden_unmeasured",
+            "1 when the last golden replay could not measure this gated metric: the judge failed on "
+            "its rows (the run exits 2, not a pass)",
+            ["metric"],
+            registry=registry,
+        )
         self.last_run = Gauge(
             f"{PREFIX}golden_last_run_timestamp_seconds",
             "Unix time of the last complete golden replay (a failed replay leaves it unchanged)",
@@ -96,6 +103,9 @@ class GoldenGauges:
         regressed = {r.metric for r in report.regressions}
         for metric in sorted(set(GAUGE_METRICS) | regressed):
             self.regression_active.labels(metric=metric).set(1.0 if metric in regressed else 0.0)
+        missing = {u.metric for u in report.unmeasured}
+        for metric in sorted(set(GAUGE_METRICS) | missing):
+            self.unmeasured.labels(metric=metric).set(1.0 if metric in missing else 0.0)
         self.last_run.set(report.started_at + report.duration_s)
         if report.change is not None and self.last_change is not None:
             self.last_change.labels(kind=report.change.kind).set(report.change.at)

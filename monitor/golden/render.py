@@ -227,7 +227,13 @@ def render_report(report: ReplayReport, console: Console) -> None:
     for w in report.warnings:
         console.print(f"[yellow]warning[/] {w}")
     mode = report.config.get("gate", {}).get("mode", "threshold")
-    if report.passed:
+    for u in report.unmeasured:
+        console.print(f"[bold red]unmeasured[/] {u.description}")
+    if report.unmeasured:
+        also = f"; {len(report.regressions)} regression finding(s) too" if report.regressions else ""
+        names = ", ".join(u.metric for u in report.unmeasured)
+        console.print(f"[bold red]COULD NOT MEASURE[/]: {names} — the judge failed{also} (exit 2)")
+    elif report.passed:
         waived = (
             f", {len(report.waived)} threshold(s) crossed within row noise (--gate interval)"
             if report.waived

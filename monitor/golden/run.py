@@ -25,6 +25,11 @@ terminal shows "–"). Self-evaluation: when the judge model is the model that g
 (`generator_model`: the target's answers name no model, the sidecar passes the one production
 spans showed), the report says so (`self_evaluation`, a warning).
 
+A gate that could not measure does not pass: when the judge failed (an outage, an answer it could
+not parse) on more than `GateConfig.max_judge_failure_share` of the rows a gated generation metric
+is computed from (default 0: on any of them), the metric is `unmeasured`, the report says so and
+the run exits 2 — a null faithfulness would otherwise pass every floor and drop.
+
 `baselines` adds the oracle and no-context replays of the same rows (`baselines.py`): reported
 beside the normal one, never gated. `change` records the event that triggered the run (a deploy, a
 re-index…) in the report and, through the gauges, for dashboards to annotate.
@@ -82,6 +87,7 @@ __all__ = [
     "ReplayReport",
     "RowMove",
     "RowResult",
+    "Unmeasured",
     "aggregate",
     "compare",
     "load_baseline",
@@ -114,6 +120,45 @@ class BaselineError(Exception):
     """A baseline that cannot be compared with this run (unreadable, other schema, other k)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Unmeasured:
+    """A gated metric the judge failed on too many rows of: the gate cannot say it passed."""
+
+    metric: str
+    failed: int  # rows the judge failed on
+    rows: int  # rows the metric is computed from, had the judge answered
+    allowed_share: float
+
+    @property
+    def description(self) -> str:
+        return (
+            f"{self.metric}: the judge failed on {self.failed} of {self.rows} rows "
+            f"(allowed: {self.allowed_share:.0%}); see rows[].judge_error"
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "failed_rows": self.failed,
+            "rows": self.rows,
+            "allowed_share": self.allowed_share,
+            "description": self.description,
+        }
+
+
+def find_unmeasured(rows: Sequence[RowResult], gate: GateConfig) -> list[Unmeasured]:
+    """The gated generation metrics whose judge failures exceed `gate.max_judge_failure_share`."""
+    out = []
+    for metric in GENERATION_METRICS:
+        if metric not in gate.gated():
+            continue
+        counted = [r for r in rows if r.counts_for(metric)]
+        failed = sum(r.judge_failed for r in counted)
+        if counted and failed > gate.max_judge_failure_share * len(counted) + 1e-9:
+            out.append(Unmeasured(metric, failed, len(counted), gate.max_judge_failure_share))
+    return out
+
+
 class GateConfig(BaseModel):
     """What counts as a regression. Drops are absolute (0.05 = five points of recall), measured
     paired on the rows present in the baseline and in this run.
@@ -137,6 +182,18 @@ class GateConfig(BaseModel):
     floors: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.85, "faithfulness": 0.9})
     slice_floor: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.75, "faithfulness": 0.75})
     slice_floors: dict[str, dict[str, float]] = Field(default_factory=dict)
+    max_judge_failure_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of a gated generation metric's rows the judge may fail on before the "
+        "metric is unmeasured and the run exits 2 (0: any failed row)",
+    )
+
+    def gated(self) -> set[str]:
+        """Every metric some threshold of this gate reads."""
+        names = {*self.max_drop, *self.floors, *self.slice_floor}
+        return names | {m for per in self.slice_floors.values() for m in per}
 
     def model_post_init(self, context: Any, /) -> None:
         names = [*self.max_drop, *self.floors, *self.slice_floor]
@@ -161,6 +218,18 @@ class RowResult:
     judge_error: str | None = None
     latency_s: float = 0.0
     citations: CitationReport | None = None  # None: the answer cites nothing (or not judged)
+    judge_failed: bool = False  # sent to the judge, which failed (not a row skipped as nothing to judge)
+
+    def counts_for(self, metric: str) -> bool:
+        """Whether a judgement of this row would give `metric` a value: the rows a judge failure
+        leaves `metric` unmeasured on. Rows skipped before judging (nothing to judge) never count."""
+        if self.judge_error is not None and not self.judge_failed:
+            return False
+        if metric == "refusal_accuracy":
+            return not self.answerable
+        if metric == "false_refusal_rate":
+            return self.answerable
+        return metric in GENERATION_METRICS
 
     def value(self, metric: str) -> float | None:
         """This row's contribution to `metric` (None: the row does not count for it)."""
@@ -456,20 +525,29 @@ class ReplayReport:
     change: Change | None = None  # what triggered this run out of schedule
     # {generator_model, judge_model, self_judged}; None: the generator model is not known
     self_evaluation: dict[str, Any] | None = None
+    # Gated metrics the judge failed on too often: the run could not measure them (exit 2).
+    unmeasured: list[Unmeasured] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not self.regressions
+        return not self.regressions and not self.unmeasured
+
+    @property
+    def status(self) -> Literal["pass", "regression", "unmeasured"]:
+        if self.unmeasured:
+            return "unmeasured"
+        return "regression" if self.regressions else "pass"
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        """0 pass, 1 regression, 2 could not measure (a regression found too is in the report)."""
+        return {"pass": 0, "regression": 1, "unmeasured": 2}[self.status]
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "schema_version": BASELINE_SCHEMA_VERSION,
             "kind": "rag-monitor-golden-report",
-            "status": "pass" if self.passed else "regression",
+            "status": self.status,
             "started_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(),
             "duration_seconds": round(self.duration_s, 3),
             "golden": {"path": self.golden_path, "sha256": self.golden_sha256, "rows": len(self.rows)},
@@ -483,6 +561,7 @@ class ReplayReport:
             "intervals": self._intervals_json(),
             "comparison": self.comparison.to_json_dict() if self.comparison else None,
             "regressions": [r.to_json_dict() for r in self.regressions],
+            "unmeasured": [u.to_json_dict() for u in self.unmeasured],
             "waived": [r.to_json_dict() for r in self.waived],
             "judge_cost": self.judge_cost,
             "change": self.change.to_json_dict() if self.change else None,
@@ -777,9 +856,13 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
             judgement = await judge.judge(judged)
         except Exception as exc:  # a judge is not supposed to raise; one bad row must not end the run
             result.judge_error = f"{exc.__class__.__name__}: {exc}"
+            if isinstance(result, RowResult):
+                result.judge_failed = True
             return
     if judgement.error is not None:
         result.judge_error = judgement.error
+        if isinstance(result, RowResult):
+            result.judge_failed = True
     else:
         result.faithfulness = judgement.faithfulness
         result.refused = judgement.refuses  # no answer given; a hedged answer is an answer
@@ -909,6 +992,9 @@ async def run_replay(
     scored = await asyncio.to_thread(_score, results, gate, baseline, interval_cfg, modes, references)
     regressions, waived = split_by_gate(scored.findings, gate)
     metrics = scored.metrics
+    unmeasured = find_unmeasured(results, gate)
+    for u in unmeasured:
+        log.info("golden replay could not measure %s", u.description)
     judge_errors = metrics[ALL]["judge_errors"]
     if judge_errors:
         warnings.append(
@@ -976,6 +1062,7 @@ async def run_replay(
         baselines=scored.baselines,
         change=change,
         self_evaluation=self_evaluation,
+        unmeasured=unmeasured,
     )
     if gauges is not None:
         gauges.publish(report)

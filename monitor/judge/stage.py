@@ -37,7 +37,7 @@ from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
-from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line
+from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
 from monitor.samples import BadSample, decode_sample
 from monitor.slices import BoundedLabel
@@ -225,7 +225,12 @@ class JudgeStage:
     def _open_outputs(self) -> None:
         results = self.settings.results
         if results.file is not None:
-            self._sinks.append(FileSink(results.file))
+            self._sinks.append(
+                FileSink(
+                    results.file, results.file_max_bytes, results.file_keep, self.metrics.results_write_errors
+                )
+            )
+            reopen_on_sighup()
         if results.topic:
             self._sinks.append(
                 TopicSink(

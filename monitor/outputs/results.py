@@ -1,15 +1,21 @@
 """Outputs: the results file and topic (the HTTP endpoint is in `monitor.outputs.http`).
 
 A result is written before the offsets behind it may be committed, so the sinks report success
-only once the line is with the OS (file) or acknowledged by the broker (topic).
+only once the line is on disk (file, fsynced) or acknowledged by the broker (topic).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
+import os
+import signal
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,21 +38,196 @@ def encode_line(result: dict[str, Any]) -> bytes:
 
 
 class FileSink:
-    """Appends JSON lines; writes happen in a worker thread so the event loop never waits on disk."""
+    """Appends JSON lines to a file that stays whole and bounded whatever the disk does.
 
-    def __init__(self, path: Path) -> None:
+    - Whole lines only: a batch that fails part-way (ENOSPC, EIO) is truncated back to where it
+      began before the error is raised, so the stage's retry writes it once; a torn tail left by a
+      crash is cut back to the last newline when the file is (re)opened.
+    - Durable: each batch is fsynced before `write` returns, since the stage commits the offsets
+      behind a result once it is written.
+    - Bounded: past `max_bytes` the file is rotated to `path.1` (then `.2` … up to `keep`, the
+      oldest deleted), as logrotate and lumberjack name them; `max_bytes=0` never rotates.
+    - Rotated by another tool: a file renamed or deleted away (its inode no longer at `path`) or
+      truncated in place is noticed at the next write; `reopen()` (SIGHUP) forces a reopen.
+    - Failures are counted in `errors{reason}` (`no_space`, `io_error`, `torn_tail`).
+
+    All file work runs in a worker thread so the event loop never waits on the disk.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = 0, keep: int = 0, errors: Counter | None = None) -> None:
+        self.path = path
+        self._max_bytes = max_bytes
+        self._keep = keep
+        self._errors = errors
+        self._lock = threading.Lock()
+        self._fd = -1
+        self._ino = (0, 0)  # (st_dev, st_ino) of the open file
+        self._size = 0  # the file's length up to the last whole line this sink knows of
+        self._dirty = False  # a failed write may have left bytes after `_size`
+        self._reopen = False
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = path.open("ab")
+        self._open()  # fails start-up on an unwritable path, as before
+        _OPEN.add(self)
 
-    def _write(self, lines: list[tuple[str, bytes]]) -> None:
-        self._fh.write(b"".join(line for _, line in lines))
-        self._fh.flush()
+    # -- the event loop's side -------------------------------------------------------------
 
     async def write(self, lines: list[tuple[str, bytes]]) -> None:
-        await asyncio.to_thread(self._write, lines)
+        data = b"".join(line for _, line in lines)
+        if data:
+            await asyncio.to_thread(self._write, data)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._fh.close)
+        _OPEN.discard(self)
+        await asyncio.to_thread(self._close)
+
+    def reopen(self) -> None:
+        """Reopen `path` before the next write (after logrotate moved it away: SIGHUP)."""
+        self._reopen = True
+
+    # -- the worker thread's side ----------------------------------------------------------
+
+    def _count(self, reason: str) -> None:
+        if self._errors is not None:
+            self._errors.labels(reason=reason).inc()
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            st = os.fstat(fd)
+            size = _whole_lines_end(fd, st.st_size)
+            if size != st.st_size:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+                self._count("torn_tail")
+                log.warning(
+                    "results file %s ended in a torn line (%d bytes): cut back to the last whole line",
+                    self.path,
+                    st.st_size - size,
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._ino, self._size, self._dirty = fd, (st.st_dev, st.st_ino), size, False
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def _moved_away(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self._ino
+
+    def _reopen_now(self) -> None:
+        if self._dirty:  # a failed batch's bytes stay out of the old file too
+            os.ftruncate(self._fd, self._size)
+            self._dirty = False
+        os.close(self._fd)
+        self._fd = -1
+        self._open()
+
+    def _rotate(self) -> None:
+        """path.(keep-1) → path.keep … path → path.1, then a new empty path."""
+        os.close(self._fd)
+        self._fd = -1
+        if self._keep == 0:
+            self.path.unlink(missing_ok=True)
+        else:
+            for i in range(self._keep - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{i}")
+                if older.exists():
+                    os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self._open()
+        _fsync_dir(self.path.parent)
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            try:
+                self._prepare(len(data))
+                self._append(data)
+            except OSError as exc:
+                self._count("no_space" if exc.errno in _NO_SPACE else "io_error")
+                raise
+
+    def _prepare(self, incoming: int) -> None:
+        """An open file at `path`, holding whole lines only, with room for `incoming` bytes."""
+        if self._fd < 0:
+            self._open()  # a reopen or rotation failed part-way: again
+        elif self._reopen or self._moved_away():
+            self._reopen = False
+            self._reopen_now()
+        if self._dirty:
+            os.ftruncate(self._fd, self._size)  # what a failed batch left, before its retry
+            self._dirty = False
+        actual = os.fstat(self._fd).st_size
+        if actual < self._size:  # truncated in place (logrotate's copytruncate)
+            self._size = _whole_lines_end(self._fd, actual)
+        if self._max_bytes and self._size and self._size + incoming > self._max_bytes:
+            self._rotate()
+
+    def _append(self, data: bytes) -> None:
+        start = self._size
+        self._dirty = True
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):  # else left dirty: cut before the next attempt
+                os.ftruncate(self._fd, start)
+                self._dirty = False
+            raise
+        self._size = start + len(data)
+        self._dirty = False
+
+
+# ENOSPC, and EDQUOT (a quota is a full disk to this writer).
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+# Open file sinks, for the SIGHUP handler (weak: a closed sink goes away on its own).
+_OPEN: weakref.WeakSet[FileSink] = weakref.WeakSet()
+
+
+def reopen_files() -> None:
+    """Reopen every open results file at its next write: the SIGHUP handler (logrotate's
+    `postrotate kill -HUP`)."""
+    for sink in list(_OPEN):
+        sink.reopen()
+
+
+def reopen_on_sighup() -> None:
+    """SIGHUP reopens the results files (as for nginx or rsyslog after logrotate), when this is
+    the main thread's running loop (elsewhere signals cannot be handled: the inode check alone)."""
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reopen_files)
+
+
+def _whole_lines_end(fd: int, size: int) -> int:
+    """The offset just past the last newline in the first `size` bytes of `fd` (0 if none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        chunk = os.pread(fd, end - start, start)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        end = start
+    return 0
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (POSIX wants the directory fsynced too)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class TopicSink:
