@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_PRICES",
+    "MAX_CHUNKS",
+    "MAX_CHUNK_CHARS",
     "SKIP_NO_ANSWER",
     "SKIP_NO_CONTEXT_CONTENT",
     "SYSTEM_PROMPT",
@@ -71,6 +73,7 @@ __all__ = [
     "RecordMeta",
     "Redactor",
     "build_prompt",
+    "clip_record",
     "cost_usd",
     "count_request",
     "escape_data",
@@ -184,6 +187,50 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " [...truncated]"
 
 
+# What a judge reads of a record, at most (`LLMJudgeConfig` and the lexical judge's options): the
+# first MAX_CHUNKS chunks, MAX_CHUNK_CHARS of each and of the query, twice that of the answer.
+MAX_CHUNKS = 20
+MAX_CHUNK_CHARS = 4000
+
+
+def clip_record(
+    record: RagRecord, *, max_chunks: int = MAX_CHUNKS, max_chunk_chars: int = MAX_CHUNK_CHARS
+) -> tuple[RagRecord, dict[str, int] | None]:
+    """`record` cut to what `build_prompt` shows an LLM judge (same limits, no markers: a judge
+    that reads words would read them), and what was cut (None: nothing). For a judge whose cost
+    grows with its input: a huge answer or chunk must cost a bounded judgement, as it does an
+    LLM judge a bounded prompt. Cuts fall on whitespace where there is some, so that no word is
+    halved into another."""
+
+    def cut(text: str, limit: int) -> str:
+        if len(text) <= limit:
+            return text
+        head = text[:limit]
+        space = head.rfind(" ", limit // 2)
+        return head[:space] if space > 0 else head
+
+    chunks = record.chunks[:max_chunks]
+    long = {i for i, c in enumerate(chunks) if c.content and len(c.content) > max_chunk_chars}
+    what = {
+        "answer_chars": len(record.answer) if len(record.answer) > 2 * max_chunk_chars else 0,
+        "query_chars": len(record.query) if len(record.query) > max_chunk_chars else 0,
+        "chunks_cut": len(long),
+        "chunks_omitted": len(record.chunks) - len(chunks),
+    }
+    if not any(what.values()):
+        return record, None
+    out = replace(
+        record,
+        query=cut(record.query, max_chunk_chars),
+        answer=cut(record.answer, 2 * max_chunk_chars),
+        chunks=[
+            replace(c, content=cut(c.content or "", max_chunk_chars)) if i in long else c
+            for i, c in enumerate(chunks)
+        ],
+    )
+    return out, {k: v for k, v in what.items() if v}
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     system: str
@@ -217,8 +264,8 @@ class Prompt:
 def build_prompt(
     record: RagRecord,
     *,
-    max_chunks: int = 20,
-    max_chunk_chars: int = 4000,
+    max_chunks: int = MAX_CHUNKS,
+    max_chunk_chars: int = MAX_CHUNK_CHARS,
     query_types: Sequence[str] | None = None,
 ) -> Prompt:
     """The fixed instructions plus the record fenced as escaped data.
@@ -389,8 +436,8 @@ class LLMJudgeConfig(BaseModel):
     deadline_seconds: float = Field(default=120.0, gt=0)  # a whole judgement, retries included
     max_retries: int = Field(default=2, ge=0)
     max_tokens: int = Field(default=2048, ge=64)
-    max_chunks: int = Field(default=20, ge=1)
-    max_chunk_chars: int = Field(default=4000, ge=100)
+    max_chunks: int = Field(default=MAX_CHUNKS, ge=1)
+    max_chunk_chars: int = Field(default=MAX_CHUNK_CHARS, ge=100)
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
     # Also ask the judge which of these types the query is (`Judgement.judged_query_type`), for
     # records whose type the span does not carry; None: not asked, prompt and schema unchanged.
