@@ -1,15 +1,20 @@
 """The judge stage under hostile traffic, on the embedded broker: a huge record never blocks the
-event loop (the member would be evicted from its group and loop on the same sample)."""
+event loop (the member would be evicted from its group and loop on the same sample); a rejected
+key or an empty account is an outage that holds the samples, not a verdict on each of them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
-from support import eventually, result_lines, running, settings_for
+from support import committed_total, eventually, result_ids, result_lines, running, sample, settings_for
+from test_judge_llm import FakeAPI, Reply, _error_body, default_reply
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
@@ -79,3 +84,70 @@ async def test_a_huge_record_is_judged_while_the_loop_keeps_running(
     assert line["judge"]["outcome"] == "ok" and line["claims"], line.get("error")
     assert line["raw"]["clipped"] == {"answer_chars": 500_000, "chunks_cut": 5}
     assert max(gaps) < 1.0, f"the event loop stalled {max(gaps):.2f}s"
+
+
+_CREDIT = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing."
+
+
+@pytest.mark.parametrize(
+    ("backend", "refusal"),
+    [("anthropic", "revoked_key"), ("anthropic", "credit"), ("openai", "revoked_key")],
+)
+async def test_a_refused_key_or_account_holds_every_sample_until_it_works(
+    api: FakeAPI,
+    broker: EmbeddedBroker,
+    topic: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    backend: str,
+    refusal: str,
+) -> None:
+    """The real SDK (or httpx for openai) against a local server: while it answers 401 (the
+    configured key revoked) or 400 "credit balance too low", no sample is written failed, no
+    samples offset is committed, the breaker shows open and the log names the cause without the
+    key; once the key works again, every sample gets a real judgement."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    key = api.key
+    base_url = api.url if backend == "anthropic" else f"{api.url}/v1"
+    options = {"api_key": key, "base_url": base_url, "max_retries": 0, "timeout_seconds": 2.0}
+    breaker = {"failures": 3, "min_pause_seconds": 0.2, "max_pause_seconds": 1.0}
+    settings = settings_for(
+        bs, topic, results, judge={"backend": backend, "options": options, "breaker": breaker}
+    )
+    if refusal == "revoked_key":
+        api.key = "sk-ant-FAKEKEY-the-one-that-replaced-it"  # the server now refuses ours: 401
+    else:
+
+        def no_credit(path: str, body: dict[str, Any]) -> Reply:
+            return Reply(400, _error_body(path, "invalid_request_error", _CREDIT))
+
+        api.default = no_credit
+    work = generate(30, seed=93)
+    ids = {t.trace_id for t in work.traces}
+    pc = settings.pipeline
+    caplog.set_level(logging.WARNING, logger="monitor.judge.breaker")
+    async with running(settings) as sidecar:
+        await produce(bs, topic, work.pairs())
+        await eventually(lambda: sidecar.ingest is not None and sidecar.ingest.records_seen == 30)
+        await eventually(lambda: sample(sidecar, "ragmon_judge_circuit_open") == 1, what="breaker open")
+        await asyncio.sleep(2.0)  # probes fail, commit intervals pass
+        assert result_lines(results) == []
+        assert await committed_total(bs, pc.samples_topic, pc.judge_group_id) == 0
+        assert sample(sidecar, "ragmon_judge_circuit_open") == 1
+        outcome = "auth_error" if refusal == "revoked_key" else "billing_error"
+        assert sidecar.judge_stage is not None and sidecar.judge_stage.judge is not None
+        model = sidecar.judge_stage.judge.model
+        assert (
+            sample(sidecar, "ragmon_judge_requests_total", backend=backend, model=model, outcome=outcome) > 0
+        )
+        # Recovery: the key works again.
+        api.key, api.default = key, default_reply
+        await eventually(lambda: result_ids(results) >= ids, within=60, what="every record judged")
+        assert sample(sidecar, "ragmon_judge_circuit_open") == 0
+    outcomes = {r["judge"]["outcome"] for r in result_lines(results) if "judge_skipped" not in r}
+    assert outcomes == {"ok"}, outcomes
+    down = [r.getMessage() for r in caplog.records if "paused" in r.getMessage()]
+    assert len(down) == 1, down  # one line a minute
+    assert outcome in down[0] and ("bad key" in down[0] or "credit balance" in down[0])
+    assert key not in caplog.text

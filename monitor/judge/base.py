@@ -78,6 +78,7 @@ __all__ = [
     "count_request",
     "escape_data",
     "json_bytes",
+    "outcome_for_error",
     "outcome_for_status",
     "output_schema",
     "parse_output",
@@ -475,6 +476,22 @@ def outcome_for_status(status: int) -> JudgeOutcome:
     if status == 408:
         return JudgeOutcome.TIMEOUT
     return JudgeOutcome.CLIENT_ERROR
+
+
+# What providers say when the account, not the request, is the trouble: Anthropic's 400 "Your
+# credit balance is too low", OpenAI's 429 insufficient_quota ("check your plan and billing").
+_BILLING = re.compile(r"credit balance|billing|insufficient_quota|payment required", re.IGNORECASE)
+
+
+def outcome_for_error(status: int, message: str) -> JudgeOutcome:
+    """`outcome_for_status`, except that a rejected key (401, 403) or a refusal for billing (402,
+    or a 4xx whose message says credit, billing or quota) is named: those hold for every record,
+    so the judge stage waits them out like an outage instead of writing each sample failed."""
+    if status in (401, 403):
+        return JudgeOutcome.AUTH_ERROR
+    if status == 402 or (400 <= status < 500 and _BILLING.search(message)):
+        return JudgeOutcome.BILLING_ERROR
+    return outcome_for_status(status)
 
 
 _BEARER = re.compile(r"(?i)(bearer\s+|x-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+")

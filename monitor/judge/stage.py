@@ -296,7 +296,7 @@ class JudgeStage:
         judgement = await self.judge.try_judge(CANARY)
         if judgement is None or judgement.outcome in OUTAGE:
             if judgement is not None:
-                await self.breaker.failure(judgement.outcome, False)
+                await self.breaker.failure(judgement.outcome, False, judgement.error or "")
             return False
         await self.breaker.success()
         log.info("judge canary answered (%s): the sample that keeps failing is given up", judgement.outcome)
@@ -320,7 +320,7 @@ class JudgeStage:
             probe = await self.breaker.admit()
             judgement = await self.judge.try_judge(judged, sampling_weight=item.weight)
             if judgement is not None and judgement.outcome in OUTAGE:
-                await self.breaker.failure(judgement.outcome, probe)
+                await self.breaker.failure(judgement.outcome, probe, judgement.error or "")
                 item.attempts += 1
                 if item.successes_before < 0:
                     item.successes_before = self.breaker.successes
