@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from support import committed_total, eventually, result_ids, result_lines, running, sample, settings_for
-from test_judge_llm import FakeAPI, Reply, _error_body, default_reply
+from test_judge_llm import FakeAPI, Reply, _error_body, anthropic_message, default_reply, good_output
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
@@ -151,3 +151,36 @@ async def test_a_refused_key_or_account_holds_every_sample_until_it_works(
     assert len(down) == 1, down  # one line a minute
     assert outcome in down[0] and ("bad key" in down[0] or "credit balance" in down[0])
     assert key not in caplog.text
+
+
+async def test_an_llm_judge_with_no_budget_configured_stops_at_the_default_cap(
+    api: FakeAPI, broker: EmbeddedBroker, topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No `judge.budget` at all: the start says the default cap holds, and once the day's 10 USD
+    cannot cover another judgement (a dear model here: 4 USD a reply, at most 8.2 reserved), the
+    other samples are written skipped for the budget instead of being paid for."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+
+    def long_reply(path: str, body: dict[str, Any]) -> Reply:
+        message = anthropic_message(good_output(body))
+        message["usage"] = {"input_tokens": 1000, "output_tokens": 2000}
+        return Reply(body=message)
+
+    api.default = long_reply
+    dear = {"claude-haiku-4-5": {"input": 1.0, "output": 2000.0}}  # USD per million tokens
+    options = {"api_key": api.key, "base_url": api.url, "max_retries": 0, "prices": dear}
+    settings = settings_for(
+        bs, topic, results, judge={"backend": "anthropic", "options": options, "workers": 1}
+    )
+    work = generate(20, seed=94)
+    caplog.set_level(logging.WARNING, logger="monitor.judge.stage")
+    async with running(settings) as sidecar:
+        await produce(bs, topic, work.pairs())
+        await eventually(lambda: len(result_ids(results)) == 20, within=60, what="every record written")
+        await eventually(lambda: sample(sidecar, "ragmon_judge_budget_remaining", limit="usd") < 8.2)
+    lines = result_lines(results)
+    judged = [r for r in lines if "judge_skipped" not in r]
+    assert len(judged) in (1, 2) and sum(r["judge"]["cost_usd"] for r in judged) <= 10.0
+    assert {r["judge_skipped"] for r in lines if r not in judged} == {"budget"}
+    assert "default 10 USD a day" in caplog.text

@@ -105,6 +105,15 @@ class JudgeStage:
         self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
         self._judge_labels = settings.slices.classify == "judge"
         self.budget = JudgeBudget(jc.budget) if jc.budget.enabled else None
+        if judge is not None and jc.budget.default_cap:
+            log.warning(
+                "judge %s: no judge.budget.usd_per_day configured; capping spend at the default %g USD "
+                "a day (set usd_per_day to change it, null to lift it)",
+                judge.name,
+                jc.budget.usd_per_day,
+            )
+        elif judge is not None and judge.name != "lexical" and jc.budget.usd_per_day is None:
+            log.warning("judge %s: no USD limit (judge.budget.usd_per_day: null)", judge.name)
         self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
         batch_stats = getattr(judge, "batch_stats", None)
         if batch_stats is not None:
