@@ -257,6 +257,15 @@ class JudgeConfig(_Section):
     # variable over a key in this file.
     options: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _money_is_bounded(self) -> JudgeConfig:
+        """An LLM judge with no USD limit configured gets the default daily cap, so a wrong
+        sampling rate or a flood of traffic costs a bounded sum (`judge.budget.usd_per_day: null`
+        lifts it)."""
+        if self.backend in ("anthropic", "openai"):
+            self.budget = self.budget.with_default_cap()
+        return self
+
     @field_validator("options")
     @classmethod
     def _options_of_the_backend(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:

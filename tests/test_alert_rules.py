@@ -127,6 +127,8 @@ LABEL_VALUES = {
         "timeout",
         "invalid_output",
         "client_error",
+        "auth_error",
+        "billing_error",
         "connection_error",
         "internal_error",
     },

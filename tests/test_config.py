@@ -251,3 +251,21 @@ def test_the_process_prints_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     # One line: no traceback, and no warning about what start-up left half-built.
     assert proc.stderr.startswith("error: no Anthropic API key") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_an_llm_judge_spends_at_most_the_default_cap_unless_told(tmp_path: Path) -> None:
+    """`config show` states the cap an LLM judge gets when no USD limit is configured; a configured
+    limit, or an explicit null, is kept; the offline judge costs nothing and gets none."""
+
+    def shown(judge: dict[str, Any]) -> Any:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(yaml.safe_dump({"judge": judge}))
+        result = CliRunner().invoke(app, ["config", "show", "--config", str(cfg)])
+        assert result.exit_code == 0, result.output
+        return yaml.safe_load(result.stdout)["judge"]["budget"]["usd_per_day"]
+
+    assert shown({"backend": "anthropic"}) == 10.0
+    assert shown({"backend": "openai", "budget": {"calls_per_minute": 100}}) == 10.0
+    assert shown({"backend": "anthropic", "budget": {"usd_per_day": 2.5}}) == 2.5
+    assert shown({"backend": "anthropic", "budget": {"usd_per_day": None}}) is None
+    assert shown({"backend": "lexical"}) is None

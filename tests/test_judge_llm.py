@@ -390,6 +390,8 @@ async def test_anthropic_429_retry_after_is_honoured(api: FakeAPI) -> None:
         (529, "overloaded_error", JudgeOutcome.OVERLOADED),
         (500, "api_error", JudgeOutcome.SERVER_ERROR),
         (400, "invalid_request_error", JudgeOutcome.CLIENT_ERROR),
+        (401, "authentication_error", JudgeOutcome.AUTH_ERROR),
+        (403, "permission_error", JudgeOutcome.AUTH_ERROR),
     ],
 )
 async def test_anthropic_error_outcomes(api: FakeAPI, status: int, kind: str, outcome: JudgeOutcome) -> None:
@@ -401,8 +403,8 @@ async def test_anthropic_error_outcomes(api: FakeAPI, status: int, kind: str, ou
     assert j.outcome is outcome
     assert_no_scores(j)
     assert str(status) in (j.error or "") and kind in (j.error or "")
-    retried = status != 400
-    assert len(api.requests) == (3 if retried else 1)  # SDK retries 429/5xx, not 400
+    retried = status >= 429
+    assert len(api.requests) == (3 if retried else 1)  # SDK retries 429/5xx, not 400/401/403
     assert j.requests == len(api.requests)  # every try is a request the provider counts
     assert j.tokens.as_dict() == {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
     assert j.cost_usd == 0.0
@@ -846,7 +848,9 @@ async def test_openai_retry_after_is_honoured(api: FakeAPI) -> None:
         (429, JudgeOutcome.RATE_LIMITED, 3),
         (529, JudgeOutcome.OVERLOADED, 3),
         (503, JudgeOutcome.SERVER_ERROR, 3),
-        (401, JudgeOutcome.CLIENT_ERROR, 1),
+        (400, JudgeOutcome.CLIENT_ERROR, 1),
+        (401, JudgeOutcome.AUTH_ERROR, 1),
+        (402, JudgeOutcome.BILLING_ERROR, 1),
     ],
 )
 async def test_openai_error_outcomes(api: FakeAPI, status: int, outcome: JudgeOutcome, attempts: int) -> None:
@@ -951,7 +955,7 @@ async def test_api_key_never_leaks(
         await judge.aclose()
     assert [r.outcome for r in results] == [
         JudgeOutcome.OK,
-        JudgeOutcome.CLIENT_ERROR,
+        JudgeOutcome.AUTH_ERROR,
         JudgeOutcome.SERVER_ERROR,
     ] * 2
     assert all("[REDACTED]" in (r.error or "") for r in results if not r.ok)

@@ -24,6 +24,7 @@ from monitor.judge.base import (
     build_prompt,
     cost_usd,
     escape_data,
+    outcome_for_error,
     outcome_for_status,
     output_schema,
     parse_output,
@@ -514,6 +515,21 @@ def test_outcomes_for_status() -> None:
     assert outcome_for_status(502) is JudgeOutcome.SERVER_ERROR
     assert outcome_for_status(408) is JudgeOutcome.TIMEOUT
     assert outcome_for_status(401) is JudgeOutcome.CLIENT_ERROR
+
+
+def test_credentials_and_billing_are_named() -> None:
+    """A rejected key and an empty account are the account's trouble (an outage the judge stage
+    waits out), not the record's; another 4xx stays a client error."""
+    assert outcome_for_error(401, "authentication_error invalid x-api-key") is JudgeOutcome.AUTH_ERROR
+    assert outcome_for_error(403, "permission_error") is JudgeOutcome.AUTH_ERROR
+    assert outcome_for_error(402, "") is JudgeOutcome.BILLING_ERROR
+    credit = "invalid_request_error Your credit balance is too low to access the Anthropic API."
+    assert outcome_for_error(400, credit) is JudgeOutcome.BILLING_ERROR
+    quota = "HTTP 429: You exceeded your current quota, please check your plan and billing details."
+    assert outcome_for_error(429, quota) is JudgeOutcome.BILLING_ERROR
+    assert outcome_for_error(429, "slow down") is JudgeOutcome.RATE_LIMITED
+    assert outcome_for_error(400, "invalid_request_error max_tokens: too large") is JudgeOutcome.CLIENT_ERROR
+    assert outcome_for_error(529, "overloaded_error") is JudgeOutcome.OVERLOADED
 
 
 def test_redactor() -> None:

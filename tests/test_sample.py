@@ -272,6 +272,40 @@ def test_priority_sampling_oversamples_flagged_records() -> None:
     assert 0.04 < plain / 36000 < 0.06
 
 
+def test_a_flood_of_one_signal_takes_at_most_its_share_of_the_judgements() -> None:
+    """A producer sending nothing but chunkless records (x4) gets x4 in the first window it is
+    seen; from the next, that signal adds at most `signal_max_share` (0.5) of the slice's
+    judgements: x2, half the spend. A few such records keep their x4. The weights stay 1/p, so
+    the estimated volume is still right."""
+    policy = SamplingPolicy(rate=0.05, min_per_window=0, window_seconds=60.0)
+    base = 60.0 * 28_333_334  # a window start
+    tids = iter(ids(30_000, seed=17))
+
+    def window(s: Sampler, k: int, chunkless: float) -> list[float]:
+        """The p of every sampled chunkless record of window k (2000 records, `chunkless` of them
+        without chunks); asserts the weighted count of those records."""
+        got: list[float] = []
+        flagged = 0
+        for i in range(2000):
+            empty = i < 2000 * chunkless
+            flagged += empty
+            p = s.decide(rec(next(tids), chunks=[] if empty else None), base + 60.0 * k + i * 0.02)
+            if p is not None and empty:
+                got.append(p)
+        assert sum(1 / p for p in got) == pytest.approx(flagged, rel=0.2)
+        return got
+
+    flood = Sampler(policy)
+    assert set(window(flood, 0, 1.0)) == {0.2}  # x4: no window before it to go by
+    for k in (1, 2, 3):
+        ps = window(flood, k, 1.0)
+        assert 0.085 < ps[0] < 0.115 and len(set(ps)) == 1, (k, ps[0])  # ~x2
+        assert 140 < len(ps) < 260  # judgements halved: ~200 of 2000, not ~400
+    few = Sampler(policy)
+    for k in range(3):
+        assert set(window(few, k, 0.1)) == {0.2}
+
+
 @pytest.mark.parametrize(
     "answer",
     [

@@ -158,7 +158,9 @@ def state(st: IngestStage, output: KafkaOutput) -> dict[str, Any]:
             s.seen,
             s.count_from,
             s.median,
-            [(f.floor_p, f.median, f.bound) for f in (s.cur, s.prev, s.unknown)],
+            s.sampled,
+            list(s.extra),
+            [(f.floor_p, f.median, f.bound, f.mults) for f in (s.cur, s.prev, s.unknown)],
         )
         for qt, s in st.sampler._slices.items()
     }

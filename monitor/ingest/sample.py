@@ -132,6 +132,13 @@ class SamplingPolicy(BaseModel):
         3.0, gt=1, description="answer length above factor x or below 1/factor x the slice's median"
     )
     unusual_length_multiplier: float = Field(2.0, ge=1)
+    signal_max_share: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="most of a slice's judgements one priority signal may add (past what the rate "
+        "gives): a producer that sends nothing but chunkless records cannot take the budget",
+    )
 
     def model_post_init(self, _context: object) -> None:
         for qt, r in self.rates.items():
@@ -139,15 +146,26 @@ class SamplingPolicy(BaseModel):
                 raise ValueError(f"rates[{qt!r}] must be within [0, 1], got {r}")
 
 
+# The priority signals, as indices into `_Frozen.mults` and `_Slice.extra`.
+_NO_CHUNKS, _LOW_SCORE, _REFUSAL, _LENGTH = range(4)
+# Judgements of a slice in a window below which its signals' shares say too little to cap them on.
+_CAP_MIN_SAMPLES = 20
+
+
 class _Frozen:
     """What a slice's decisions in one window rest on, fixed when the window opens."""
 
-    __slots__ = ("bound", "floor_p", "median")
+    __slots__ = ("bound", "floor_p", "median", "mults")
 
-    def __init__(self, floor_p: float, median: float, max_p: float) -> None:
+    def __init__(self, floor_p: float, median: float, max_p: float, mults: tuple[float, ...]) -> None:
         self.floor_p = floor_p
         self.median = median  # 0 = unknown: the unusual-length signal is off
-        self.bound = max(max_p, floor_p)  # no draw at or above it can be sampled
+        # Each signal's multiplier in this window: the configured one, or less where the signal
+        # took more than `signal_max_share` of the slice's judgements in the window before.
+        self.mults = mults
+        # No draw at or above it can be sampled: from the configured multipliers, which the
+        # capped ones never exceed (the compiled accounting leaves draws under it to `decide`).
+        self.bound = max(max_p, floor_p)
 
 
 class _Slice:
@@ -158,17 +176,19 @@ class _Slice:
     __slots__ = (
         "count_from",
         "cur",
+        "extra",
         "max_p",
         "median",
         "prev",
         "rate",
+        "sampled",
         "seen",
         "unknown",
         "window",
         "window_end",
     )
 
-    def __init__(self, rate: float, max_p: float) -> None:
+    def __init__(self, rate: float, max_p: float, mults: tuple[float, ...]) -> None:
         self.rate = rate
         self.max_p = max_p  # the highest p the signals can give: above it, no need to look
         self.window = -1
@@ -176,7 +196,11 @@ class _Slice:
         self.seen = 0
         self.count_from = 0.0  # when counting began in this window (its start, or the first record)
         self.median = 0.0  # running answer-length median; 0 = no answer seen yet
-        self.unknown = _Frozen(0.0, 0.0, max_p)
+        # This window's judgements, and per signal those it added (drawn above the rate and the
+        # floor, under the raised p): what the next window caps the signals on.
+        self.sampled = 0
+        self.extra = [0, 0, 0, 0]
+        self.unknown = _Frozen(0.0, 0.0, max_p, mults)
         self.cur = self.prev = self.unknown
 
 
@@ -213,6 +237,12 @@ class Sampler:
         if p.low_score_threshold is not None:
             mults.append(p.low_score_multiplier)
         self._max_mult = max(mults)
+        self._mults = (
+            p.no_chunks_multiplier,
+            p.low_score_multiplier,
+            p.refusal_multiplier,
+            p.unusual_length_multiplier,
+        )
         self._slices: dict[str, _Slice] = {}
         self._since = -1.0  # the first record's time: windows before it were not seen
 
@@ -266,27 +296,35 @@ class Sampler:
         if u >= frozen.bound:
             return None  # the common path: neither a signal nor the floor could raise p this far
         rate = s.rate
+        mults = frozen.mults
         mult = 1.0
+        signal = -1
         chunks = record.chunks
         if not chunks:
-            mult = self._no_chunks
+            mult, signal = mults[_NO_CHUNKS], _NO_CHUNKS
         elif self._low_score is not None:
             top = chunks[0].score
             if top is not None and top < self._low_score:
-                mult = self._low_score_mult
+                mult, signal = mults[_LOW_SCORE], _LOW_SCORE
         # The refusal check is the one costly signal: skip it when it cannot change the outcome
         # (the draw is above what it would give), which keeps the returned p exact.
-        if self._refusal > mult and u < rate * self._refusal and looks_like_refusal(record.answer):
-            mult = self._refusal
+        refusal = mults[_REFUSAL]
+        if refusal > mult and u < rate * refusal and looks_like_refusal(record.answer):
+            mult, signal = refusal, _REFUSAL
         m = frozen.median
-        if self._len_mult > mult and m and (n > m * self._len_factor or n * self._len_factor < m):
-            mult = self._len_mult
+        if mults[_LENGTH] > mult and m and (n > m * self._len_factor or n * self._len_factor < m):
+            mult, signal = mults[_LENGTH], _LENGTH
         p = rate * mult
         if p > 1.0:
             p = 1.0
         if frozen.floor_p > p:
             p = frozen.floor_p
-        return p if u < p else None
+        if u >= p:
+            return None
+        s.sampled += 1
+        if signal >= 0 and u >= rate and u >= frozen.floor_p:
+            s.extra[signal] += 1
+        return p
 
     def _slice(self, qt: str) -> _Slice:
         if len(self._slices) >= _MAX_SLICES:
@@ -298,7 +336,33 @@ class Sampler:
         return s
 
     def _new_slice(self, rate: float) -> _Slice:
-        return _Slice(rate, min(1.0, rate * self._max_mult))
+        return _Slice(rate, min(1.0, rate * self._max_mult), self._mults)
+
+    def _capped(self, s: _Slice) -> tuple[float, ...]:
+        """The signals' multipliers for the window after `s`'s current one: a signal whose added
+        judgements took more than `signal_max_share` of the slice's is cut to where it would have
+        taken that share (the others unchanged); one under it gets its configured multiplier.
+
+        A signal that added e judgements at multiplier m flagged x = e / (m - 1) records that the
+        rate alone samples; at m' it adds x (m' - 1), which is at most share / (1 - share) of the
+        slice's other judgements when m' - 1 <= share / (1 - share) * others / x. So a flood of
+        chunkless records settles at 1 + share / (1 - share) times the rate (2 at the default
+        0.5), whereas a few of them keep the configured 4. With too few judgements to tell, the
+        current multipliers carry over."""
+        used = s.cur.mults
+        if s.sampled < _CAP_MIN_SAMPLES:
+            return used
+        share = self.policy.signal_max_share
+        out = []
+        for k, configured in enumerate(self._mults):
+            added = s.extra[k]
+            if added == 0 or used[k] <= 1.0:
+                out.append(configured)
+                continue
+            flagged = added / (used[k] - 1.0)
+            room = share / (1.0 - share) * (s.sampled - added) / flagged
+            out.append(1.0 + min(configured - 1.0, room))
+        return tuple(out)
 
     def _roll(self, s: _Slice, t: float) -> _Frozen:
         """Open the window holding `t`, its state frozen from the window before it."""
@@ -311,21 +375,25 @@ class Sampler:
             prev = s.cur
             observed = s.window_end - s.count_from
             seen = s.seen
+            mults = self._capped(s)
         else:  # the slice was silent for the whole previous window, or is new
             prev = s.unknown
             observed = start - max(self._since, start - w)
             seen = 0
+            mults = self._mults
         floor_p = 0.0
         if self._floor and s.rate > 0.0 and observed >= w / 10.0:
             # 1.25 x the floor over the previous window's volume (scaled up when this process saw
             # only part of it); after a silent window, p = 1 until the slice shows its volume.
             floor_p = 1.0 if seen == 0 else _grid(min(1.0, 1.25 * self._floor * observed / (seen * w)))
         s.prev = prev
-        s.cur = _Frozen(floor_p, _grid(s.median, up=False) if s.median else 0.0, s.max_p)
+        s.cur = _Frozen(floor_p, _grid(s.median, up=False) if s.median else 0.0, s.max_p, mults)
         s.window = window
         s.window_end = start + w
         s.count_from = max(start, self._since)
         s.seen = 0
+        s.sampled = 0
+        s.extra = [0, 0, 0, 0]
         return s.cur
 
 

@@ -36,7 +36,7 @@ from monitor.judge.base import (
     Redactor,
     count_request,
     json_bytes,
-    outcome_for_status,
+    outcome_for_error,
     output_schema,
     parse_output,
     repair_message,
@@ -232,7 +232,7 @@ class AnthropicJudge(LLMJudgeBase):
                 state,
             )
         if isinstance(exc, anthropic.APIStatusError):
-            outcome = outcome_for_status(exc.status_code)
+            outcome = outcome_for_error(exc.status_code, f"{exc.type} {exc.api_message}")
             detail = f"HTTP {exc.status_code}"
             if exc.type:
                 detail += f" {exc.type}"

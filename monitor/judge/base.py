@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_PRICES",
+    "MAX_CHUNKS",
+    "MAX_CHUNK_CHARS",
     "SKIP_NO_ANSWER",
     "SKIP_NO_CONTEXT_CONTENT",
     "SYSTEM_PROMPT",
@@ -71,10 +73,12 @@ __all__ = [
     "RecordMeta",
     "Redactor",
     "build_prompt",
+    "clip_record",
     "cost_usd",
     "count_request",
     "escape_data",
     "json_bytes",
+    "outcome_for_error",
     "outcome_for_status",
     "output_schema",
     "parse_output",
@@ -184,6 +188,50 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " [...truncated]"
 
 
+# What a judge reads of a record, at most (`LLMJudgeConfig` and the lexical judge's options): the
+# first MAX_CHUNKS chunks, MAX_CHUNK_CHARS of each and of the query, twice that of the answer.
+MAX_CHUNKS = 20
+MAX_CHUNK_CHARS = 4000
+
+
+def clip_record(
+    record: RagRecord, *, max_chunks: int = MAX_CHUNKS, max_chunk_chars: int = MAX_CHUNK_CHARS
+) -> tuple[RagRecord, dict[str, int] | None]:
+    """`record` cut to what `build_prompt` shows an LLM judge (same limits, no markers: a judge
+    that reads words would read them), and what was cut (None: nothing). For a judge whose cost
+    grows with its input: a huge answer or chunk must cost a bounded judgement, as it does an
+    LLM judge a bounded prompt. Cuts fall on whitespace where there is some, so that no word is
+    halved into another."""
+
+    def cut(text: str, limit: int) -> str:
+        if len(text) <= limit:
+            return text
+        head = text[:limit]
+        space = head.rfind(" ", limit // 2)
+        return head[:space] if space > 0 else head
+
+    chunks = record.chunks[:max_chunks]
+    long = {i for i, c in enumerate(chunks) if c.content and len(c.content) > max_chunk_chars}
+    what = {
+        "answer_chars": len(record.answer) if len(record.answer) > 2 * max_chunk_chars else 0,
+        "query_chars": len(record.query) if len(record.query) > max_chunk_chars else 0,
+        "chunks_cut": len(long),
+        "chunks_omitted": len(record.chunks) - len(chunks),
+    }
+    if not any(what.values()):
+        return record, None
+    out = replace(
+        record,
+        query=cut(record.query, max_chunk_chars),
+        answer=cut(record.answer, 2 * max_chunk_chars),
+        chunks=[
+            replace(c, content=cut(c.content or "", max_chunk_chars)) if i in long else c
+            for i, c in enumerate(chunks)
+        ],
+    )
+    return out, {k: v for k, v in what.items() if v}
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     system: str
@@ -217,8 +265,8 @@ class Prompt:
 def build_prompt(
     record: RagRecord,
     *,
-    max_chunks: int = 20,
-    max_chunk_chars: int = 4000,
+    max_chunks: int = MAX_CHUNKS,
+    max_chunk_chars: int = MAX_CHUNK_CHARS,
     query_types: Sequence[str] | None = None,
 ) -> Prompt:
     """The fixed instructions plus the record fenced as escaped data.
@@ -389,8 +437,8 @@ class LLMJudgeConfig(BaseModel):
     deadline_seconds: float = Field(default=120.0, gt=0)  # a whole judgement, retries included
     max_retries: int = Field(default=2, ge=0)
     max_tokens: int = Field(default=2048, ge=64)
-    max_chunks: int = Field(default=20, ge=1)
-    max_chunk_chars: int = Field(default=4000, ge=100)
+    max_chunks: int = Field(default=MAX_CHUNKS, ge=1)
+    max_chunk_chars: int = Field(default=MAX_CHUNK_CHARS, ge=100)
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
     # Also ask the judge which of these types the query is (`Judgement.judged_query_type`), for
     # records whose type the span does not carry; None: not asked, prompt and schema unchanged.
@@ -428,6 +476,22 @@ def outcome_for_status(status: int) -> JudgeOutcome:
     if status == 408:
         return JudgeOutcome.TIMEOUT
     return JudgeOutcome.CLIENT_ERROR
+
+
+# What providers say when the account, not the request, is the trouble: Anthropic's 400 "Your
+# credit balance is too low", OpenAI's 429 insufficient_quota ("check your plan and billing").
+_BILLING = re.compile(r"credit balance|billing|insufficient_quota|payment required", re.IGNORECASE)
+
+
+def outcome_for_error(status: int, message: str) -> JudgeOutcome:
+    """`outcome_for_status`, except that a rejected key (401, 403) or a refusal for billing (402,
+    or a 4xx whose message says credit, billing or quota) is named: those hold for every record,
+    so the judge stage waits them out like an outage instead of writing each sample failed."""
+    if status in (401, 403):
+        return JudgeOutcome.AUTH_ERROR
+    if status == 402 or (400 <= status < 500 and _BILLING.search(message)):
+        return JudgeOutcome.BILLING_ERROR
+    return outcome_for_status(status)
 
 
 _BEARER = re.compile(r"(?i)(bearer\s+|x-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+")

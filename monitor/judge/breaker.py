@@ -1,10 +1,12 @@
 """A circuit breaker for the judge: an outage pauses judging instead of burning samples.
 
 Closed: every judgement goes ahead. `failures` consecutive outage errors (refused connections,
-429, 5xx, 529, timeouts — the judge's trouble, not the record's) open it: nothing goes ahead for a
+429, 5xx, 529, timeouts, a rejected key, a refusal for billing — the judge's trouble, not the
+record's) open it: nothing goes ahead for a
 pause, then one probe at a time (half-open). A probe that succeeds closes it; one that fails opens it
 again for twice the pause, up to `max_pause_seconds`. The samples stay on their topic meanwhile,
-their offsets uncommitted, so an outage costs time, never judgements.
+their offsets uncommitted, so an outage costs time, never judgements. While it lasts, one log
+line a minute names its cause (the judge's redacted error: never a key).
 """
 
 from __future__ import annotations
@@ -30,8 +32,14 @@ OUTAGE = frozenset(
         JudgeOutcome.SERVER_ERROR,
         JudgeOutcome.RATE_LIMITED,
         JudgeOutcome.TIMEOUT,
+        # A revoked key or an empty account fails every record alike: written failed, each sample
+        # would be lost and its offset committed, burning the backlog until someone noticed.
+        JudgeOutcome.AUTH_ERROR,
+        JudgeOutcome.BILLING_ERROR,
     }
 )
+_CREDENTIALS = frozenset({JudgeOutcome.AUTH_ERROR, JudgeOutcome.BILLING_ERROR})
+_LOG_EVERY_SECONDS = 60.0
 
 
 class State(StrEnum):
@@ -50,6 +58,7 @@ class CircuitBreaker:
         self._reopen_at = 0.0
         self._probing = False
         self.successes = 0  # judgements that went through, ever
+        self._logged_at = -_LOG_EVERY_SECONDS  # the last "judge unavailable" line
         self._changed = asyncio.Condition()
 
     async def admit(self) -> bool:
@@ -80,6 +89,7 @@ class CircuitBreaker:
             self._failures = 0
             self._pause = self._cfg.min_pause_seconds
             self._probing = False
+            self._logged_at = -_LOG_EVERY_SECONDS
             self._set_gauge()
             self._changed.notify_all()
 
@@ -89,30 +99,41 @@ class CircuitBreaker:
             self._probing = False
             self._changed.notify_all()
 
-    async def failure(self, outcome: JudgeOutcome, probe: bool) -> None:
-        """Count an outage error (`probe`: of the half-open probe)."""
+    async def failure(self, outcome: JudgeOutcome, probe: bool, cause: str = "") -> None:
+        """Count an outage error (`probe`: of the half-open probe); `cause` is the judge's error
+        text, already redacted, for the log."""
         async with self._changed:
             if probe:
                 self._probing = False
                 self._pause = min(self._pause * 2, self._cfg.max_pause_seconds)
-                self._open(outcome)
+                self._open()
             elif self.state is State.CLOSED:
                 self._failures += 1
                 if self._failures >= self._cfg.failures:
-                    self._open(outcome)
+                    self._open()
+            if self.state is not State.CLOSED:
+                self._report(outcome, cause)
             self._changed.notify_all()
 
-    def _open(self, outcome: JudgeOutcome) -> None:
-        if self.state is State.CLOSED:
-            log.warning(
-                "judge unavailable (%d consecutive %s errors): pausing judgements, probing every %.0fs+",
-                self._failures,
-                outcome.value,
-                self._pause,
-            )
+    def _open(self) -> None:
         self.state = State.OPEN
         self._reopen_at = time.monotonic() + self._pause
         self._set_gauge()
+
+    def _report(self, outcome: JudgeOutcome, cause: str) -> None:
+        """At most one line a minute while the judge is down, naming why."""
+        now = time.monotonic()
+        if now - self._logged_at < _LOG_EVERY_SECONDS:
+            return
+        self._logged_at = now
+        what = "judge credentials or billing refused" if outcome in _CREDENTIALS else "judge unavailable"
+        log.warning(
+            "%s (%s: %s): judging paused, samples wait on their topic; probing every %.0fs+",
+            what,
+            outcome.value,
+            cause[:300] or "no detail",
+            self._pause,
+        )
 
     def _set_gauge(self) -> None:
         if self._gauge is not None:

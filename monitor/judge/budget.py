@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from monitor.judge.model import Judgement
 from monitor.model import RagRecord
@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # base imports Cost from here
     from monitor.judge.base import Judge
 
 __all__ = [
+    "DEFAULT_USD_PER_DAY",
     "OFFLINE_COST",
     "BudgetPolicy",
     "Cost",
@@ -66,6 +67,10 @@ log = logging.getLogger(__name__)
 
 _SLOTS = 60
 _STATE_VERSION = 1
+# The USD a day an LLM judge may spend when `judge.budget.usd_per_day` is not set (see
+# `BudgetPolicy.with_default_cap`): a mis-set sampling rate or a flood of traffic then costs at
+# most this, not whatever the account allows.
+DEFAULT_USD_PER_DAY = 10.0
 
 
 class BudgetPolicy(BaseModel):
@@ -85,9 +90,25 @@ class BudgetPolicy(BaseModel):
         1, ge=1, description="sidecar replicas sharing these limits: each one enforces limit / replicas"
     )
 
+    # True when `usd_per_day` is the default cap, not configured: the judge stage says so at start.
+    _default_cap: bool = PrivateAttr(default=False)
+
     @property
     def enabled(self) -> bool:
         return any(x is not None for x in (self.calls_per_minute, self.tokens_per_hour, self.usd_per_day))
+
+    @property
+    def default_cap(self) -> bool:
+        return self._default_cap
+
+    def with_default_cap(self) -> BudgetPolicy:
+        """For a judge that costs money: `DEFAULT_USD_PER_DAY` unless `usd_per_day` was set, an
+        explicit null included (no USD limit, by choice)."""
+        if "usd_per_day" in self.model_fields_set:
+            return self
+        capped = self.model_copy(update={"usd_per_day": DEFAULT_USD_PER_DAY})
+        capped._default_cap = True
+        return capped
 
 
 class SlidingLimit:

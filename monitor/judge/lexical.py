@@ -58,6 +58,7 @@ answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores o
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import math
@@ -65,9 +66,11 @@ import re
 import time
 import unicodedata
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
+from monitor.judge.base import MAX_CHUNK_CHARS, MAX_CHUNKS, clip_record
 from monitor.judge.model import Claim, Judgement, Quote, Verdict
 from monitor.model import RagRecord
 
@@ -563,6 +566,10 @@ def _polarity(claim: _Claim, aligned: list[_Text]) -> str | None:
     return None
 
 
+# Clipped input (answer plus chunks, characters) judged on the event loop itself: ~5 ms at most.
+_INLINE_CHARS = 8192
+
+
 class LexicalJudge:
     """See the module docstring: an honest approximation, not a language model.
 
@@ -582,6 +589,8 @@ class LexicalJudge:
         terse_alignment: float = 0.5,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
+        max_chunks: int = MAX_CHUNKS,
+        max_chunk_chars: int = MAX_CHUNK_CHARS,
         query_types: Sequence[str] | None = None,
     ) -> None:
         """`support_threshold`: share of a claim's content words its sentence must hold to support
@@ -589,10 +598,18 @@ class LexicalJudge:
         one-sentence answer with at most this many content words is read with the question, and is
         supported when the sentence holding it scores at least `terse_alignment` of the best
         sentence's question score (weighted question words in the sentence and near the answer).
-        `query_types` is accepted so one `judge.options` section serves every backend, and
-        ignored: word overlap has no label of its own to give, so `judged_query_type` stays None
+        `max_chunks` and `max_chunk_chars` clip what is read as an LLM judge's prompt is clipped
+        (`base.clip_record`; the judgement's `raw.clipped` says what was cut): the work grows
+        faster than the text, and a 150 KB answer would otherwise hold the CPU for longer than a
+        Kafka session lasts. `query_types` is accepted so one `judge.options` section serves every
+        backend, and ignored: word overlap has no label of its own to give, so `judged_query_type` stays None
         rather than echoing the record's (rule-based) label as if the judge had read the query."""
         del query_types
+        if max_chunks < 1 or max_chunk_chars < 100:
+            raise ValueError("max_chunks must be >= 1 and max_chunk_chars >= 100")
+        self.max_chunks = max_chunks
+        self.max_chunk_chars = max_chunk_chars
+        self._pool: ThreadPoolExecutor | None = None
         self.support_threshold = support_threshold
         self.uncertain_threshold = uncertain_threshold
         self.terse_words = terse_words
@@ -601,10 +618,26 @@ class LexicalJudge:
         self.supported_query_coverage = supported_query_coverage
 
     async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
-        return self.judge_sync(record, sampling_weight=sampling_weight)
+        """Small records inline (well under a millisecond: a thread hop would cost more); larger
+        ones on this judge's one worker thread, so the event loop keeps polling Kafka and serving
+        metrics meanwhile. One thread is enough: the work holds the GIL, and the interpreter
+        hands it back to the loop's thread every switch interval (5 ms), whereas more threads
+        would only queue for it. Clipping bounds one judgement (well under a second of CPU)."""
+        clipped, cut = clip_record(record, max_chunks=self.max_chunks, max_chunk_chars=self.max_chunk_chars)
+        size = len(clipped.answer) + sum(len(c.content or "") for c in clipped.chunks)
+        if size <= _INLINE_CHARS:
+            return self._judge(clipped, cut, sampling_weight)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ragmon-lexical")
+        run = functools.partial(self._judge, clipped, cut, sampling_weight)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, run)
 
     def judge_sync(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
         """The same judgement without an event loop (it never waits on anything)."""
+        clipped, cut = clip_record(record, max_chunks=self.max_chunks, max_chunk_chars=self.max_chunk_chars)
+        return self._judge(clipped, cut, sampling_weight)
+
+    def _judge(self, record: RagRecord, cut: dict[str, int] | None, sampling_weight: float) -> Judgement:
         t0 = time.perf_counter()
         chunks = [_Chunk(c.id, *_chunk(c.content)) for c in record.chunks if c.content]
         refusal = is_refusal(record.answer)
@@ -658,6 +691,7 @@ class LexicalJudge:
                 "query_coverage": round(coverage, 3),
                 "supported_query_coverage": round(supported_coverage, 3),
                 "uncertain_claims": len(verdicts) - len(decided),
+                **({"clipped": cut} if cut else {}),
             },
         )
         if verdicts and not decided and not refusal:
@@ -875,4 +909,6 @@ class LexicalJudge:
         return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_alignment")
 
     async def aclose(self) -> None:
-        return None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -84,7 +84,9 @@ class JudgeOutcome(StrEnum):
     SERVER_ERROR = "server_error"  # other 5xx
     TIMEOUT = "timeout"  # request timeout or the per-judgement deadline
     INVALID_OUTPUT = "invalid_output"  # schema-invalid / truncated output, also after one repair
-    CLIENT_ERROR = "client_error"  # 4xx other than 408/429: bad key, bad model, bad request
+    CLIENT_ERROR = "client_error"  # other 4xx: bad model, bad request
+    AUTH_ERROR = "auth_error"  # HTTP 401/403: the key is wrong, revoked or lacks permission
+    BILLING_ERROR = "billing_error"  # 402, or a refusal for credit or quota: the account, not the record
     CONNECTION_ERROR = "connection_error"  # refused, reset, DNS
     INTERNAL_ERROR = "internal_error"  # a bug on our side, caught so the pipeline goes on
     BUDGET_EXHAUSTED = "budget_exhausted"  # the judge budget had no room: nothing sent or counted

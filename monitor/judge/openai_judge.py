@@ -35,7 +35,7 @@ from monitor.judge.base import (
     Redactor,
     count_request,
     json_bytes,
-    outcome_for_status,
+    outcome_for_error,
     output_schema,
     parse_output,
     repair_message,
@@ -212,12 +212,12 @@ async def post_chat(
             return body
         detail = f"HTTP {status}{_error_message(resp)}"
         if status not in _RETRYABLE and status < 500:
-            raise ChatFailed(outcome_for_status(status), detail)
+            raise ChatFailed(outcome_for_error(status, detail), detail)
         wait = _retry_after(resp.headers)
         if last or (wait is not None and wait > cfg.max_retry_after_seconds):
             if not last:
                 detail += f" (asked to retry after {wait:g}s > {cfg.max_retry_after_seconds:g}s)"
-            raise ChatFailed(outcome_for_status(status), detail)
+            raise ChatFailed(outcome_for_error(status, detail), detail)
         await asyncio.sleep(wait if wait is not None else _backoff(cfg, retry))
     raise AssertionError("unreachable")  # the loop always returns or raises on its last pass
 

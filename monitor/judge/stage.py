@@ -107,6 +107,15 @@ class JudgeStage:
         self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
         self._judge_labels = settings.slices.classify == "judge"
         self.budget = JudgeBudget(jc.budget) if jc.budget.enabled else None
+        if judge is not None and jc.budget.default_cap:
+            log.warning(
+                "judge %s: no judge.budget.usd_per_day configured; capping spend at the default %g USD "
+                "a day (set usd_per_day to change it, null to lift it)",
+                judge.name,
+                jc.budget.usd_per_day,
+            )
+        elif judge is not None and judge.name != "lexical" and jc.budget.usd_per_day is None:
+            log.warning("judge %s: no USD limit (judge.budget.usd_per_day: null)", judge.name)
         self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
         batch_stats = getattr(judge, "batch_stats", None)
         if batch_stats is not None:
@@ -323,7 +332,7 @@ class JudgeStage:
         judgement = await self.judge.try_judge(CANARY)
         if judgement is None or judgement.outcome in OUTAGE:
             if judgement is not None:
-                await self.breaker.failure(judgement.outcome, False)
+                await self.breaker.failure(judgement.outcome, False, judgement.error or "")
             return False
         await self.breaker.success()
         log.info("judge canary answered (%s): the sample that keeps failing is given up", judgement.outcome)
@@ -349,7 +358,7 @@ class JudgeStage:
             probe = await self.breaker.admit()
             judgement = await self.judge.try_judge(judged, sampling_weight=item.weight)
             if judgement is not None and judgement.outcome in OUTAGE:
-                await self.breaker.failure(judgement.outcome, probe)
+                await self.breaker.failure(judgement.outcome, probe, judgement.error or "")
                 item.attempts += 1
                 if item.successes_before < 0:
                     item.successes_before = self.breaker.successes
