@@ -436,7 +436,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _derive_internal_names(self) -> Settings:
         """Each internal topic and group unset in the configuration is `<kafka.group_id>-<suffix>`
-        (design.md, Names), as Kafka Streams derives its internal topics from `application.id`: two
+        (README, Configuration), as Kafka Streams derives its internal topics from `application.id`: two
         deployments on one cluster (staging and production, or two services' monitors) then never
         share a topic or a group, never judge each other's samples. A set name wins, null included."""
         group = self.kafka.group_id

@@ -136,7 +136,7 @@ def _names(s: Settings) -> tuple[str, str, str, str | None]:
 
 
 def test_internal_names_derive_from_the_group_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two deployments on one cluster share no topic and no group unless told to (design.md, Names)."""
+    """Two deployments on one cluster share no topic and no group unless told to."""
     assert _names(load_settings()) == (
         "rag-monitor-samples",
         "rag-monitor-judge",
