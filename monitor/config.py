@@ -371,21 +371,46 @@ class ResultsConfig(_Section):
     )
     file_keep: int = Field(5, ge=0, description="rotated results files kept: file.1 (newest) .. file.N")
     topic: str | None = Field(
-        "rag_judgements", description="keyed by query type; the drift stage reads it (null: no drift)"
+        "rag-monitor-judgements",
+        description="keyed by query type; the drift stage reads it. Unset: <kafka.group_id>-judgements; "
+        'null or "": no results topic (and no drift)',
     )
+
+    @field_validator("topic")
+    @classmethod
+    def _empty_is_off(cls, topic: str | None) -> str | None:
+        """`RAGMON_RESULTS__TOPIC=` (an environment variable cannot be null) turns it off too."""
+        return topic or None
 
 
 Role = Literal["all", "ingest", "judge", "drift"]
+
+# Settings section -> field -> suffix: the names derived from kafka.group_id when unset (a new
+# internal topic or group adds its line here).
+DERIVED_NAMES: dict[str, dict[str, str]] = {
+    "pipeline": {"samples_topic": "samples", "judge_group_id": "judge", "drift_group_id": "drift"},
+    "results": {"topic": "judgements"},
+}
 
 
 class PipelineConfig(_Section):
     """The two stages and the durable samples topic between them (design.md, Pipeline)."""
 
     role: Role = Field("all", description="run every stage in this process, or one of them")
-    samples_topic: str = Field("rag_samples", min_length=1, description="ingest -> judge, durable")
-    judge_group_id: str = Field("rag-monitor-judge", min_length=1, description="the judge stage's group")
+    samples_topic: str = Field(
+        "rag-monitor-samples",
+        min_length=1,
+        description="ingest -> judge, durable; unset: <kafka.group_id>-samples",
+    )
+    judge_group_id: str = Field(
+        "rag-monitor-judge",
+        min_length=1,
+        description="the judge stage's group; unset: <kafka.group_id>-judge",
+    )
     drift_group_id: str = Field(
-        "rag-monitor-drift", min_length=1, description="the drift stage's group (on the results topic)"
+        "rag-monitor-drift",
+        min_length=1,
+        description="the drift stage's group (on the results topic); unset: <kafka.group_id>-drift",
     )
     samples_replication: int = Field(
         1, ge=1, description="replication factor if the sidecar creates the samples topic (production: 3)"
@@ -446,6 +471,27 @@ class Settings(BaseSettings):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+
+    @model_validator(mode="after")
+    def _derive_internal_names(self) -> Settings:
+        """Each internal topic and group unset in the configuration is `<kafka.group_id>-<suffix>`
+        (README, Configuration), as Kafka Streams derives its internal topics from `application.id`: two
+        deployments on one cluster (staging and production, or two services' monitors) then never
+        share a topic or a group, never judge each other's samples. A set name wins, null included."""
+        group = self.kafka.group_id
+        for section_name, suffixes in DERIVED_NAMES.items():
+            section: BaseModel = getattr(self, section_name)
+            unset = {
+                field: f"{group}-{suffix}"
+                for field, suffix in suffixes.items()
+                if field not in section.model_fields_set
+            }
+            if unset:
+                # A new section (never the caller's instance, which may be shared), still marked
+                # unset: the names follow group_id again if these settings are ever re-validated.
+                values = {**dict(section), **unset}
+                setattr(self, section_name, section.model_construct(section.model_fields_set, **values))
+        return self
 
     @model_validator(mode="after")
     def _judge_labels_need_an_llm(self) -> Settings:

@@ -46,19 +46,15 @@ def settings_for(
         "kafka": {
             "bootstrap_servers": bootstrap,
             "topic": topic,
+            # Per test, like the input topic (a session's tests share one broker); the samples and
+            # results topics and the other stages' groups derive from it (g-<topic>-samples...).
             "group_id": f"g-{topic}",
             "commit_interval_seconds": 0.3,
             "auto_offset_reset": "earliest",
         },
-        # Per test, like the input topic: a session's tests share one broker.
-        "pipeline": {
-            "samples_topic": f"{topic}-samples",
-            "judge_group_id": f"g-{topic}-judge",
-            "drift_group_id": f"g-{topic}-drift",
-        },
         "assembly": {"grace_seconds": 0.2, "timeout_seconds": 3.0},
         "sampling": {"rate": 1.0},
-        "results": {"file": str(results_file) if results_file else None, "topic": f"{topic}-results"},
+        "results": {"file": str(results_file) if results_file else None},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

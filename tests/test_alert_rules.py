@@ -761,8 +761,8 @@ def pipeline() -> dict[str, Any]:
         series(lag, "0+100x90", **i0, topic="rag_spans", partition="0"),
         series(lag, "0+50x20 stale", **i0, topic="rag_spans", partition="1"),
         series(lag, "_x21 1050+50x68", **i1, topic="rag_spans", partition="1"),
-        # rag_samples: a large but steady backlog. small: growing, but under the floor.
-        series(lag, "5000x90", **i0, topic="rag_samples", partition="0"),
+        # rag-monitor-samples: a large but steady backlog. small: growing, but under the floor.
+        series(lag, "5000x90", **i0, topic="rag-monitor-samples", partition="0"),
         series(lag, "0+1x90", **i0, topic="small", partition="0"),
         # Records until 30m, then none: the rate over 15m is 0 from 45m, firing from 60m.
         series("ragmon_records_total", "0+10x30 300x60", **i0, service="shop", query_type="lookup"),
@@ -971,7 +971,7 @@ def healthy() -> dict[str, Any]:
         series(
             "ragmon_consumer_lag_messages", "200 400 300 500 " * 30, **j, topic="rag_spans", partition="0"
         ),
-        series("ragmon_consumer_lag_messages", "0x120", **j, topic="rag_samples", partition="0"),
+        series("ragmon_consumer_lag_messages", "0x120", **j, topic="rag-monitor-samples", partition="0"),
         counter("ragmon_produce_errors_total", 0, minutes=120, **j, stream="dead_letter"),
         counter("ragmon_produce_errors_total", 0, minutes=120, **j, stream="samples"),
         series("ragmon_produce_pending", "0x120", **j, stream="dead_letter"),
@@ -1089,7 +1089,7 @@ def alert_labels(name: str, query_type: str = "lookup") -> dict[str, str]:
     elif name == "RagmonJudgeErrorRateHigh":
         labels.update(backend="anthropic", model="judge-a")
     elif name == "RagmonConsumerLagGrowing":
-        labels["topic"] = "rag_samples"
+        labels["topic"] = "rag-monitor-samples"
     return labels
 
 

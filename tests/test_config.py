@@ -14,7 +14,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from monitor.cli import app
-from monitor.config import SECRET_MASK, ConfigError, load_settings
+from monitor.config import SECRET_MASK, ConfigError, Settings, load_settings
 from monitor.slices import BoundedLabel
 
 
@@ -30,7 +30,7 @@ def test_file_env_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert s.kafka.group_id == "g_env"  # env beats the file
     assert s.kafka.bootstrap_servers == "flag:1"  # flags beat env
     assert s.sampling.rate == 0.2
-    assert s.metrics.port == 9612 and s.kafka.topic != "" and s.results.topic == "rag_judgements"
+    assert s.metrics.port == 9612 and s.kafka.topic != "" and s.results.topic == "g_env-judgements"
 
 
 @pytest.mark.parametrize(
@@ -126,6 +126,74 @@ def test_a_new_group_starts_from_now_unless_told(monkeypatch: pytest.MonkeyPatch
         ConfigError, match=r"kafka\.auto_offset_reset: Input should be 'earliest' or 'latest'"
     ):
         load_settings()
+
+
+# -- internal names derived from the deployment's group id --------------------------------------------
+
+
+def _names(s: Settings) -> tuple[str, str, str, str | None]:
+    return s.pipeline.samples_topic, s.pipeline.judge_group_id, s.pipeline.drift_group_id, s.results.topic
+
+
+def test_internal_names_derive_from_the_group_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two deployments on one cluster share no topic and no group unless told to."""
+    assert _names(load_settings()) == (
+        "rag-monitor-samples",
+        "rag-monitor-judge",
+        "rag-monitor-drift",
+        "rag-monitor-judgements",
+    )
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kafka:\n  group_id: staging\n")
+    assert _names(load_settings(cfg)) == (
+        "staging-samples",
+        "staging-judge",
+        "staging-drift",
+        "staging-judgements",
+    )
+    # From the group in effect: an environment override of the group renames them all.
+    monkeypatch.setenv("RAGMON_KAFKA__GROUP_ID", "prod")
+    assert _names(load_settings(cfg)) == ("prod-samples", "prod-judge", "prod-drift", "prod-judgements")
+    assert _names(load_settings(cfg, {"kafka": {"group_id": "flag"}}))[0] == "flag-samples"
+
+
+def test_a_set_internal_name_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upgrade path: the old global names, set explicitly, are kept; the others still derive."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "kafka:\n  group_id: prod\npipeline:\n  samples_topic: rag_samples\n"
+        "results:\n  topic: rag_judgements\n"
+    )
+    assert _names(load_settings(cfg)) == ("rag_samples", "prod-judge", "prod-drift", "rag_judgements")
+    monkeypatch.setenv("RAGMON_PIPELINE__JUDGE_GROUP_ID", "rag-monitor-judge")
+    monkeypatch.setenv("RAGMON_PIPELINE__DRIFT_GROUP_ID", "rag-monitor-drift")
+    assert _names(load_settings(cfg)) == (
+        "rag_samples",
+        "rag-monitor-judge",
+        "rag-monitor-drift",
+        "rag_judgements",
+    )
+    assert load_settings(cfg, {"results": {"topic": "flag_topic"}}).results.topic == "flag_topic"
+    with pytest.raises(ConfigError, match=r"pipeline\.samples_topic: String should have at least 1"):
+        load_settings(None, {"pipeline": {"samples_topic": ""}})
+
+
+def test_the_results_topic_can_still_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kafka:\n  group_id: prod\nresults:\n  topic: null\n")
+    assert load_settings(cfg).results.topic is None
+    monkeypatch.setenv("RAGMON_RESULTS__TOPIC", "")  # an environment variable cannot be null
+    assert load_settings().results.topic is None
+
+
+def test_config_show_prints_the_derived_names() -> None:
+    result = CliRunner().invoke(app, ["config", "show"], env={"RAGMON_KAFKA__GROUP_ID": "staging"})
+    assert result.exit_code == 0, result.output
+    shown = yaml.safe_load(result.stdout)
+    assert shown["pipeline"]["samples_topic"] == "staging-samples"
+    assert shown["pipeline"]["judge_group_id"] == "staging-judge"
+    assert shown["pipeline"]["drift_group_id"] == "staging-drift"
+    assert shown["results"]["topic"] == "staging-judgements"
 
 
 # -- `rag-monitor config show` -----------------------------------------------------------------------

@@ -68,7 +68,7 @@ async def served(tmp_path: Path, *, hold: bool = False) -> AsyncIterator[Served]
     reports = tmp_path / "reports"
     runner = GoldenRunner(replay, lambda: leader[0], report_dir=reports, member="judge-0")
     runner.attach(asyncio.get_running_loop())
-    endpoint = TriggerEndpoint(runner, TOKEN.encode(), samples_topic="rag_samples")
+    endpoint = TriggerEndpoint(runner, TOKEN.encode(), samples_topic="staging-samples")
     server = MetricsServer(registry, "127.0.0.1", 0, routes={PATH: endpoint.handle})
     port = server.start()
     try:
@@ -140,7 +140,7 @@ async def test_trigger_is_authenticated_and_records_the_change(
         other = await _post(s.url, {"kind": "reindex", "ref": "idx-7"})
         assert other.status_code == 409
         assert "does not run golden replays" in other.json()["error"]
-        assert "partition 0 of rag_samples" in other.json()["error"]
+        assert "partition 0 of staging-samples" in other.json()["error"]
 
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "golden trigger from 127.0.0.1" in logged and "wrong token" in logged

@@ -334,6 +334,7 @@ def test_defaults_run_three_roles_with_their_consumer_groups() -> None:
         assert settings.pipeline.role == component
         assert settings.kafka.group_id == "rag-monitor"
         assert settings.pipeline.judge_group_id == "rag-monitor-judge"
+        assert settings.pipeline.samples_topic == "rag-monitor-samples"
         configs[component] = config
     # The judge budget is split between the judge replicas; nothing else differs between roles.
     assert configs["judge"]["judge"]["budget"] == {"replicas": 2}
@@ -345,6 +346,31 @@ def test_defaults_run_three_roles_with_their_consumer_groups() -> None:
     for dep in of_kind(objects, "Deployment").values():
         env = {e["name"] for e in pod_spec(dep)["containers"][0]["env"]}
         assert not {n for n in env if "GROUP_ID" in n}
+
+
+def test_a_second_install_on_the_cluster_needs_only_its_own_group_id() -> None:
+    """Staging beside production: every internal topic and group follows `config.kafka.group_id`,
+    in the pods' config and in what NOTES.txt tells the operator."""
+    values = {"config": {"kafka": {"group_id": "staging"}}}
+    objects = render(values)
+    for component in ("ingest", "judge", "drift"):
+        settings = load_settings_from(pod_config(objects, pod_spec(deployment(objects, component))))
+        assert (settings.pipeline.samples_topic, settings.results.topic) == (
+            "staging-samples",
+            "staging-judgements",
+        )
+        assert (settings.pipeline.judge_group_id, settings.pipeline.drift_group_id) == (
+            "staging-judge",
+            "staging-drift",
+        )
+    text = notes(values)
+    assert "in consumer group staging\n" in text
+    assert "in consumer group staging-judge\n" in text and "in consumer group staging-drift\n" in text
+    assert "staging-samples for judge, staging-judgements for drift" in text
+    # A name set explicitly (the upgrade path: keep the old global names) wins, there too.
+    kept = {"config": {"pipeline": {"samples_topic": "rag_samples"}, "results": {"topic": "rag_judgements"}}}
+    assert "rag_samples for judge, rag_judgements for drift" in notes(kept)
+    assert "no results topic for drift" in notes({"config": {"results": {"topic": None}}})
 
 
 def load_settings_from(config: dict[str, Any]) -> Settings:

@@ -209,7 +209,9 @@ def _write_report(directory: Path, report: ReplayReport) -> Path:
 class TriggerEndpoint:
     """`POST /golden/replay` (see the module docstring for the answers)."""
 
-    def __init__(self, runner: GoldenRunner, token: bytes, *, samples_topic: str = "rag_samples") -> None:
+    def __init__(
+        self, runner: GoldenRunner, token: bytes, *, samples_topic: str = "rag-monitor-samples"
+    ) -> None:
         if len(token) < MIN_TOKEN_BYTES:
             raise ValueError(f"the golden trigger token is shorter than {MIN_TOKEN_BYTES} bytes")
         self._runner = runner
