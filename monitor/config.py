@@ -331,6 +331,14 @@ class GoldenConfig(_Section):
     trigger_token: SecretStr | None = Field(
         None, description="the token itself, for RAGMON_GOLDEN__TRIGGER_TOKEN (prefer the file)"
     )
+    replay_secret_file: Path | None = Field(
+        None,
+        description="shared secret signing the X-RAG-Replay mark, so the service keeps replays out of "
+        "production metrics (unset: replay_secret, else $RAGMON_REPLAY_SECRET(_FILE), else unmarked)",
+    )
+    replay_secret: SecretStr | None = Field(
+        None, description="the secret itself, for RAGMON_GOLDEN__REPLAY_SECRET (prefer the file)"
+    )
 
     @model_validator(mode="after")
     def _trigger_needs_a_replay(self) -> GoldenConfig:
