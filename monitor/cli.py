@@ -106,6 +106,9 @@ async def _run(settings: Settings) -> None:
         settings.metrics.port,
         sidecar.readiness,
         routes=sidecar.http_routes(),
+        timeout_seconds=settings.metrics.timeout_seconds,
+        workers=settings.metrics.workers,
+        max_connections=settings.metrics.max_connections,
     )
     try:
         server.start()

@@ -359,8 +359,21 @@ class AlertsConfig(AlertSinksConfig):
 
 
 class MetricsConfig(_Section):
-    host: str = "0.0.0.0"
+    host: str = Field(
+        "0.0.0.0",
+        description="bind address of /metrics, /healthz, /readyz and the golden trigger: all interfaces, "
+        "for Prometheus and the kubelet in another network namespace; 127.0.0.1 keeps it local",
+    )
     port: int = Field(9612, ge=0, le=65535)
+    timeout_seconds: float = Field(
+        5.0, gt=0, description="a client that has not sent its whole request by then is dropped"
+    )
+    workers: int = Field(4, gt=0, description="threads that answer requests (idle clients hold none)")
+    max_connections: int = Field(
+        4096,
+        gt=0,
+        description="open connections; beyond, the longest-waiting is closed (at most half the fd limit)",
+    )
 
 
 class ResultsConfig(_Section):
