@@ -12,6 +12,7 @@ import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import (
@@ -462,21 +463,51 @@ class Settings(BaseSettings):
         return out
 
 
-def _redact(value: Any, dumped: Any) -> Any:
+def _redact(value: Any, dumped: Any, name: str = "") -> Any:
     """`dumped` (the JSON-mode dump of `value`) with its secrets masked. Walks the live objects
-    alongside, since only they say which fields are secrets and which mappings are free-form."""
+    alongside, since only they say which fields are secrets and which mappings are free-form. URLs
+    lose their credentials (user:password@, the query) and, for a webhook, the path: Slack's and
+    most others' webhook secret is the path itself."""
     if isinstance(value, SecretStr):
         return SECRET_MASK
+    if isinstance(value, str) and _URL.match(value):
+        return _mask_url(value, hide_path="webhook" in name.lower())
     if isinstance(value, BaseModel):
-        return {name: _redact(getattr(value, name), d) for name, d in dumped.items()}
+        return {key: _redact(getattr(value, key), d, key) for key, d in dumped.items()}
     if isinstance(value, dict):
         return {
-            key: SECRET_MASK if _SECRET_NAME.search(str(key)) and not _never_secret(v) else _redact(v, d)
+            key: SECRET_MASK
+            if _SECRET_NAME.search(str(key)) and not _never_secret(v)
+            else _redact(v, d, str(key))
             for (key, v), d in zip(value.items(), dumped.values(), strict=True)
         }
     if isinstance(value, list | tuple):
-        return [_redact(v, d) for v, d in zip(value, dumped, strict=True)]
+        return [_redact(v, d, name) for v, d in zip(value, dumped, strict=True)]
     return dumped
+
+
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+URL_MASK = "***"
+
+
+def _mask_url(url: str, *, hide_path: bool) -> str:
+    """`url` with the user info, query and fragment masked, and the path too with `hide_path`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return URL_MASK
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{URL_MASK}@{host}" if "@" in parts.netloc else host
+    path = f"/{URL_MASK}" if hide_path and parts.path.strip("/") else parts.path
+    return urlunsplit(
+        (
+            parts.scheme,
+            netloc,
+            path,
+            URL_MASK if parts.query else "",
+            URL_MASK if parts.fragment else "",
+        )
+    )
 
 
 def _never_secret(value: Any) -> bool:

@@ -251,3 +251,33 @@ def test_the_process_prints_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     # One line: no traceback, and no warning about what start-up left half-built.
     assert proc.stderr.startswith("error: no Anthropic API key") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_config_show_masks_credentials_in_urls(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "alerts": {
+                    "webhook_url": "https://hooks.slack.com/services/T0AAA/B0BBB/hookpathsecret",
+                    "alertmanager_url": "https://amuser:ampasswordsecret@alertmanager:9093",
+                    "dashboard_url": "https://grafana.example/d/x?auth_token=querysecret",
+                },
+                "golden": {
+                    "file": str(tmp_path / "g.jsonl"),
+                    "target": "https://rag:targetpasswordsecret@rag.example:8443/query",
+                },
+                "judge": {"backend": "openai", "options": {"base_url": "http://u:optsecret@llm:8000/v1"}},
+            }
+        )
+    )
+    result = CliRunner().invoke(app, ["config", "show", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    for part in ("hookpathsecret", "T0AAA", "ampasswordsecret", "amuser", "querysecret", "targetpassword"):
+        assert part not in result.stdout, part
+    assert "optsecret" not in result.stdout
+    shown = yaml.safe_load(result.stdout)
+    assert shown["alerts"]["webhook_url"] == "https://hooks.slack.com/***"  # the path is the secret
+    assert shown["alerts"]["alertmanager_url"] == "https://***@alertmanager:9093"
+    assert shown["alerts"]["dashboard_url"] == "https://grafana.example/d/x?***"
+    assert shown["golden"]["target"] == "https://***@rag.example:8443/query"  # where it goes stays visible
