@@ -132,6 +132,9 @@ async def _run(settings: Settings) -> None:
         sidecar.readiness,
         routes=sidecar.http_routes(),
         liveness=sidecar.liveness,
+        timeout_seconds=settings.metrics.timeout_seconds,
+        workers=settings.metrics.workers,
+        max_connections=settings.metrics.max_connections,
     )
     try:
         server.start()

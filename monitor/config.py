@@ -12,6 +12,7 @@ import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import (
@@ -340,6 +341,14 @@ class GoldenConfig(_Section):
     trigger_token: SecretStr | None = Field(
         None, description="the token itself, for RAGMON_GOLDEN__TRIGGER_TOKEN (prefer the file)"
     )
+    replay_secret_file: Path | None = Field(
+        None,
+        description="shared secret signing the X-RAG-Replay mark, so the service keeps replays out of "
+        "production metrics (unset: replay_secret, else $RAGMON_REPLAY_SECRET(_FILE), else unmarked)",
+    )
+    replay_secret: SecretStr | None = Field(
+        None, description="the secret itself, for RAGMON_GOLDEN__REPLAY_SECRET (prefer the file)"
+    )
 
     @model_validator(mode="after")
     def _trigger_needs_a_replay(self) -> GoldenConfig:
@@ -360,8 +369,21 @@ class AlertsConfig(AlertSinksConfig):
 
 
 class MetricsConfig(_Section):
-    host: str = "0.0.0.0"
+    host: str = Field(
+        "0.0.0.0",
+        description="bind address of /metrics, /healthz, /readyz and the golden trigger: all interfaces, "
+        "for Prometheus and the kubelet in another network namespace; 127.0.0.1 keeps it local",
+    )
     port: int = Field(9612, ge=0, le=65535)
+    timeout_seconds: float = Field(
+        5.0, gt=0, description="a client that has not sent its whole request by then is dropped"
+    )
+    workers: int = Field(4, gt=0, description="threads that answer requests (idle clients hold none)")
+    max_connections: int = Field(
+        4096,
+        gt=0,
+        description="open connections; beyond, the longest-waiting is closed (at most half the fd limit)",
+    )
 
 
 class ResultsConfig(_Section):
@@ -526,21 +548,51 @@ class Settings(BaseSettings):
         return out
 
 
-def _redact(value: Any, dumped: Any) -> Any:
+def _redact(value: Any, dumped: Any, name: str = "") -> Any:
     """`dumped` (the JSON-mode dump of `value`) with its secrets masked. Walks the live objects
-    alongside, since only they say which fields are secrets and which mappings are free-form."""
+    alongside, since only they say which fields are secrets and which mappings are free-form. URLs
+    lose their credentials (user:password@, the query) and, for a webhook, the path: Slack's and
+    most others' webhook secret is the path itself."""
     if isinstance(value, SecretStr):
         return SECRET_MASK
+    if isinstance(value, str) and _URL.match(value):
+        return _mask_url(value, hide_path="webhook" in name.lower())
     if isinstance(value, BaseModel):
-        return {name: _redact(getattr(value, name), d) for name, d in dumped.items()}
+        return {key: _redact(getattr(value, key), d, key) for key, d in dumped.items()}
     if isinstance(value, dict):
         return {
-            key: SECRET_MASK if _SECRET_NAME.search(str(key)) and not _never_secret(v) else _redact(v, d)
+            key: SECRET_MASK
+            if _SECRET_NAME.search(str(key)) and not _never_secret(v)
+            else _redact(v, d, str(key))
             for (key, v), d in zip(value.items(), dumped.values(), strict=True)
         }
     if isinstance(value, list | tuple):
-        return [_redact(v, d) for v, d in zip(value, dumped, strict=True)]
+        return [_redact(v, d, name) for v, d in zip(value, dumped, strict=True)]
     return dumped
+
+
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+URL_MASK = "***"
+
+
+def _mask_url(url: str, *, hide_path: bool) -> str:
+    """`url` with the user info, query and fragment masked, and the path too with `hide_path`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return URL_MASK
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{URL_MASK}@{host}" if "@" in parts.netloc else host
+    path = f"/{URL_MASK}" if hide_path and parts.path.strip("/") else parts.path
+    return urlunsplit(
+        (
+            parts.scheme,
+            netloc,
+            path,
+            URL_MASK if parts.query else "",
+            URL_MASK if parts.fragment else "",
+        )
+    )
 
 
 def _never_secret(value: Any) -> bool:

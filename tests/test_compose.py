@@ -71,6 +71,15 @@ def services() -> dict[str, dict[str, Any]]:
     return found
 
 
+def published(service: dict[str, Any]) -> set[tuple[str, int, int]]:
+    """The service's published ports as (host address, host port, container port); short syntax."""
+    out = set()
+    for spec in service.get("ports", []):
+        *address, host, container = str(spec).split(":")
+        out.add((":".join(address), int(host), int(container)))
+    return out
+
+
 def service_by_image(prefix: str) -> str:
     """The one service running this image repository (`prom/prometheus`: any tag)."""
     names = [n for n, s in services().items() if str(s.get("image", "")).split(":")[0] == prefix]
@@ -331,7 +340,7 @@ def test_example_service_exports_spans_to_the_collector(monkeypatch: pytest.Monk
         return SimpleNamespace(force_flush=lambda _ms: True, shutdown=lambda: None, stats=stats)
 
     monkeypatch.setattr(example, "configure", configure)
-    monkeypatch.setattr(example, "create_app", lambda config: "app")
+    monkeypatch.setattr(example, "create_app", lambda config, **kwargs: "app")
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.append(kw))
     monkeypatch.setattr("signal.signal", lambda *args: None)  # main() sets a SIGTERM handler
     assert example.main([str(a) for a in service["command"]]) == 0
@@ -346,11 +355,12 @@ def test_example_service_exports_spans_to_the_collector(monkeypatch: pytest.Monk
         listen_port(http_receiver),
         "/v1/traces",
     )
-    assert f"{listen_port(http_receiver)}:{listen_port(http_receiver)}" in services()[collector]["ports"]
+    port = listen_port(http_receiver)
+    assert ("127.0.0.1", port, port) in published(services()[collector])
 
     [uvicorn_args] = served
     assert uvicorn_args["host"] == "0.0.0.0"
-    assert f"{uvicorn_args['port']}:{uvicorn_args['port']}" in service["ports"]
+    assert ("127.0.0.1", uvicorn_args["port"], uvicorn_args["port"]) in published(service)
 
 
 def test_grafana_reads_the_prometheus_service_and_the_dashboards() -> None:
@@ -428,11 +438,35 @@ def test_builds_see_every_file_they_copy() -> None:
 
 
 def test_readme_points_at_published_ports() -> None:
-    published = {
-        int(str(port).split(":")[0]) for service in services().values() for port in service.get("ports", [])
-    }
+    ports = {host for service in services().values() for _, host, _ in published(service)}
     text = README.read_text(encoding="utf-8")
     used = {int(p) for p in re.findall(r"(?:localhost|127\.0\.0\.1):(\d+)", text)}
     assert used, "deploy/README.md names the URLs to open"
-    assert used <= published, f"not published by the stack: {sorted(used - published)}"
+    assert used <= ports, f"not published by the stack: {sorted(used - ports)}"
     assert "docker compose -f deploy/docker-compose.yml up" in text
+
+
+def test_published_ports_are_bound_to_loopback() -> None:
+    """Nothing in the stack authenticates: a port published on every interface would hand Kafka,
+    the Collector and the example service's /admin to the network."""
+    ports = {name: published(service) for name, service in services().items()}
+    assert any(ports.values())
+    for name, specs in ports.items():
+        for address, host, container in specs:
+            assert address == "127.0.0.1", (
+                f"{name} publishes {host}:{container} on {address or 'every interface'}"
+            )
+    text = COMPOSE.read_text(encoding="utf-8")
+    assert not re.search(r'^\s*-\s*"?\d+:\d+"?\s*$', text, re.MULTILINE)  # no bare PORT:PORT line
+
+
+def test_grafana_is_no_anonymous_admin() -> None:
+    env = services()[service_by_image("grafana/grafana")].get("environment", {})
+    assert isinstance(env, dict)
+    if str(env.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "true":
+        assert env.get("GF_AUTH_ANONYMOUS_ORG_ROLE") == "Viewer"  # anonymous visitors only view
+    # The admin password is never Grafana's default admin/admin nor written in the file: compose
+    # takes it from the environment and refuses to start without it.
+    password = str(env.get("GF_SECURITY_ADMIN_PASSWORD", ""))
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", password), password
+    assert str(env.get("GF_USERS_ALLOW_SIGN_UP", "")).lower() == "false"

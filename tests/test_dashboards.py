@@ -474,12 +474,12 @@ async def test_every_panel_has_data_from_a_live_sidecar(
     metrics_port = free_port()
     rules = [fast_rules(RULES, tmp_path / "rules.yml"), fast_rules(ALERTS, tmp_path / "alerts.yml")]
     config = prometheus_config(tmp_path / "prometheus.yml", metrics_port, textfile.port, rules)
+    replay_secret = tmp_path / "replay-secret"  # shared: the service honours the replay's mark
+    replay_secret.write_text("dashboards-replay-secret-0123")
+    service_args = ("--flush-interval-ms", "100", "--cite", "--replay-secret-file", str(replay_secret))
     with (
         prometheus_process(config, tmp_path / "tsdb") as prom,
-        example_service("--kafka", bs, "--topic", topic, "--flush-interval-ms", "100", "--cite") as (
-            service_url,
-            _,
-        ),
+        example_service("--kafka", bs, "--topic", topic, *service_args) as (service_url, _),
     ):
         options = {"api_key": api.key, "base_url": api.url, "max_retries": 0, "timeout_seconds": 5.0}
         settings = settings_for(
@@ -499,6 +499,7 @@ async def test_every_panel_has_data_from_a_live_sidecar(
                 "interval_seconds": 3.0,
                 "k": 4,
                 "concurrency": 4,
+                "replay_secret_file": str(replay_secret),
             },
             alerts={
                 "drift": {

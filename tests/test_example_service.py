@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -21,10 +22,12 @@ from support import eventually, example_service, read_topic, result_lines, runni
 from examples.rag_service.app import MODEL_NAME, RagPipeline, classify, create_app
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import REFUSAL, load_corpus
+from monitor.golden import make_target
 from monitor.ingest.assemble import build_record
 from monitor.ingest.decode import Encoding, decode
 from monitor.instrument import configure, shutdown
 from monitor.model import RagRecord
+from monitor.replay_mark import sign
 
 
 @pytest.fixture(scope="module")
@@ -115,15 +118,27 @@ async def test_degrade_endpoint(client: httpx.AsyncClient) -> None:
     assert (await client.get("/admin/degrade")).json()["invent_rate"] == 1.0
 
 
-async def test_service_spans_in_process(client: httpx.AsyncClient) -> None:
+SECRET = b"example-replay-secret-0123"
+
+
+async def test_service_spans_in_process(pipeline: RagPipeline) -> None:
     exporter = InMemorySpanExporter()
     configure("rag-example", exporter=exporter, batch=False)
+    transport = httpx.ASGITransport(app=create_app(pipeline=pipeline, replay_secret=SECRET))
+
+    def marked(query: str, secret: bytes) -> dict[str, Any]:
+        body = json.dumps({"query": query, "query_type": "other"}).encode()
+        mark = sign(secret, "POST", body)
+        return {"content": body, "headers": {"X-RAG-Replay": mark, "Content-Type": "application/json"}}
+
     try:
-        q = load_corpus().questions[3].query
-        r1 = (await client.post("/query", json={"query": q, "k": 2})).json()
-        await client.post(
-            "/query", json={"query": "Who is it?", "query_type": "other"}, headers={"X-RAG-Replay": "1"}
-        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://rag") as client:
+            q = load_corpus().questions[3].query
+            r1 = (await client.post("/query", json={"query": q, "k": 2})).json()
+            await client.post("/query", **marked("Who is it?", SECRET))
+            forged = {"query": "Who forged it?", "query_type": "other"}
+            assert (await client.post("/query", json=forged, headers={"X-RAG-Replay": "1"})).is_success
+            await client.post("/query", **marked("Who guessed it?", b"not-the-secret-0123456789"))
     finally:
         shutdown()
     got = _records(exporter.get_finished_spans())
@@ -131,6 +146,8 @@ async def test_service_spans_in_process(client: httpx.AsyncClient) -> None:
     assert got[q].model == MODEL_NAME and got[q].query_type == (classify(q) or "")
     assert got["Who is it?"].replay and got["Who is it?"].query_type == "other"
     assert not got[q].replay
+    assert not got["Who forged it?"].replay  # a bare X-RAG-Replay: 1 is production traffic
+    assert not got["Who guessed it?"].replay  # as is a mark made with another secret
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,9 +155,20 @@ async def test_service_spans_in_process(client: httpx.AsyncClient) -> None:
 
 
 @pytest.fixture
-def service(broker: EmbeddedBroker, topic: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def service(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    secret = tmp_path / "replay-secret"
+    secret.write_bytes(SECRET + b"\n")
     with example_service(
-        "--kafka", broker.bootstrap_servers, "--topic", topic, "--flush-interval-ms", "100"
+        "--kafka",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--flush-interval-ms",
+        "100",
+        "--replay-secret-file",
+        str(secret),
     ) as svc:
         yield svc
 
@@ -166,6 +194,7 @@ async def test_example_service_end_to_end(
     asked = [qs[0].query for qs in by_type.values()] + [by_type["lookup"][1].query]
     replayed = by_type["abstractive"][2].query
     labelled = by_type["multi_hop"][3].query
+    forged = by_type["lookup"][3].query
     invented = by_type["lookup"][2].query
     responses: dict[str, dict[str, Any]] = {}
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
@@ -177,7 +206,14 @@ async def test_example_service_end_to_end(
             responses[query] = r.json()
 
         await asyncio.gather(*(ask(q) for q in asked))
-        await ask(replayed, headers={"X-RAG-Replay": "1"})
+        await ask(forged, headers={"X-RAG-Replay": "1"})  # anyone can send it: production traffic
+        # The golden replay's own client, which signs its requests with the shared secret.
+        target = make_target(f"{url}/query", replay_secret=SECRET)
+        try:
+            got_back = await target.ask(row_id="r1", query=replayed, query_type="abstractive", k=4)
+        finally:
+            await target.aclose()
+        responses[replayed] = {"answer": got_back.answer}
         await ask(labelled, query_type="comparison")
         assert (await http.post("/admin/degrade", json={"invent_rate": 1.0})).status_code == 200
         await ask(invented)
@@ -193,6 +229,7 @@ async def test_example_service_end_to_end(
         )
     got = {r["query"]: r for r in result_lines(results)}
     assert replayed not in got  # replay traffic never counts as production
+    assert forged in got  # a forged mark does not hide a request
     for query in live:
         r, resp = got[query], responses[query]
         assert r["service"] == "rag-example" and r["model"] == MODEL_NAME

@@ -17,11 +17,11 @@ import httpx
 import pytest
 import typer
 from prometheus_client import CollectorRegistry
-from support import example_service
+from support import eventually, example_service, running, settings_for
 from test_judge_llm import FakeAPI, Reply
 from typer.testing import CliRunner
 
-from monitor.demo.broker import free_port
+from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.golden import (
     GoldenGauges,
     GoldenRow,
@@ -33,6 +33,7 @@ from monitor.golden import (
     run_replay,
 )
 from monitor.golden.cli import register
+from monitor.replay_mark import body_digest, check
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "examples" / "golden.jsonl"
@@ -145,9 +146,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(raw or b"{}")
         with self.server.lock:
             self.server.seen.append((self.path, dict(self.headers), body))
+            if self.path == "/echo":
+                self.server.raw.append((dict(self.headers), raw))
         if self.path == "/malformed":
             self._send(200, b'{"answer": "oops", "chunks": [', "text/plain")
         elif self.path == "/slow":
@@ -170,6 +174,8 @@ class _Handler(BaseHTTPRequestHandler):
                         {"answer": "It is c1.", "chunks": [{"id": "c1", "content": "It is c1."}]}
                     ).encode(),
                 )
+        elif self.path == "/echo":  # the default contract; every row refused
+            self._send(200, json.dumps({"answer": "I don't know.", "chunks": []}).encode())
         elif self.path == "/custom":
             text = body["input"]["text"]
             docs = [{"doc_id": f"c{n}", "body": f"{text} doc {n}"} for n in range(body["input"]["top"])]
@@ -185,6 +191,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
         self.seen: list[tuple[str, dict[str, str], Any]] = []
+        self.raw: list[tuple[dict[str, str], bytes]] = []  # (headers, body bytes) of /echo
         self.calls: dict[str, int] = {}
 
 
@@ -235,6 +242,7 @@ async def test_custom_shapes_auth_from_env_and_gauges(
 ) -> None:
     base, server = fake
     monkeypatch.setenv("RAG_TOKEN", "s3cret")
+    monkeypatch.setenv("RAGMON_REPLAY_SECRET", "replay-secret-0123456789")
     cfg = HttpTargetConfig(
         url=f"{base}/custom",
         request_template={"input": {"text": "Q: {query}", "top": "{k}"}, "kind": "{query_type}"},
@@ -255,7 +263,12 @@ async def test_custom_shapes_auth_from_env_and_gauges(
     _, body = seen["Q: q0"]
     assert body["input"]["top"] == 3 and body["kind"] == "lookup"
     assert seen["Q: unknowable"][1]["kind"] == "out_of_corpus"
-    assert all(h["X-RAG-Replay"] == "1" and h["Authorization"] == "Bearer s3cret" for h, _ in seen.values())
+    assert all(h["Authorization"] == "Bearer s3cret" for h, _ in seen.values())
+    for h, b in seen.values():  # each request signed with the secret: the service will verify it
+        assert (
+            check(b"replay-secret-0123456789", h["X-RAG-Replay"], "POST", body_digest(json.dumps(b).encode()))
+            is None
+        )
     m = report.metrics["all"]
     assert m["recall_at_k"] == 1.0 and m["mrr"] == 0.5 and m["refusal_accuracy"] == 1.0
     assert m["false_refusal_rate"] == 1.0  # "I don't know." on answerable rows
@@ -385,3 +398,62 @@ async def test_the_scheduled_replay_exports_what_it_could_not_measure(api: FakeA
     assert registry.get_sample_value("ragmon_golden_unmeasured", {"metric": "faithfulness"}) == 1
     assert registry.get_sample_value("ragmon_golden_unmeasured", {"metric": "recall_at_k"}) == 0
     assert registry.get_sample_value("ragmon_golden_regression_active", {"metric": "faithfulness"}) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# The replay mark: both replay clients sign with the configured secret
+
+
+REPLAY_SECRET = b"golden-replay-secret-0123"
+
+
+def _marked(server: _Server, secret: bytes) -> list[str | None]:
+    """Per /echo request: None when its mark verifies with `secret` for its exact body, else why not."""
+    return [check(secret, h.get("X-RAG-Replay", ""), "POST", body_digest(raw)) for h, raw in server.raw]
+
+
+def test_replay_command_signs_with_the_configured_secret(
+    fake: tuple[str, _Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, server = fake
+    monkeypatch.delenv("RAGMON_REPLAY_SECRET", raising=False)
+    (tmp_path / "secret").write_bytes(REPLAY_SECRET + b"\n")
+    config = tmp_path / "replay.yaml"
+    config.write_text(f"target:\n  replay_secret_file: {tmp_path / 'secret'}\n")
+    r = _replay("--target", f"{base}/echo", "--config", str(config))
+    assert r.exit_code in (0, 1), r.output
+    assert server.raw and _marked(server, REPLAY_SECRET) == [None] * len(server.raw)
+    assert REPLAY_SECRET.decode() not in r.output
+    # From the environment, the default: $RAGMON_REPLAY_SECRET.
+    server.raw.clear()
+    monkeypatch.setenv("RAGMON_REPLAY_SECRET", "env-replay-secret-0123456789")
+    r = _replay("--target", f"{base}/echo")
+    assert server.raw and _marked(server, b"env-replay-secret-0123456789") == [None] * len(server.raw)
+    # No secret anywhere: unmarked (the service counts them as production), never a bare "1".
+    server.raw.clear()
+    monkeypatch.delenv("RAGMON_REPLAY_SECRET")
+    r = _replay("--target", f"{base}/echo")
+    assert server.raw and all("X-RAG-Replay" not in h for h, _ in server.raw)
+
+
+@pytest.mark.asyncio
+async def test_the_sidecars_scheduled_replay_signs_with_its_secret(
+    fake: tuple[str, _Server], broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    base, server = fake
+    (tmp_path / "secret").write_bytes(REPLAY_SECRET)
+    settings = settings_for(
+        broker.bootstrap_servers,
+        topic,
+        None,
+        pipeline={"role": "judge"},
+        golden={
+            "file": str(GOLDEN),
+            "target": f"{base}/echo",
+            "interval_seconds": 0.5,
+            "replay_secret_file": str(tmp_path / "secret"),
+        },
+    )
+    async with running(settings):
+        await eventually(lambda: len(server.raw) >= 3, what="the scheduled replay's requests")
+    assert _marked(server, REPLAY_SECRET)[:3] == [None] * 3

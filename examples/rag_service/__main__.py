@@ -15,6 +15,7 @@ import uvicorn
 
 from examples.rag_service.app import Degrade, ServiceConfig, create_app
 from monitor.instrument import configure
+from monitor.replay_mark import load_secret, secret_from_env
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
@@ -38,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--invent-rate", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cite", action="store_true", help="answers cite their source chunk by rank: [1]")
+    p.add_argument(
+        "--replay-secret-file",
+        metavar="FILE",
+        help="shared secret verifying X-RAG-Replay marks (default: $RAGMON_REPLAY_SECRET_FILE or "
+        "$RAGMON_REPLAY_SECRET; none: every request counts as production)",
+    )
     p.add_argument("--flush-interval-ms", type=float, default=500, help="span batch delay")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
@@ -45,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--kafka and --otlp are exclusive")
 
     logging.basicConfig(level=args.log_level.upper())
+    try:
+        replay_secret = load_secret(args.replay_secret_file, None, "replay secret") or secret_from_env()
+    except ValueError as exc:
+        p.error(str(exc))
     config = ServiceConfig(
         k=args.k,
         refuse_below=args.refuse_below,
@@ -66,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     # make those exceptions, so the flush below still runs and SIGTERM exits 0.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(
+            create_app(config, replay_secret=replay_secret),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+        )
     except KeyboardInterrupt:
         pass
     finally:

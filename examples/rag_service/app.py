@@ -14,7 +14,9 @@ Each is a probability per request, set at start-up (`Degrade`) or live with ``PO
 With ``cite`` (``--cite``) every answer sentence cites the chunk it was taken from by rank
 (``… in 1990 [1].``); an invented sentence cites it too, wrongly: what citation accuracy catches.
 HTTP contract (design.md): ``POST /query {"query", "k"}`` → ``{"answer", "chunks": [{id, content,
-score}]}``; requests with ``X-RAG-Replay: 1`` produce spans marked ``rag.replay=true``. With
+score}]}``; requests with a valid ``X-RAG-Replay`` mark (an HMAC with the shared replay secret:
+``replay_secret``, else ``RAGMON_REPLAY_SECRET(_FILE)``) produce spans marked ``rag.replay=true``,
+any other request counts as production. With
 ``"context": [{"id", "content"}]`` the service answers from those chunks instead of retrieving
 (``[]``: from nothing), which is what the golden replay's oracle and no-context baselines send.
 """
@@ -274,11 +276,16 @@ class DegradeUpdate(BaseModel):
     invent_rate: float | None = Field(None, ge=0, le=1)
 
 
-def create_app(config: ServiceConfig | None = None, pipeline: RagPipeline | None = None) -> FastAPI:
-    """The FastAPI app; tracing follows whatever `monitor.instrument.configure` set up (or none)."""
+def create_app(
+    config: ServiceConfig | None = None,
+    pipeline: RagPipeline | None = None,
+    replay_secret: bytes | None = None,
+) -> FastAPI:
+    """The FastAPI app; tracing follows whatever `monitor.instrument.configure` set up (or none).
+    `replay_secret` verifies replay marks (None: from the environment)."""
     rag = pipeline or RagPipeline(config)
     app = FastAPI(title="rag-monitor example RAG service")
-    app.add_middleware(ReplayMiddleware)
+    app.add_middleware(ReplayMiddleware, secret=replay_secret)
     app.state.pipeline = rag
 
     @app.post("/query", response_model=QueryResponse)

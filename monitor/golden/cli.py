@@ -328,7 +328,7 @@ def replay(
     except (BaselineError, ValueError) as exc:
         _err(str(exc))
         raise typer.Exit(2) from None
-    public = target_cfg.model_dump(exclude={"url", "headers"})  # header values may be secrets
+    public = target_cfg.model_dump(mode="json", exclude={"url", "headers"})  # header values may be secrets
     estimates: list[CostEstimate] = []
 
     def approve(records: Sequence[RagRecord]) -> None:

@@ -6,8 +6,10 @@ response as "no chunks retrieved" would look like a retrieval regression and sen
 wrong half of the pipeline.
 
 HTTP default (design.md): ``POST {url}`` with ``{"query": str, "k": int}`` → ``{"answer": str,
-"chunks": [{"id", "content", "score"}]}``, header ``X-RAG-Replay: 1`` so that the instrumented
-service marks its spans ``rag.replay=true`` and production metrics exclude them. Other shapes:
+"chunks": [{"id", "content", "score"}]}``, header ``X-RAG-Replay: t=…,sig=…`` (an HMAC with the
+shared replay secret, `monitor.replay_mark`) so that the instrumented service marks its spans
+``rag.replay=true`` and production metrics exclude them; with no secret the requests go unmarked
+(counted as production, and a warning says so). Other shapes:
 `request_template` (a JSON value whose strings may hold ``{query}``, ``{k}``, ``{query_type}``,
 ``{id}``; a string that is exactly one placeholder keeps the value's type) and `ResponseMapping`
 (dotted paths).
@@ -27,15 +29,19 @@ import dataclasses
 import importlib
 import inspect
 import json
+import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor import replay_mark
 from monitor.model import Chunk
 
 __all__ = [
@@ -52,7 +58,10 @@ __all__ = [
     "make_target",
 ]
 
-REPLAY_HEADER = "X-RAG-Replay"
+log = logging.getLogger(__name__)
+
+REPLAY_HEADER = replay_mark.HEADER
+_UNMARKED_WARNED: set[str] = set()  # targets already warned about: once per process
 _PLACEHOLDER = re.compile(r"\{(query|k|query_type|id)\}")
 _RETRY_STATUS = frozenset((408, 425, 429, 500, 502, 503, 504))
 
@@ -139,6 +148,12 @@ class HttpTargetConfig(BaseModel):
     auth_header: str = "Authorization"
     auth_env: str | None = None  # name of the env var holding the header value
     auth_scheme: str | None = None  # e.g. "Bearer": the value is sent as "Bearer <env value>"
+    replay_secret_file: Path | None = Field(
+        None, description="the shared replay secret that signs the X-RAG-Replay mark (a mounted Secret)"
+    )
+    replay_secret_env: str = Field(
+        replay_mark.SECRET_ENV, description="else the env var holding it (RAGMON_REPLAY_SECRET)"
+    )
     timeout_seconds: float = Field(10.0, gt=0)
     retries: int = Field(2, ge=0)
     backoff_seconds: float = Field(0.2, ge=0)
@@ -230,10 +245,28 @@ def render_template(template: Any, values: Mapping[str, Any]) -> Any:
 class HttpTarget:
     """An HTTP RAG endpoint behind one pooled `httpx.AsyncClient` (keep-alive across rows)."""
 
-    def __init__(self, config: HttpTargetConfig, *, concurrency: int = 8) -> None:
+    def __init__(
+        self, config: HttpTargetConfig, *, concurrency: int = 8, replay_secret: bytes | None = None
+    ) -> None:
+        """`replay_secret` signs the replay mark; None: `config.replay_secret_file`, else the env
+        var `config.replay_secret_env`; with none, requests go unmarked (a warning says so)."""
         if not config.url.startswith(("http://", "https://")):
             raise ValueError(f"target URL must start with http:// or https://, got {config.url!r}")
-        headers = {**config.headers, REPLAY_HEADER: "1"}
+        if replay_secret is None:
+            replay_secret = replay_mark.load_secret(
+                config.replay_secret_file, os.environ.get(config.replay_secret_env), "replay secret"
+            )
+        if replay_secret is None and config.url not in _UNMARKED_WARNED:
+            _UNMARKED_WARNED.add(config.url)
+            log.warning(
+                "no replay secret (target.replay_secret_file or $%s): requests to %s go unmarked and "
+                "the service counts them as production traffic",
+                config.replay_secret_env,
+                _safe_url(config.url),
+            )
+        self._secret = replay_secret
+        headers = {k: v for k, v in config.headers.items() if k.lower() != REPLAY_HEADER.lower()}
+        headers["Content-Type"] = "application/json"
         if config.auth_env:
             secret = os.environ.get(config.auth_env)
             if not secret:
@@ -282,8 +315,12 @@ class HttpTarget:
         for attempt in range(cfg.retries + 1):
             if attempt:
                 await asyncio.sleep(cfg.backoff_seconds * 2 ** (attempt - 1))
+            content = json.dumps(body).encode()
+            marks = {}
+            if self._secret is not None:  # signed per attempt: the mark's timestamp must be fresh
+                marks[REPLAY_HEADER] = replay_mark.sign(self._secret, cfg.method, content)
             try:
-                r = await self._client.request(cfg.method, cfg.url, json=body)
+                r = await self._client.request(cfg.method, cfg.url, content=content, headers=marks)
             except httpx.TimeoutException:
                 last = f"timed out after {cfg.timeout_seconds:g} s"
                 continue
@@ -379,6 +416,17 @@ class CallableTarget:
         return None
 
 
+def _safe_url(url: str) -> str:
+    """The URL without credentials or query, for a log line."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
 def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
@@ -392,12 +440,19 @@ async def _await(value: Awaitable[Any]) -> Any:
 
 
 def make_target(
-    spec: str | HttpTargetConfig, *, concurrency: int = 8, config: HttpTargetConfig | None = None
+    spec: str | HttpTargetConfig,
+    *,
+    concurrency: int = 8,
+    config: HttpTargetConfig | None = None,
+    replay_secret: bytes | None = None,
 ) -> Target:
-    """An HTTP target for an ``http(s)://`` URL (settings from `config`), else a ``module:function``."""
+    """An HTTP target for an ``http(s)://`` URL (settings from `config`), else a ``module:function``.
+    `replay_secret` signs an HTTP target's replay mark (None: from its config or the environment)."""
     if isinstance(spec, HttpTargetConfig):
-        return HttpTarget(spec, concurrency=concurrency)
+        return HttpTarget(spec, concurrency=concurrency, replay_secret=replay_secret)
     if spec.startswith(("http://", "https://")):
         base = config or HttpTargetConfig()
-        return HttpTarget(base.model_copy(update={"url": spec}), concurrency=concurrency)
+        return HttpTarget(
+            base.model_copy(update={"url": spec}), concurrency=concurrency, replay_secret=replay_secret
+        )
     return CallableTarget(spec, config.response if config else None)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from aiokafka import TopicPartition
 
-from monitor.config import Settings
+from monitor.config import GoldenConfig, Settings
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sample import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
@@ -39,6 +39,7 @@ from monitor.model import Chunk, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
+from monitor.replay_mark import load_secret, secret_from_env
 from monitor.samples import BadSample, decode_sample
 from monitor.slices import BoundedLabel
 from monitor.tasks import cancel_all
@@ -146,6 +147,7 @@ class JudgeStage:
         self.golden_gauges: GoldenGauges | None = None
         self.golden_runner: GoldenRunner | None = None
         self.golden_trigger: TriggerEndpoint | None = None  # POST /golden/replay, with a token
+        self._replay_secret: bytes | None = None  # signs the golden requests' X-RAG-Replay mark
         golden = settings.golden
         if golden.file is not None and golden.target:
             from monitor.golden import GoldenGauges
@@ -157,6 +159,7 @@ class JudgeStage:
                 self._golden_once, lambda: self.source.owns(leader), report_dir=golden.report_dir
             )
             secret = golden.trigger_token.get_secret_value() if golden.trigger_token else None
+            self._replay_secret = _golden_replay_secret(golden)
             token = load_token(golden.trigger_token_file, secret)
             if token is not None:
                 self.golden_trigger = TriggerEndpoint(
@@ -500,7 +503,14 @@ class JudgeStage:
 
     async def _golden_once(self, change: Change | None) -> ReplayReport | None:
         """One replay of the configured golden set (None: it failed, and the log says why)."""
-        from monitor.golden import BaselineError, ReplayFailed, load_baseline, load_golden, run_replay
+        from monitor.golden import (
+            BaselineError,
+            ReplayFailed,
+            load_baseline,
+            load_golden,
+            make_target,
+            run_replay,
+        )
 
         cfg = self.settings.golden
         assert cfg.file is not None and cfg.target is not None
@@ -510,21 +520,25 @@ class JudgeStage:
                 log.error("golden file %s has errors: %s", cfg.file, "; ".join(map(str, check.errors[:3])))
                 return None
             baseline = await asyncio.to_thread(load_baseline, cfg.baseline) if cfg.baseline else None
-            return await run_replay(
-                check.rows,
-                cfg.target,
-                k=cfg.k,
-                judge=self.judge,
-                concurrency=cfg.concurrency,
-                baseline=baseline,
-                golden_sha256=check.sha256,
-                golden_path=str(cfg.file),
-                gauges=self.golden_gauges,
-                baselines=cfg.baselines,
-                change=change,
-                generator_model=self.self_judged_model,
-            )
-        except (ReplayFailed, BaselineError, OSError) as exc:
+            target = make_target(cfg.target, concurrency=cfg.concurrency, replay_secret=self._replay_secret)
+            try:
+                return await run_replay(
+                    check.rows,
+                    target,
+                    k=cfg.k,
+                    judge=self.judge,
+                    concurrency=cfg.concurrency,
+                    baseline=baseline,
+                    golden_sha256=check.sha256,
+                    golden_path=str(cfg.file),
+                    gauges=self.golden_gauges,
+                    baselines=cfg.baselines,
+                    change=change,
+                    generator_model=self.self_judged_model,
+                )
+            finally:
+                await target.aclose()
+        except (ReplayFailed, BaselineError, OSError, ValueError) as exc:
             log.error("golden replay failed: %s", exc)
             return None
 
@@ -535,3 +549,14 @@ class JudgeStage:
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._drop_queued(lambda s: s.partition in revoked)
+
+
+def _golden_replay_secret(golden: GoldenConfig) -> bytes | None:
+    """The replay secret: golden.replay_secret_file, golden.replay_secret, else the environment
+    (`RAGMON_REPLAY_SECRET(_FILE)`, as the service reads it). Read once, at start-up: a missing
+    file fails start-up rather than every replay."""
+    if golden.replay_secret_file is not None and golden.replay_secret is not None:
+        raise ValueError("golden.replay_secret_file and golden.replay_secret are both set: choose one")
+    value = golden.replay_secret.get_secret_value() if golden.replay_secret else None
+    secret = load_secret(golden.replay_secret_file, value, "golden replay secret")
+    return secret if secret is not None else secret_from_env()
