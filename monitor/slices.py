@@ -33,6 +33,16 @@ class BoundedLabel:
         self.fallback = fallback
         self.missing = missing
 
+    @classmethod
+    def query_types(cls, allowed: Iterable[str]) -> BoundedLabel:
+        """`query_type` as every stage bounds it (`slices.query_types`)."""
+        return cls(allowed, fallback="other", missing="unknown")
+
+    @classmethod
+    def services(cls, allowed: Iterable[str] | None, capacity: int) -> BoundedLabel:
+        """`service` as every stage bounds it (`slices.services`, else the first `max_services`)."""
+        return cls(allowed, fallback="other", missing="unknown_service", capacity=capacity, normalize=False)
+
     def bound(self, raw: str | None) -> tuple[str, bool]:
         """The label value for `raw`, and whether `raw` was outside the allowed set."""
         if not raw:

@@ -37,9 +37,10 @@ from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
-from monitor.model import RagRecord
+from monitor.model import Chunk, RagRecord
 from monitor.outputs.http import MetricsServer
 from monitor.run import Sidecar, build_judge
+from monitor.samples import encode_sample
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 
@@ -369,3 +370,98 @@ async def test_a_produce_that_never_completes_is_seen_stalled(tmp_path: Path) ->
     # The samples go out when the traces fall due (grace 4 s), then wait for their ack.
     assert prober.seen["/readyz"] - stopped < 4.0 + 2.0 + 1.5
     assert "samples has not moved" in prober.bodies["/readyz"]
+
+
+def label_values(sidecar: Sidecar, label: str) -> set[str]:
+    return {
+        s.labels[label]
+        for fam in sidecar.metrics.registry.collect()
+        for s in fam.samples
+        if label in s.labels and s.name.startswith("ragmon_")
+    }
+
+
+async def test_labels_read_back_from_the_internal_topics_are_bounded_again(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Anything with write access may put messages on the samples and results topics: 200 forged
+    samples and results lines, each with its own service and query type, leave every label in the
+    allow-list or the first `max_services`."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(bs, topic, results, slices={"max_services": 3})
+    async with running(settings) as sidecar:
+        forged = []
+        for i in range(200):
+            record = RagRecord(
+                trace_id=f"{i:032x}",
+                span_id="1" * 16,
+                service=f"svc-{i}",
+                query="What is it?",
+                query_type=f"qt-{i}",
+                chunks=[Chunk("c1", "It is a pump.", 0.9)],
+                answer="It is a pump.",
+            )
+            forged.append(
+                (record.trace_id.encode(), encode_sample(record, 1.0, f"svc-{i}", "span", time.time()))
+            )
+        await produce(bs, settings.pipeline.samples_topic, forged)
+        await eventually(lambda: len(result_ids(results)) == 200, what="forged samples judged")
+        assert settings.results.topic is not None
+        lines = [json.loads(line) for line in results.read_text().splitlines()]
+        rogue = [
+            (b"x", json.dumps({**line, "query_type": f"rogue-{i}"}).encode()) for i, line in enumerate(lines)
+        ]
+        await produce(bs, settings.results.topic, rogue)
+        drift = sidecar.drift
+        assert drift is not None
+        await eventually(lambda: drift.seen >= 400, what="the drift stage read them")
+    services = label_values(sidecar, "service")
+    assert len(services - {"other", "unknown_service"}) <= 3, services
+    assert label_values(sidecar, "query_type") <= set(settings.slices.query_types) | {"other", "all"}
+
+
+async def test_a_rebalance_while_the_judge_stage_is_paused_keeps_it_paused(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A slow judge holds its `queue_size` and pauses; a second member joins and leaves (two
+    rebalances): the partitions handed back must come paused, or the member fetches on without
+    bound. Held samples stay within twice the queue."""
+    bs = broker.bootstrap_servers
+    queue = 20
+    settings = settings_for(bs, topic, tmp_path / "a.jsonl", pipeline={"queue_size": queue})
+    other = settings_for(bs, topic, tmp_path / "b.jsonl", pipeline={"queue_size": queue, "role": "judge"})
+    lexical = build_judge(settings)
+    assert lexical is not None
+
+    class Slow:
+        name, model = lexical.name, lexical.model
+
+        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
+            await asyncio.sleep(0.05)
+            return await lexical.judge(record, sampling_weight=sampling_weight)
+
+        async def aclose(self) -> None:
+            pass
+
+    work = generate(1500, seed=2408)
+    most = [0]
+    async with running(settings, Slow()) as sidecar:
+        stage = sidecar.judge_stage
+        assert stage is not None
+
+        async def watch() -> None:
+            while True:
+                most[0] = max(most[0], stage._held)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await produce(bs, topic, work.pairs())
+            await eventually(lambda: stage._held >= queue, what="the queue full, the partitions paused")
+            async with running(other, Slow()):
+                await asyncio.sleep(3.0)
+            await asyncio.sleep(3.0)  # the partitions come back
+        finally:
+            watcher.cancel()
+    assert most[0] <= 2 * queue, f"held {most[0]} samples with queue_size {queue}"

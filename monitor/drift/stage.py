@@ -30,6 +30,7 @@ from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
 from monitor.progress import StageProgress
+from monitor.slices import BoundedLabel
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class DriftStage:
             self._on_revoked,
         )
         self.progress = StageProgress("drift", (self.source.input,))
+        self.query_types = BoundedLabel.query_types(settings.slices.query_types)
         self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
@@ -129,7 +131,8 @@ class DriftStage:
         judged = judged_values(line)
         if isinstance(judged, str):
             return  # skipped or failed judgements, golden replays: nothing to detect on
-        qt, w, values = judged
+        raw_qt, w, values = judged
+        qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
         for detector, query_type, raised in self.monitor.observe(qt, w, values, live=live):
             self._alert(detector, query_type, raised)

@@ -85,14 +85,8 @@ class IngestStage:
         self.tracker = OffsetTracker(NEW_REFS)
         self.assembler = Assembler(settings.assembly)
         self.rejections = Rejections(metrics)
-        self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
-        self.services = BoundedLabel(
-            settings.slices.services,
-            fallback="other",
-            missing="unknown_service",
-            capacity=settings.slices.max_services,
-            normalize=False,
-        )
+        self.query_types = BoundedLabel.query_types(settings.slices.query_types)
+        self.services = BoundedLabel.services(settings.slices.services, settings.slices.max_services)
         self.classifier = (
             QueryClassifier(settings.slices.query_types) if settings.slices.classify != "off" else None
         )

@@ -95,7 +95,9 @@ class JudgeStage:
             pc.samples_topic,
             pc.judge_group_id,
             "earliest",
-            min(settings.kafka.max_poll_records, pc.queue_size),
+            # Half the queue a fetch: the next fetch is in flight while one is admitted, so what
+            # is held stays under twice the queue whenever the pause comes.
+            min(settings.kafka.max_poll_records, max(1, pc.queue_size // 2)),
         )
         self.source = KafkaSource(
             settings.kafka,
@@ -105,7 +107,9 @@ class JudgeStage:
             self._on_revoked,
             self._on_assigned,
         )
-        self.query_types = BoundedLabel(settings.slices.query_types, fallback="other", missing="unknown")
+        # Labels read back from the samples topic are bounded again: anything may write to it.
+        self.query_types = BoundedLabel.query_types(settings.slices.query_types)
+        self.services = BoundedLabel.services(settings.slices.services, settings.slices.max_services)
         self._judge_labels = settings.slices.classify == "judge"
         self.budget = JudgeBudget(jc.budget) if jc.budget.enabled else None
         if judge is not None and jc.budget.default_cap:
@@ -138,7 +142,6 @@ class JudgeStage:
         # to show, not a stall).
         self._writes = Progress("judgements")
         self.progress = StageProgress("judge", (self.source.input, self._writes))
-        self._paused = False
         self._sinks: list[ResultSink] = []
         self.events: EvaluationEventSink | None = None
         self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
@@ -279,6 +282,8 @@ class JudgeStage:
                     ref.release()
                     continue
                 weight = 1.0 / sample.inclusion_probability
+                record.query_type, _ = self.query_types.bound(record.query_type)
+                service, _ = self.services.bound(sample.service_label)
                 self._held += 1
                 self._queue.put_nowait(
                     _Sample(
@@ -286,7 +291,7 @@ class JudgeStage:
                         weight,
                         ref,
                         tp,
-                        sample.service_label,
+                        service,
                         sample.query_type_source,
                         sample.clipped,
                     )
@@ -295,11 +300,9 @@ class JudgeStage:
         # Pausing, not blocking, bounds what is held: the fetch loop keeps polling, so the
         # member stays in its group however long the judge takes.
         limit = self.settings.pipeline.queue_size
-        if not self._paused and self._held >= limit:
-            self._paused = True
+        if not self.source.paused and self._held >= limit:
             self.source.pause()
-        elif self._paused and self._held <= limit // 2:
-            self._paused = False
+        elif self.source.paused and self._held <= limit // 2:
             self.source.resume()
 
     def _drop_queued(self, which: Callable[[_Sample], bool]) -> None:

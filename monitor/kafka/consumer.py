@@ -106,6 +106,7 @@ class KafkaSource:
         self.replay_until: dict[TopicPartition, int] = {}  # spec.replay: offsets below were seen before
         # A fetched batch the stage has not finished handling: what a stuck stage sits on.
         self.input = Progress("input")
+        self.paused = False  # see `pause`
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
@@ -248,10 +249,14 @@ class KafkaSource:
         return await self.start(stop)
 
     def pause(self) -> None:
+        """Stop fetching every owned partition, and those a rebalance assigns until `resume`
+        (aiokafka hands new ones over unpaused: a member that holds all it may must not take more)."""
+        self.paused = True
         if self._consumer is not None:
             self._consumer.pause(*self._consumer.assignment())
 
     def resume(self) -> None:
+        self.paused = False
         if self._consumer is not None:
             self._consumer.resume(*self._consumer.assignment())
 
@@ -297,6 +302,8 @@ class KafkaSource:
     def handle_assigned(self, assigned: set[TopicPartition]) -> set[TopicPartition]:
         """Take the assignment; the partitions new to this member."""
         new = assigned - self.owned
+        if self.paused and self._consumer is not None:
+            self._consumer.pause(*assigned)
         self._tracker.assign(new)
         self.owned = self.owned | assigned
         log.info("%s: assigned partitions %s", self.spec.topic, sorted(tp.partition for tp in self.owned))
