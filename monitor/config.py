@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -434,8 +435,17 @@ class PipelineConfig(_Section):
         min_length=1,
         description="the drift stage's group (on the results topic); unset: <kafka.group_id>-drift",
     )
-    samples_replication: int = Field(
-        1, ge=1, description="replication factor if the sidecar creates the samples topic (production: 3)"
+    topics_replication: int = Field(
+        1,
+        ge=1,
+        validation_alias=AliasChoices("topics_replication", "samples_replication"),  # the old name
+        description="replication factor of the samples and results topics when the sidecar creates"
+        " them (production: 3, the chart's default)",
+    )
+    create_topics: bool = Field(
+        True,
+        description="create the samples and results topics when missing (false: they are provisioned;"
+        " a missing one is logged at start)",
     )
     queue_size: int = Field(
         1000, gt=0, description="samples held by the judge stage (queued, judged, being written)"

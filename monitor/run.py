@@ -260,8 +260,8 @@ class Sidecar:
     async def _ensure_topics(self) -> None:
         """Create the samples and results topics when missing, with the input topic's partition
         count (so the judge group scales as far as the ingest group) and
-        `pipeline.samples_replication`. Where the cluster forbids it, a warning says to provision
-        them."""
+        `pipeline.topics_replication`; with `pipeline.create_topics` off, only say which are
+        missing. Where the cluster forbids it, a warning says to provision them."""
         kafka = self.settings.kafka
         wanted = [t for t in (self.settings.pipeline.samples_topic, self.settings.results.topic) if t]
         admin = AIOKafkaAdminClient(
@@ -275,15 +275,25 @@ class Sidecar:
                     missing = [t for t in wanted if t not in existing]
                     if not missing:
                         return
+                    if not self.settings.pipeline.create_topics:
+                        log.error(
+                            "topics %s are missing and pipeline.create_topics is off: provision them", missing
+                        )
+                        return
                     partitions = 3
                     if kafka.topic in existing:
                         described = await admin.describe_topics([kafka.topic])
                         partitions = max(1, len(described[0].get("partitions", ())) or 3)
-                    replication = self.settings.pipeline.samples_replication
+                    replication = self.settings.pipeline.topics_replication
                     for topic in missing:
                         with contextlib.suppress(TopicAlreadyExistsError):  # another replica won
                             await admin.create_topics([NewTopic(topic, partitions, replication)])
-                        log.info("created topic %s with %d partitions", topic, partitions)
+                        log.info(
+                            "created topic %s with %d partitions, replication %d",
+                            topic,
+                            partitions,
+                            replication,
+                        )
                 finally:
                     await admin.close()
         except (KafkaError, TimeoutError, OSError) as exc:

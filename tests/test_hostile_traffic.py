@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -13,7 +14,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 from support import (
     eventually,
@@ -465,3 +468,31 @@ async def test_a_rebalance_while_the_judge_stage_is_paused_keeps_it_paused(
         finally:
             watcher.cancel()
     assert most[0] <= 2 * queue, f"held {most[0]} samples with queue_size {queue}"
+
+
+async def test_internal_topics_are_created_with_the_replication_asked_or_not_at_all(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`create_topics: false` leaves a provisioned cluster's topics to it (a missing one is named
+    in the log); otherwise the replication factor asked for is the one requested (the old key
+    name still read)."""
+    bs = broker.bootstrap_servers
+    off = settings_for(bs, topic, None, pipeline={"create_topics": False})
+    assert off.pipeline.topics_replication == 1
+    sidecar = Sidecar(off)
+    await sidecar.output.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="monitor.run"):
+            await sidecar._ensure_topics()
+    finally:
+        await sidecar.output.close()
+    missing = [off.pipeline.samples_topic, off.results.topic]
+    assert f"topics {missing} are missing and pipeline.create_topics is off" in caplog.text
+    admin = AIOKafkaAdminClient(bootstrap_servers=bs)
+    await admin.start()
+    try:
+        assert not set(missing) & set(await admin.list_topics())
+    finally:
+        await admin.close()
+    old_name = settings_for(bs, topic, None, pipeline={"samples_replication": 3})
+    assert old_name.pipeline.topics_replication == 3
