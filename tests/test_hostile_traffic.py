@@ -223,6 +223,27 @@ async def test_sigterm_ends_the_process_in_time_while_a_produce_never_completes(
     assert not result_ids(results) & {t.trace_id for t in work.traces}, "nothing was judged before"
 
 
+class ResultIds:
+    """The trace ids of a results file as it grows, read incrementally (parsing 40,000 lines ten
+    times a second would take the CPU the sidecar needs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ids: set[str] = set()
+        self._offset = 0
+
+    def __call__(self) -> set[str]:
+        if self.path.exists():
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            self._offset += len(complete)
+            self.ids.update(json.loads(line)["trace_id"] for line in complete.splitlines() if line)
+        return self.ids
+
+
+@pytest.mark.timeout(900)
 async def test_forty_thousand_traces_all_judged_while_a_second_member_joins_and_leaves(
     broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
@@ -235,19 +256,14 @@ async def test_forty_thousand_traces_all_judged_while_a_second_member_joins_and_
     results, other_results = tmp_path / "results.jsonl", tmp_path / "other.jsonl"
     settings = settings_for(bs, topic, results)
     other = settings_for(bs, topic, other_results)
+    mine, theirs = ResultIds(results), ResultIds(other_results)
     async with running(settings):
         feeder = asyncio.create_task(produce(bs, topic, work.pairs()))
-        await eventually(lambda: len(result_ids(results)) >= 5_000, within=120, what="5,000 judged")
+        await eventually(lambda: len(mine()) >= 5_000, within=300, what="5,000 judged")
         async with running(other):
-            await eventually(
-                lambda: len(result_ids(other_results)) >= 1_000, within=120, what="the second member judging"
-            )
+            await eventually(lambda: len(theirs()) >= 1_000, within=300, what="the second member judging")
         await feeder
-        await eventually(
-            lambda: result_ids(results) | result_ids(other_results) >= want,
-            within=300,
-            what="every trace judged",
-        )
+        await eventually(lambda: mine() | theirs() >= want, within=600, what="every trace judged")
 
 
 class Prober(threading.Thread):
@@ -327,7 +343,10 @@ async def test_a_judge_that_blocks_the_event_loop_is_seen_stalled(
             await asyncio.to_thread(prober.join, 40)
         finally:
             server.stop()
-        assert sample(sidecar, "ragmon_stage_stalled", stage="judge") == 0, "progress again after the block"
+        await eventually(
+            lambda: sample(sidecar, "ragmon_stage_stalled", stage="judge") == 0,
+            what="progress after the block",
+        )
     start = blocked_at[0]
     assert set(prober.seen) == {"/readyz", "/healthz", "metric"}, prober.seen
     assert prober.seen["/readyz"] - start < 2.0 + 1.0

@@ -45,7 +45,10 @@ async def test_a_huge_record_is_judged_while_the_loop_keeps_running(
     misses by a second and ordinary traffic keeps being ingested and judged."""
     bs = broker.bootstrap_servers
     results = tmp_path / "results.jsonl"
-    settings = settings_for(bs, topic, results)
+    # The sample carries the whole record (by default it would clip it first, to 16,000 characters
+    # a chunk): what reaches the judge is what it must clip itself.
+    pipeline = {"sample_max_chunk_chars": 500_000, "max_message_bytes": 8_000_000}
+    settings = settings_for(bs, topic, results, pipeline=pipeline)
     huge = RagRecord(
         trace_id="ab" * 16,
         span_id="cd" * 8,
