@@ -447,6 +447,12 @@ class PipelineConfig(_Section):
     queue_size: int = Field(
         1000, gt=0, description="samples held by the judge stage (queued, judged, being written)"
     )
+    queue_bytes: int = Field(
+        256 * 1024 * 1024,
+        gt=0,
+        description="bytes of the samples held by the judge stage (their messages); past it, as past "
+        "queue_size, its partitions are paused",
+    )
     max_inflight_produces: int = Field(
         10_000, gt=0, description="samples produced and not yet acknowledged before ingest waits"
     )
