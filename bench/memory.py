@@ -48,7 +48,7 @@ def messages(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes]]:
     per = args.spans_per_message
     n_messages = -(-args.spans // per)
     big_per = -(-args.big_trace_spans // n_messages) if args.big_trace_spans else 0
-    text_len = max(16, args.message_bytes // per - 260)
+    text_len = max(16, args.message_bytes // per - 320)  # a span's other fields: ~310 bytes
     words = ["pump", "valve", "seal", "flow", "pressure", "litre", "minute", "bearing", "motor", "housing"]
     big_tid = rng.randbytes(16)
     big_left = args.big_trace_spans
