@@ -197,7 +197,14 @@ class AssemblyConfig(_Section):
     grace_seconds: float = Field(1.0, ge=0, description="wait after the root span for late children")
     timeout_seconds: float = Field(30.0, gt=0, description="emit or drop a trace whose root never came")
     max_open_traces: int = Field(50_000, gt=0)
-    max_open_bytes: int = Field(128 * 1024 * 1024, gt=0)
+    max_open_bytes: int = Field(
+        128 * 1024 * 1024,
+        gt=0,
+        description="bytes of the messages open traces hold, each message charged whole once",
+    )
+    max_spans_per_trace: int = Field(
+        10_000, gt=0, description="spans taken per trace; later ones are dropped (too_many_spans)"
+    )
     recent_trace_ids: int = Field(100_000, ge=0, description="emitted ids remembered to drop late spans")
 
 
@@ -449,6 +456,12 @@ class PipelineConfig(_Section):
     )
     queue_size: int = Field(
         1000, gt=0, description="samples held by the judge stage (queued, judged, being written)"
+    )
+    queue_bytes: int = Field(
+        256 * 1024 * 1024,
+        gt=0,
+        description="bytes of the samples held by the judge stage (their messages); past it, as past "
+        "queue_size, its partitions are paused",
     )
     max_inflight_produces: int = Field(
         10_000, gt=0, description="samples produced and not yet acknowledged before ingest waits"

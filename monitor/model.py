@@ -34,6 +34,7 @@ class Reject(StrEnum):
     MISSING_ANSWER = "missing_answer"
     EVICTED = "evicted"  # open-trace capacity reached: oldest trace dropped
     LATE_SPAN = "late_span"  # span of a trace already emitted
+    TOO_MANY_SPANS = "too_many_spans"  # span past assembly.max_spans_per_trace: dropped
     NOT_RAG = "not_rag"  # a trace with no RAG content at all (health checks, other endpoints): ignored
     QUERY_TYPE_UNKNOWN = (
         "query_type_not_allowed"  # rag.query_type outside the allow-list (mapped, not dropped)

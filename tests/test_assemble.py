@@ -213,7 +213,7 @@ def test_spans_that_cannot_shape_the_record_are_counted_not_kept() -> None:
         out: list[Finished] = []
         asm.add_spans(spans[:4], r0, 10, 0.0, out)
         asm.add_spans(spans[4:], r1, 10, 0.0, out)
-        assert out == [] and asm.open_bytes == 10 * len(spans)
+        assert out == [] and asm.open_bytes == 2 * 10  # two messages, each charged once
         assert [s.span_id for s in asm._open[tid].spans] == [
             s.span_id for s in spans if s.span_id not in ("sql", "cache")
         ]
@@ -333,3 +333,86 @@ def _samples(m: Metrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
         for s in f.samples
         if s.name == name
     }
+
+
+def test_a_message_is_charged_whole_while_any_trace_holds_it() -> None:
+    """The compiled decoder leaves chunk text where it lies in its message, so one open trace with
+    a chunk from a 1 MB message keeps the whole megabyte alive: it is charged whole, once, until
+    the last trace holding it leaves (it was charged a share per span: 10 KB of it here)."""
+    asm = Assembler(AssemblyConfig(grace_seconds=0, timeout_seconds=100, max_open_bytes=1_500_000))
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    big = tracker.track("p0", 0)
+    assert big is not None
+    chunk = [Chunk("c1", score=0.9, raw=b"text")]
+    retrievals = [span(f"t{i}", "ret", "r", SpanRole.RETRIEVER, query="q?", chunks=chunk) for i in range(100)]
+    out: list[Finished] = []
+    asm.add_spans(retrievals, big, 1_000_000, 0.0, out)
+    big.release()
+    assert out == [] and asm.open_bytes == 1_000_000
+    small = tracker.track("p0", 1)
+    assert small is not None
+    roots = [span(f"t{i}", "r", role=SpanRole.ROOT, query="q?", answer="a.") for i in range(1, 100)]
+    asm.add_spans(roots, small, 1_000, 1.0, out)
+    small.release()
+    out += asm.poll(1.0)
+    assert len(out) == 99 and all(f.record is not None for f in out)
+    for f in out:
+        release_all(f.refs)
+    # t0 never gets its root: it alone holds the first message, all of it
+    assert asm.open_traces == 1 and asm.open_bytes == 1_000_000
+    nxt = tracker.track("p0", 2)
+    assert nxt is not None
+    other = span("u", "ret", "r", SpanRole.RETRIEVER, query="q?", chunks=chunk)
+    evicted = asm.add(other, nxt, 1_000_000, 2.0)
+    nxt.release()
+    assert [(f.trace_id, f.reason) for f in evicted] == [("t0", Reject.EVICTED)]
+    release_all(evicted[0].refs)
+    assert asm.open_bytes == 1_000_000 and tracker.committable() == {"p0": 2}
+
+
+def test_spans_past_the_cap_are_dropped_and_counted() -> None:
+    """A 50,000-span trace takes 10,000 spans (`max_spans_per_trace`); the other 40,000 are
+    dropped, each a `too_many_spans` of its own, and hold no message. The trace is emitted as usual."""
+    asm = Assembler(AssemblyConfig(grace_seconds=0, timeout_seconds=100, max_spans_per_trace=10_000))
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    out: list[Finished] = []
+    for m in range(50):
+        ref = tracker.track("p0", m)
+        assert ref is not None
+        spans = [span("big", f"s{m}-{i}", "r") for i in range(1000)]
+        if m == 0:
+            spans[0] = span("big", "r", role=SpanRole.ROOT, query="q?", answer="a.")
+        if m % 2:  # as the decoder hands inert spans after their trace's first: a count
+            asm.add_spans(spans[:1], ref, 100_000, 0.0, out, {"big": 999})
+        else:
+            asm.add_spans(spans, ref, 100_000, 0.0, out)
+        ref.release()
+        assert asm.open_traces == 1
+    assert [f.reason for f in out] == [Reject.TOO_MANY_SPANS] * 40_000
+    assert all(f.refs == [] for f in out)
+    assert asm.open_bytes == 10 * 100_000  # the ten messages its spans came from
+    (fin,) = asm.poll(1.0)
+    assert fin.record is not None and fin.record.answer == "a." and len(fin.refs) == 10
+    release_all(fin.refs)
+    assert asm.open_bytes == 0 and tracker.committable() == {"p0": 50}
+
+
+def test_one_trace_over_the_byte_bound_is_evicted_alone() -> None:
+    """The byte bound holds even when a single open trace is over it: it is evicted (a record if
+    it has one), its later spans are late (it was kept growing while it was the only one)."""
+    asm = Assembler(AssemblyConfig(timeout_seconds=100, max_open_bytes=5_000))
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    out: list[Finished] = []
+    for m in range(10):
+        ref = tracker.track("p0", m)
+        assert ref is not None
+        asm.add_spans([span("huge", f"s{m}", "r")], ref, 1_000, 0.0, out)
+        ref.release()
+        assert asm.open_bytes <= 5_000
+    assert [f.reason for f in out] == [Reject.EVICTED] + [Reject.LATE_SPAN] * 4
+    assert len(out[0].refs) == 6
+    release_all(out[0].refs)
+    assert asm.open_traces == 0 and tracker.committable() == {"p0": 10}

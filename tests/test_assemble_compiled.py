@@ -3,7 +3,8 @@
 Both are driven with the same calls, each with its own `MessageRef` objects, and must agree after
 every call: the `Finished` objects (trace id, record field by field, reason, the refs in the same
 order and no others), late spans, evictions, `open_traces`, `open_bytes`, the open traces
-themselves (spans kept, refs held, first seen, bytes, root seen) and every ref's holds. Drives:
+themselves (spans kept, refs held, first seen, bytes, spans taken, root seen) and every ref's
+holds and charge. Drives:
 every test of test_assemble.py again (each `Assembler` there is both), the workload's messages as
 the ingest stage decodes them (one trace a message, spread, batched; the benchmark's production
 mix and one span a message), and seeded random operations on small bounds.
@@ -204,9 +205,17 @@ class Both:
             ct = c_open[tid]
             assert [id(s) for s in ct.spans] == [id(s) for s in tr.spans]
             assert [id(r) for r in ct.refs] == [id(self.twins[id(r)][1]) for r in tr.refs]
-            assert (ct.first_seen, ct.nbytes, ct.root_seen) == (tr.first_seen, tr.nbytes, tr.root_seen)
+            assert (ct.first_seen, ct.nbytes, ct.count, ct.root_seen) == (
+                tr.first_seen,
+                tr.nbytes,
+                tr.count,
+                tr.root_seen,
+            )
         for ref, twin in self.twins.values():
-            assert twin.holds == ref.holds, (ref.partition, ref.offset)
+            assert (twin.holds, twin.traces, twin.size) == (ref.holds, ref.traces, ref.size), (
+                ref.partition,
+                ref.offset,
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,6 +353,7 @@ def random_run(seed: int, n_ops: int) -> int:
         max_open_traces=rng.randint(1, 5),
         max_open_bytes=rng.choice([20, 60, 200, 10_000]),
         recent_trace_ids=rng.choice([0, 1, 3]),
+        max_spans_per_trace=rng.choice([1, 2, 5, 10_000]),
     )
     asm = Both(config)
     now = 0.0

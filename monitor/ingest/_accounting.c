@@ -131,7 +131,7 @@ enum {
     R_TRACE_ID, R_SERVICE, R_QUERY_TYPE, R_CHUNKS, R_ANSWER, R_START, R_END, R_REPLAY,
     C_SCORE,
     F_RECORD, F_REFS,
-    M_HOLDS, M_PARTITION, M_OFFSET,
+    M_HOLDS, M_PARTITION, M_OFFSET, M_TRACES, M_SIZE,
     S_RECORDS, S_CHUNKS, S_TOP,
     H_BOUNDS, H_COUNTS, H_SUM, H_N,
     D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL, D_POLICY, D_COUNTS_SEEN,
@@ -147,7 +147,7 @@ static const struct {
     {T_RECORD, "trace_id"},  {T_RECORD, "service"},    {T_RECORD, "query_type"}, {T_RECORD, "chunks"},
     {T_RECORD, "answer"},    {T_RECORD, "start_ns"},   {T_RECORD, "end_ns"},     {T_RECORD, "replay"},
     {T_CHUNK, "score"},      {T_FINISHED, "record"},   {T_FINISHED, "refs"},     {T_REF, "holds"},
-    {T_REF, "partition"},    {T_REF, "offset"},
+    {T_REF, "partition"},    {T_REF, "offset"},        {T_REF, "traces"},        {T_REF, "size"},
     {T_SERIES, "records"},   {T_SERIES, "chunks"},     {T_SERIES, "top_score"},  {T_TALLY, "_bounds"},
     {T_TALLY, "_counts"},    {T_TALLY, "_sum"},        {T_TALLY, "_n"},          {T_DRIFT, "frozen"},
     {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "_count_ring"}, {T_DRIFT, "_score_ring"},
@@ -649,9 +649,9 @@ fail:
 
 /* --- holds on messages ------------------------------------------------------------------ */
 
-/* `offsets.new_refs`: a MessageRef (partition, offset, one hold) for each leading message whose
+/* `offsets.new_refs`: a MessageRef (partition, offset, one hold, nothing charged) for each leading message whose
  * offset is at least `last` (None: any), up to the first that is not (a re-delivery). Built
- * without calling the class, whose __init__ only stores those three slots. */
+ * without calling the class, whose __init__ only stores those slots. */
 static PyObject *new_refs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3 || !PyList_CheckExact(args[1])) {
@@ -699,6 +699,8 @@ static PyObject *new_refs(PyObject *self, PyObject *const *args, Py_ssize_t narg
         SLOT(ref, M_PARTITION) = Py_NewRef(partition);
         SLOT(ref, M_OFFSET) = offset; /* our reference, now the ref's */
         SLOT(ref, M_HOLDS) = Py_NewRef(one_hold);
+        SLOT(ref, M_TRACES) = PyLong_FromLong(0); /* cached: cannot fail */
+        SLOT(ref, M_SIZE) = PyLong_FromLong(0);
         PyObject_GC_UnTrack(ref); /* refers to a partition and ints only: never in a cycle */
         Py_DECREF(ref);
         last = off + 1;

@@ -31,11 +31,11 @@ static const char *const span_field_names[N_SPAN_FIELDS] = {
     "trace_id", "span_id", "parent_span_id", "service", "start_ns", "end_ns", "role",
     "query", "answer", "chunks", "model", "query_type", "replay"};
 static Py_ssize_t span_off[N_SPAN_FIELDS];
-static Py_ssize_t chunk_id_off, holds_off, partition_off;
+static Py_ssize_t chunk_id_off, holds_off, partition_off, traces_off, size_off;
 static PyObject *role_root, *role_retriever, *role_reranker, *role_llm, *role_other;
-static PyObject *rej_late, *rej_evicted, *rej_not_rag, *rej_missing_query, *rej_missing_answer;
+static PyObject *rej_late, *rej_evicted, *rej_not_rag, *rej_missing_query, *rej_missing_answer, *rej_too_many;
 static PyObject *sort_by_end, *sort_by_start, *max_by_end; /* fallbacks for keys that are not int64 */
-static PyObject *str_acquire, *str_append, *empty_str;
+static PyObject *str_acquire, *str_append, *empty_str, *str_traces, *str_size;
 static int ready = 0;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -194,6 +194,40 @@ static int acquire(PyObject *ref)
     return r == NULL ? -1 : 0;
 }
 
+static int as_int64(PyObject *o, long long *v);
+
+/* A MessageRef's int slot (`traces`, `size`): read straight from a plain one (unset reads 0). */
+static int ref_get(PyObject *ref, Py_ssize_t off, PyObject *name, long long *v)
+{
+    PyObject *o;
+    if (Py_IS_TYPE(ref, ref_type)) {
+        o = SLOT(ref, off);
+        if (o == NULL) {
+            *v = 0;
+            return 0;
+        }
+        Py_INCREF(o);
+    } else if ((o = PyObject_GetAttr(ref, name)) == NULL)
+        return -1;
+    int rc = as_int64(o, v);
+    Py_DECREF(o);
+    return rc;
+}
+
+static int ref_set(PyObject *ref, Py_ssize_t off, PyObject *name, long long v)
+{
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o == NULL)
+        return -1;
+    if (Py_IS_TYPE(ref, ref_type)) {
+        Py_XSETREF(SLOT(ref, off), o);
+        return 0;
+    }
+    int rc = PyObject_SetAttr(ref, name, o);
+    Py_DECREF(o);
+    return rc;
+}
+
 static inline int out_append(PyObject *out, PyObject *item)
 {
     if (PyList_CheckExact(out))
@@ -209,15 +243,19 @@ static PyObject *make_finished(PyObject *tid, PyObject *record, PyObject *reason
     return build(&finished_b, args, 4);
 }
 
-static PyObject *late_finished(PyObject *tid)
+/* A span dropped for `reason` (late, past the cap): a Finished of its own, holding nothing. */
+static PyObject *dropped_finished(PyObject *tid, PyObject *reason)
 {
     PyObject *refs = untracked(PyList_New(0));
     if (refs == NULL)
         return NULL;
-    PyObject *fin = make_finished(tid, Py_None, rej_late, refs);
+    PyObject *fin = make_finished(tid, Py_None, reason, refs);
     Py_DECREF(refs);
     return fin;
 }
+
+/* Append `n` of them to `out`. */
+static int drop_spans(PyObject *out, PyObject *tid, PyObject *reason, long long n);
 
 /* Arguments of a METH_FASTCALL | METH_KEYWORDS method: `npos` may be positional, the first `nreq`
  * are required. */
@@ -650,7 +688,7 @@ typedef struct trace_s {
     struct trace_s *prev, *next; /* age order, oldest first; owned by the assembler's dict */
     PyObject *tid, *spans, *refs;
     double first_seen;
-    long long nbytes;
+    long long nbytes, count; /* the bytes of the messages it holds; spans taken */
     char root_seen;
 } Trace;
 
@@ -667,7 +705,7 @@ static Trace *trace_new(PyObject *tid, double now, PyObject *span, PyObject *ref
     Py_INCREF(tid);
     t->tid = tid;
     t->first_seen = now;
-    t->nbytes = 0;
+    t->nbytes = t->count = 0;
     t->root_seen = 0;
     if (t->spans == NULL || t->refs == NULL) {
         Py_DECREF(t);
@@ -712,6 +750,7 @@ static PyMemberDef trace_members[] = {
     {"refs", T_OBJECT, offsetof(Trace, refs), READONLY, "the messages held"},
     {"first_seen", T_DOUBLE, offsetof(Trace, first_seen), READONLY, NULL},
     {"nbytes", T_LONGLONG, offsetof(Trace, nbytes), READONLY, NULL},
+    {"count", T_LONGLONG, offsetof(Trace, count), READONLY, NULL},
     {NULL},
 };
 
@@ -754,7 +793,7 @@ typedef struct {
     ring_t due;             /* _root_ready: (emit at, tid) */
     long long bytes;
     double grace, timeout;
-    long long max_traces, max_bytes;
+    long long max_traces, max_bytes, max_spans;
     Py_ssize_t keep;
 } Asm;
 
@@ -782,11 +821,46 @@ static void unlink_trace(Asm *a, Trace *t)
     t->prev = t->next = NULL;
 }
 
+/* `_charge`: `t` now holds `ref`'s message of `size` bytes, charged once, by its first holder. */
+static int charge(Asm *a, Trace *t, PyObject *ref, long long size)
+{
+    long long n;
+    if (ref_get(ref, traces_off, str_traces, &n) < 0)
+        return -1;
+    if (n == 0) {
+        if (ref_set(ref, size_off, str_size, size) < 0)
+            return -1;
+        a->bytes += size;
+    }
+    t->nbytes += size;
+    return ref_set(ref, traces_off, str_traces, n + 1);
+}
+
+/* `_uncharge`: `t` leaves; each message it held is uncharged when no open trace holds it. */
+static int uncharge(Asm *a, Trace *t)
+{
+    for (Py_ssize_t i = 0; t->refs != NULL && i < PyList_GET_SIZE(t->refs); i++) {
+        PyObject *ref = PyList_GET_ITEM(t->refs, i);
+        long long n, size;
+        if (ref_get(ref, traces_off, str_traces, &n) < 0 || ref_set(ref, traces_off, str_traces, n - 1) < 0)
+            return -1;
+        if (n == 1) {
+            if (ref_get(ref, size_off, str_size, &size) < 0)
+                return -1;
+            a->bytes -= size;
+        }
+    }
+    return 0;
+}
+
 /* Remove the trace from the table (the caller holds a reference). */
 static int pop_trace(Asm *a, Trace *t)
 {
     unlink_trace(a, t);
-    a->bytes -= t->nbytes;
+    if (uncharge(a, t) < 0) {
+        PyDict_DelItem(a->open, t->tid);
+        return -1;
+    }
     return PyDict_DelItem(a->open, t->tid);
 }
 
@@ -878,12 +952,13 @@ static int is_inert(PyObject *s)
     return 1;
 }
 
-/* Evict the oldest while over the bounds (by count only with `by_count`). */
+/* Evict the oldest while over the bounds (by count only with `by_count`), down to the byte bound
+ * even when the one open trace is over it alone. */
 static int evict(Asm *a, int by_count, PyObject *out)
 {
     for (;;) {
         Py_ssize_t n = PyDict_GET_SIZE(a->open);
-        if (!((by_count && n > a->max_traces) || (a->bytes > a->max_bytes && n > 1)))
+        if (!((by_count && n > a->max_traces) || (a->bytes > a->max_bytes && n > 0)))
             return 0;
         if (a->oldest == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "open traces out of order");
@@ -913,11 +988,7 @@ static int add_span(Asm *a, PyObject *span, PyObject *ref, long long size, doubl
         if ((r = PySet_GET_SIZE(a->recent) ? PySet_Contains(a->recent, tid) : 0) < 0)
             goto done;
         if (r) {
-            PyObject *fin = late_finished(tid);
-            if (fin != NULL) {
-                rc = out_append(out, fin);
-                Py_DECREF(fin);
-            }
+            rc = drop_spans(out, tid, rej_late, 1);
             goto done;
         }
         if (acquire(ref) < 0 || (t = trace_new(tid, now, span, ref)) == NULL)
@@ -927,11 +998,18 @@ static int add_span(Asm *a, PyObject *span, PyObject *ref, long long size, doubl
             goto done;
         }
         link_tail(a, t);
+        if (charge(a, t, ref, size) < 0)
+            goto fail_t;
     } else {
         Py_INCREF(t);
         if (t->spans == NULL || t->refs == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "open trace cleared");
             goto fail_t;
+        }
+        if (t->count >= a->max_spans) {
+            Py_DECREF(t);
+            rc = drop_spans(out, tid, rej_too_many, 1);
+            goto done;
         }
         if ((r = is_inert(span)) < 0 || (!r && PyList_Append(t->spans, span) < 0))
             goto fail_t;
@@ -940,11 +1018,11 @@ static int add_span(Asm *a, PyObject *span, PyObject *ref, long long size, doubl
             PyErr_SetString(PyExc_IndexError, "list index out of range");
             goto fail_t;
         }
-        if (PyList_GET_ITEM(t->refs, n - 1) != ref && (acquire(ref) < 0 || PyList_Append(t->refs, ref) < 0))
+        if (PyList_GET_ITEM(t->refs, n - 1) != ref
+            && (acquire(ref) < 0 || PyList_Append(t->refs, ref) < 0 || charge(a, t, ref, size) < 0))
             goto fail_t;
     }
-    t->nbytes += size;
-    a->bytes += size;
+    t->count++;
     /* Any parentless span is the root, whatever its role. */
     if ((r = truth(F(span, S_PARENT))) < 0)
         goto fail_t;
@@ -976,35 +1054,42 @@ static int add_other(Asm *a, PyObject *tid, PyObject *count, PyObject *ref, long
         Py_ssize_t n = PyNumber_AsSsize_t(count, PyExc_OverflowError);
         if (n == -1 && PyErr_Occurred())
             return -1;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *fin = late_finished(tid);
-            if (fin == NULL)
-                return -1;
-            r = out_append(out, fin);
-            Py_DECREF(fin);
-            if (r < 0)
-                return -1;
-        }
-        return 0;
+        return drop_spans(out, tid, rej_late, n);
     }
+    long long n;
+    if (as_int64(count, &n) < 0)
+        return -1;
+    long long room = a->max_spans - t->count, taken = n < room ? n : room;
+    if (taken < 0)
+        taken = 0;
     Py_INCREF(t);
-    int rc = -1;
-    long long n, add;
-    Py_ssize_t nrefs = t->refs == NULL ? 0 : PyList_GET_SIZE(t->refs);
-    if (nrefs == 0)
-        PyErr_SetString(PyExc_IndexError, "list index out of range");
-    else if ((PyList_GET_ITEM(t->refs, nrefs - 1) == ref || (acquire(ref) == 0 && PyList_Append(t->refs, ref) == 0))
-             && as_int64(count, &n) == 0) {
-        if (__builtin_mul_overflow(n, size, &add))
-            PyErr_SetString(PyExc_OverflowError, "byte count too large");
-        else {
-            t->nbytes += add;
-            a->bytes += add;
-            rc = 0;
-        }
+    int rc = drop_spans(out, tid, rej_too_many, n - taken);
+    if (rc == 0 && taken > 0) {
+        t->count += taken;
+        Py_ssize_t nrefs = t->refs == NULL ? 0 : PyList_GET_SIZE(t->refs);
+        if (nrefs == 0) {
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            rc = -1;
+        } else if (PyList_GET_ITEM(t->refs, nrefs - 1) != ref
+                   && (acquire(ref) < 0 || PyList_Append(t->refs, ref) < 0 || charge(a, t, ref, size) < 0))
+            rc = -1;
     }
     Py_DECREF(t);
-    return rc == 0 ? evict(a, 0, out) : -1;
+    return rc == 0 && taken > 0 ? evict(a, 0, out) : rc;
+}
+
+static int drop_spans(PyObject *out, PyObject *tid, PyObject *reason, long long n)
+{
+    for (long long i = 0; i < n; i++) {
+        PyObject *fin = dropped_finished(tid, reason);
+        if (fin == NULL)
+            return -1;
+        int r = out_append(out, fin);
+        Py_DECREF(fin);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int add_all(Asm *a, PyObject *const *spans, Py_ssize_t n, PyObject *ref, PyObject *size_o, PyObject *now_o,
@@ -1317,19 +1402,19 @@ static PyObject *asm_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (a == NULL)
         return NULL;
     /* tp_alloc zeroes everything */
-    static const char *const names[] = {"grace_seconds", "timeout_seconds", "max_open_traces", "max_open_bytes",
-                                        "recent_trace_ids"};
-    PyObject *v[5] = {NULL};
+    static const char *const names[] = {"grace_seconds",  "timeout_seconds",  "max_open_traces",
+                                        "max_open_bytes", "recent_trace_ids", "max_spans_per_trace"};
+    PyObject *v[6] = {NULL};
     int rc = 0;
-    for (int i = 0; i < 5 && rc == 0; i++)
+    for (int i = 0; i < 6 && rc == 0; i++)
         if ((v[i] = PyObject_GetAttrString(cfg, names[i])) == NULL)
             rc = -1;
     long long keep = 0;
     if (rc == 0
         && (as_double(v[0], &a->grace) < 0 || as_double(v[1], &a->timeout) < 0 || as_int64(v[2], &a->max_traces) < 0
-            || as_int64(v[3], &a->max_bytes) < 0 || as_int64(v[4], &keep) < 0))
+            || as_int64(v[3], &a->max_bytes) < 0 || as_int64(v[4], &keep) < 0 || as_int64(v[5], &a->max_spans) < 0))
         rc = -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         Py_XDECREF(v[i]);
     if (rc == 0 && (keep < 0 || keep > PY_SSIZE_T_MAX / 2)) {
         PyErr_SetString(PyExc_ValueError, "recent_trace_ids out of range");
@@ -1396,7 +1481,7 @@ PyDoc_STRVAR(setup_doc,
              "setup(span_facts, chunk, message_ref, rag_record, rag_record_fields, finished, finished_fields, "
              "roles, rejects, sort_by_end, sort_by_start, max_by_end, /)\n\n"
              "roles: (ROOT, RETRIEVER, RERANKER, LLM, OTHER); rejects: (LATE_SPAN, EVICTED, NOT_RAG, "
-             "MISSING_QUERY, MISSING_ANSWER); *_fields: the class's field names when it is a plain slots "
+             "MISSING_QUERY, MISSING_ANSWER, TOO_MANY_SPANS); *_fields: the class's field names when it is a plain slots "
              "dataclass (filled here), else None (called). The sort and max callables take a list of spans "
              "and are used only when a time is not an int64.");
 
@@ -1411,21 +1496,23 @@ static PyObject *setup(PyObject *self, PyObject *args)
         if ((span_off[f] = member_offset_str(sf, span_field_names[f])) < 0)
             return NULL;
     if ((chunk_id_off = member_offset_str(ch, "id")) < 0 || (holds_off = member_offset_str(mr, "holds")) < 0
-        || (partition_off = member_offset_str(mr, "partition")) < 0)
+        || (partition_off = member_offset_str(mr, "partition")) < 0
+        || (traces_off = member_offset_str(mr, "traces")) < 0 || (size_off = member_offset_str(mr, "size")) < 0)
         return NULL;
     if (set_builder(&record_b, rr, rr_fields, 11) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
         return NULL;
     PyObject **role_slots[] = {&role_root, &role_retriever, &role_reranker, &role_llm, &role_other};
-    PyObject **reject_slots[] = {&rej_late, &rej_evicted, &rej_not_rag, &rej_missing_query, &rej_missing_answer};
+    PyObject **reject_slots[] = {&rej_late,          &rej_evicted,        &rej_not_rag,
+                                 &rej_missing_query, &rej_missing_answer, &rej_too_many};
     if (!PyTuple_Check(roles) || PyTuple_GET_SIZE(roles) != 5 || !PyTuple_Check(rejects)
-        || PyTuple_GET_SIZE(rejects) != 5) {
-        PyErr_SetString(PyExc_TypeError, "roles and rejects: tuples of 5");
+        || PyTuple_GET_SIZE(rejects) != 6) {
+        PyErr_SetString(PyExc_TypeError, "roles: a tuple of 5, rejects: of 6");
         return NULL;
     }
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 5; i++)
         set_obj(role_slots[i], PyTuple_GET_ITEM(roles, i));
+    for (int i = 0; i < 6; i++)
         set_obj(reject_slots[i], PyTuple_GET_ITEM(rejects, i));
-    }
     set_obj((PyObject **)&span_type, sf);
     set_obj((PyObject **)&chunk_type, ch);
     set_obj((PyObject **)&ref_type, mr);
@@ -1434,7 +1521,9 @@ static PyObject *setup(PyObject *self, PyObject *args)
     set_obj(&max_by_end, mbe);
     if (str_acquire == NULL
         && ((str_acquire = PyUnicode_InternFromString("acquire")) == NULL
-            || (str_append = PyUnicode_InternFromString("append")) == NULL || (empty_str = PyUnicode_New(0, 0)) == NULL))
+            || (str_append = PyUnicode_InternFromString("append")) == NULL || (empty_str = PyUnicode_New(0, 0)) == NULL
+            || (str_traces = PyUnicode_InternFromString("traces")) == NULL
+            || (str_size = PyUnicode_InternFromString("size")) == NULL))
         return NULL;
     ready = 1;
     Py_RETURN_NONE;

@@ -16,7 +16,7 @@ def setup(
     finished: type[Finished],
     finished_fields: Sequence[str] | None,
     roles: tuple[SpanRole, SpanRole, SpanRole, SpanRole, SpanRole],
-    rejects: tuple[Reject, Reject, Reject, Reject, Reject],
+    rejects: tuple[Reject, Reject, Reject, Reject, Reject, Reject],
     sort_by_end: Callable[[list[SpanFacts]], list[SpanFacts]],
     sort_by_start: Callable[[list[SpanFacts]], list[SpanFacts]],
     max_by_end: Callable[[list[SpanFacts]], SpanFacts],
@@ -32,6 +32,8 @@ class _OpenTrace:
     def first_seen(self) -> float: ...
     @property
     def nbytes(self) -> int: ...
+    @property
+    def count(self) -> int: ...
     @property
     def root_seen(self) -> bool: ...
 

@@ -1920,8 +1920,7 @@ static PyObject *feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         PyObject *ref = PyList_GET_ITEM(refs, i);
-        Py_ssize_t n_spans = PyList_GET_SIZE(c.spans) + c.n_inert;
-        PyObject *size_obj = PyLong_FromSsize_t(size / n_spans + 1);
+        PyObject *size_obj = PyLong_FromSsize_t(size); /* charged once, whole, while a trace holds it */
         PyObject *r = NULL;
         if (size_obj != NULL) {
             PyObject *a[6] = {c.spans, ref, size_obj, args[7], args[8], c.n_inert ? c.others : Py_None};

@@ -2,7 +2,9 @@
 
 A trace is emitted `grace_seconds` after its root span arrives (children of a distributed trace may
 trail the root), or after `timeout_seconds` if the root never comes and enough is present. Open
-traces are bounded by count and bytes; the oldest goes first.
+traces are bounded by count and by the bytes of the messages they hold (each charged once, whole);
+the oldest goes first, even when it is the only one. A trace takes at most `max_spans_per_trace`
+spans.
 
 `Assembler` has two implementations with identical results. The compiled one (`_assembly.c`,
 built by `pip install` where a C compiler exists, `build_record` included) is used when it was
@@ -31,13 +33,14 @@ __all__ = ["ASSEMBLER", "Assembler", "Finished", "PyAssembler", "build_record"]
 class _OpenTrace:
     """A trace waiting for its spans: the ones that can shape its record, and the messages it holds."""
 
-    __slots__ = ("first_seen", "nbytes", "refs", "root_seen", "spans")
+    __slots__ = ("count", "first_seen", "nbytes", "refs", "root_seen", "spans")
 
     def __init__(self, first_seen: float, span: SpanFacts, ref: MessageRef) -> None:
         self.first_seen = first_seen
         self.spans = [span]
         self.refs = [ref]
-        self.nbytes = 0
+        self.nbytes = 0  # the bytes of the messages it holds (shared ones in full)
+        self.count = 0  # spans taken, kept or not
         self.root_seen = False
 
 
@@ -95,8 +98,13 @@ class PyAssembler:
         out: list[Finished],
         others: Mapping[str, int] | None = None,
     ) -> None:
-        """Take the spans of one message, `size` bytes each, in order; what `add` returns goes to
+        """Take the spans of one message of `size` bytes, in order; what `add` returns goes to
         `out`.
+
+        The message is charged to the byte bound once, while any open trace holds spans of it:
+        chunk text the compiled decoder leaves where it lies keeps the whole message alive, so a
+        share per span would undercount what is held. A trace takes at most
+        `max_spans_per_trace` spans; later ones are dropped (`TOO_MANY_SPANS`, one each).
 
         A span that cannot shape the record (`dialects.is_inert`: the HTTP, database and cache
         spans around a RAG request) is counted, not kept, unless it is its trace's first (the
@@ -109,6 +117,7 @@ class PyAssembler:
         cfg = self._cfg
         max_traces = cfg.max_open_traces
         max_bytes = cfg.max_open_bytes
+        max_spans = cfg.max_spans_per_trace
         for span in spans:
             tid = span.trace_id
             trace = open_.get(tid)
@@ -118,40 +127,65 @@ class PyAssembler:
                     continue
                 ref.acquire()
                 trace = open_[tid] = _OpenTrace(now, span, ref)
+                self._charge(trace, ref, size)
             else:
+                if trace.count >= max_spans:
+                    out.append(Finished(tid, None, Reject.TOO_MANY_SPANS, []))
+                    continue
                 if not is_inert(span):
                     trace.spans.append(span)
                 if trace.refs[-1] is not ref:
                     ref.acquire()
                     trace.refs.append(ref)
-            trace.nbytes += size
-            self._bytes += size
+                    self._charge(trace, ref, size)
+            trace.count += 1
             # Any parentless span is the root, whatever its role: a trace that is a lone LLM call
             # must not wait for the timeout.
             if not span.parent_span_id and not trace.root_seen:
                 trace.root_seen = True
                 self._root_ready.append((now + cfg.grace_seconds, tid))
-            while len(open_) > max_traces or (self._bytes > max_bytes and len(open_) > 1):
+            # Down to the bound even when the one open trace is over it alone.
+            while len(open_) > max_traces or self._bytes > max_bytes:
                 out.append(self._finish(next(iter(open_)), evicted=True))
         if others:
             self._add_others(others, ref, size, out)
 
+    def _charge(self, trace: _OpenTrace, ref: MessageRef, size: int) -> None:
+        """`trace` now holds `ref`'s message (`size` bytes): charged once, by its first holder."""
+        trace.nbytes += size
+        if ref.traces == 0:
+            ref.size = size
+            self._bytes += size
+        ref.traces += 1
+
+    def _uncharge(self, trace: _OpenTrace) -> None:
+        """`trace` leaves: each message it held is uncharged when no open trace holds it."""
+        for ref in trace.refs:
+            ref.traces -= 1
+            if ref.traces == 0:
+                self._bytes -= ref.size
+
     def _add_others(self, others: Mapping[str, int], ref: MessageRef, size: int, out: list[Finished]) -> None:
-        """`add_spans`' counted spans: bytes and the message's hold, as each span would add them."""
+        """`add_spans`' counted spans: the message's hold, and the cap, as each span would."""
         open_ = self._open
         max_bytes = self._cfg.max_open_bytes
+        max_spans = self._cfg.max_spans_per_trace
         for tid, n in others.items():
             trace = open_.get(tid)
             if trace is None:  # emitted by capacity while this message was assembled: late
                 if tid in self._recent:
                     out.extend(Finished(tid, None, Reject.LATE_SPAN, []) for _ in range(n))
                 continue
+            taken = min(n, max_spans - trace.count)
+            out.extend(Finished(tid, None, Reject.TOO_MANY_SPANS, []) for _ in range(n - taken))
+            if taken <= 0:
+                continue
+            trace.count += taken
             if trace.refs[-1] is not ref:
                 ref.acquire()
                 trace.refs.append(ref)
-            trace.nbytes += n * size
-            self._bytes += n * size
-            while self._bytes > max_bytes and len(open_) > 1:
+                self._charge(trace, ref, size)
+            while self._bytes > max_bytes:
                 out.append(self._finish(next(iter(open_)), evicted=True))
 
     def poll(self, now: float) -> list[Finished]:
@@ -195,13 +229,13 @@ class PyAssembler:
         dropped: list[MessageRef] = []
         for tid in [t for t, tr in self._open.items() if any(r.partition in partitions for r in tr.refs)]:
             trace = self._open.pop(tid)
-            self._bytes -= trace.nbytes
+            self._uncharge(trace)
             dropped.extend(trace.refs)
         return dropped
 
     def _finish(self, tid: str, *, evicted: bool = False) -> Finished:
         trace = self._open.pop(tid)
-        self._bytes -= trace.nbytes
+        self._uncharge(trace)
         keep = self._cfg.recent_trace_ids
         if keep and tid not in self._recent:
             self._recent.add(tid)
@@ -339,7 +373,14 @@ def compiled_assembler() -> Any:
         Finished,
         _field_names(Finished),
         (_ROOT, _RETRIEVER, _RERANKER, _LLM, SpanRole.OTHER),
-        (Reject.LATE_SPAN, Reject.EVICTED, Reject.NOT_RAG, Reject.MISSING_QUERY, Reject.MISSING_ANSWER),
+        (
+            Reject.LATE_SPAN,
+            Reject.EVICTED,
+            Reject.NOT_RAG,
+            Reject.MISSING_QUERY,
+            Reject.MISSING_ANSWER,
+            Reject.TOO_MANY_SPANS,
+        ),
         functools.partial(sorted, key=_end_ns),
         functools.partial(sorted, key=attrgetter("start_ns")),
         functools.partial(max, key=_end_ns),

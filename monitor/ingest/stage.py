@@ -232,9 +232,8 @@ class IngestStage:
                 self.rejections.count(problem, decoded.detail, where)
         spans = decoded.spans
         if spans:
-            others = decoded.others
-            n_spans = len(spans) + sum(others.values()) if others else len(spans)
-            self.assembler.add_spans(spans, ref, size // n_spans + 1, now, out, others)
+            # The whole message: charged once while any open trace holds spans of it.
+            self.assembler.add_spans(spans, ref, size, now, out, decoded.others)
         for record in decoded.records:
             ref.acquire()
             out.append(Finished(record.trace_id, record, None, [ref]))

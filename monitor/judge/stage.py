@@ -3,7 +3,8 @@ judgement metrics and estimates. Drift detection reads the results topic (`monit
 
 Its own consumer group reads the samples the ingest stage produced; an offset is committed once
 the results of every sample before it are written. Between fetch and write the samples held are
-bounded (`pipeline.queue_size`, plus one fetch): past it the partitions are paused, not the
+bounded in count and in bytes (`pipeline.queue_size`, `pipeline.queue_bytes`, plus one fetch):
+past either the partitions are paused, not the
 fetch loop, so the member keeps polling and is never evicted for a slow judge. A judge outage
 opens the circuit breaker (`breaker`): samples wait on their topic, and after recovery every one
 gets a real judgement.
@@ -79,6 +80,7 @@ class _Sample:
     successes_before: int = -1  # the breaker's success count at this sample's first outage error
     line: bytes = b""  # the results line, once judged
     query_type: str = ""  # the line's: the judge may have relabelled the record
+    nbytes: int = 0  # the sample message's size: what holding it costs, near enough
 
 
 class JudgeStage:
@@ -138,6 +140,7 @@ class JudgeStage:
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
         self._held = 0  # samples read and not yet written
+        self._held_bytes = 0  # and their messages' bytes
         # Samples written, while any is held and the judge is up (an outage is the breaker's
         # to show, not a stall).
         self._writes = Progress("judgements")
@@ -268,6 +271,8 @@ class JudgeStage:
 
     async def _admit(self, batch: Batch) -> None:
         tracker = self.tracker
+        limit_bytes = self.settings.pipeline.queue_bytes
+        read = read_bytes = 0
         for tp, messages in batch.items():
             generation = tracker.generation(tp)
             for msg in messages:
@@ -284,7 +289,11 @@ class JudgeStage:
                 weight = 1.0 / sample.inclusion_probability
                 record.query_type, _ = self.query_types.bound(record.query_type)
                 service, _ = self.services.bound(sample.service_label)
+                nbytes = len(msg.value)
                 self._held += 1
+                self._held_bytes += nbytes
+                read += 1
+                read_bytes += nbytes
                 self._queue.put_nowait(
                     _Sample(
                         record,
@@ -294,15 +303,23 @@ class JudgeStage:
                         service,
                         sample.query_type_source,
                         sample.clipped,
+                        nbytes=nbytes,
                     )
                 )
         self._note_waiting()
+        # A fetch takes at most half the bytes bound at the last batch's mean sample size, as it
+        # takes half the count bound: the next fetch is in flight when the pause comes.
+        if read:
+            source = self.source
+            fit = int(limit_bytes / 2 * read / read_bytes)
+            source.max_records = max(1, min(source.spec.max_poll_records, fit))
         # Pausing, not blocking, bounds what is held: the fetch loop keeps polling, so the
-        # member stays in its group however long the judge takes.
+        # member stays in its group however long the judge takes. Count or bytes, whichever is
+        # reached first: a few large samples weigh as much as many.
         limit = self.settings.pipeline.queue_size
-        if not self.source.paused and self._held >= limit:
+        if not self.source.paused and (self._held >= limit or self._held_bytes >= limit_bytes):
             self.source.pause()
-        elif self.source.paused and self._held <= limit // 2:
+        elif self.source.paused and self._held <= limit // 2 and self._held_bytes <= limit_bytes // 2:
             self.source.resume()
 
     def _drop_queued(self, which: Callable[[_Sample], bool]) -> None:
@@ -313,6 +330,7 @@ class JudgeStage:
             item = self._queue.get_nowait()
             if which(item):
                 self._held -= 1
+                self._held_bytes -= item.nbytes
             else:
                 keep.append(item)
         for item in keep:
@@ -430,6 +448,7 @@ class JudgeStage:
             for item in items:
                 item.ref.release()
                 self._held -= 1
+                self._held_bytes -= item.nbytes
                 self.written += 1
             self._writes.moved()
             self._note_waiting()

@@ -107,6 +107,8 @@ class KafkaSource:
         # A fetched batch the stage has not finished handling: what a stuck stage sits on.
         self.input = Progress("input")
         self.paused = False  # see `pause`
+        # Records a fetch returns at most: the spec's, or fewer set by a stage that bounds bytes.
+        self.max_records = spec.max_poll_records
 
     async def start(self, stop: asyncio.Event) -> bool:
         """Join the group, retrying with backoff until it works or `stop` is set."""
@@ -160,9 +162,7 @@ class KafkaSource:
         """Up to max_poll_records messages. May take far longer than `timeout_ms` while the group
         (re)joins (seen: 30 s), so callers must not tie their clock to it."""
         assert self._consumer is not None
-        batch: Batch = await self._consumer.getmany(
-            timeout_ms=timeout_ms, max_records=self.spec.max_poll_records
-        )
+        batch: Batch = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self.max_records)
         self.last_fetch = self.last_contact = time.monotonic()
         return batch
 

@@ -19,14 +19,20 @@ from typing import Any, NamedTuple
 
 
 class MessageRef:
-    """A hold on one consumed message; released once per acquire."""
+    """A hold on one consumed message; released once per acquire.
 
-    __slots__ = ("holds", "offset", "partition")
+    `traces` and `size` are the trace assembler's: the open traces holding spans of the message,
+    and its bytes, charged to the assembler's byte bound once while any of them is open (chunk
+    text left where it lies in the message keeps all of it alive)."""
+
+    __slots__ = ("holds", "offset", "partition", "size", "traces")
 
     def __init__(self, partition: Hashable, offset: int) -> None:
         self.partition = partition
         self.offset = offset
         self.holds = 1  # the consumer's own hold while the message is being decoded
+        self.traces = 0
+        self.size = 0
 
     def acquire(self) -> None:
         self.holds += 1
