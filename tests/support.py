@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,8 +22,9 @@ from aiokafka.structs import ConsumerRecord
 
 from monitor.config import Settings, load_settings
 from monitor.demo.broker import free_port
-from monitor.judge import Judge
-from monitor.run import Sidecar
+from monitor.judge import Judge, Judgement
+from monitor.model import RagRecord
+from monitor.run import Sidecar, build_judge
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,6 +75,32 @@ async def running(settings: Settings, judge: Judge | None = None) -> AsyncIterat
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=60)
+
+
+class HookedJudge:
+    """A real judge with `before` awaited ahead of each call: a delay, a block, a failure."""
+
+    def __init__(self, real: Judge, before: Callable[[RagRecord], Awaitable[None]]) -> None:
+        self.real, self.name, self.model = real, real.name, real.model
+        self._before = before
+
+    async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
+        await self._before(record)
+        return await self.real.judge(record, sampling_weight=sampling_weight)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+def slowed(settings: Settings, seconds: float) -> HookedJudge:
+    """The configured judge, each call `seconds` slower (a judge that holds what it reads)."""
+    real = build_judge(settings)
+    assert real is not None
+
+    async def wait(_: RagRecord) -> None:
+        await asyncio.sleep(seconds)
+
+    return HookedJudge(real, wait)
 
 
 async def eventually(check: Callable[[], bool], within: float = 30.0, what: str = "condition") -> None:

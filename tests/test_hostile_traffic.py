@@ -19,6 +19,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 from support import (
+    HookedJudge,
     eventually,
     eventually_committed,
     read_topic,
@@ -28,13 +29,13 @@ from support import (
     sample,
     sdk_trace,
     settings_for,
+    slowed,
 )
 from test_process import start_sidecar
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.judge import Judgement
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import OffsetTracker
@@ -312,24 +313,19 @@ async def test_a_judge_that_blocks_the_event_loop_is_seen_stalled(
     settings = settings_for(
         bs, topic, results, pipeline={"stall_seconds": 2.0, "liveness_stall_seconds": 4.0}
     )
-    lexical = build_judge(settings)
-    assert lexical is not None
     blocked_at: list[float] = []
 
-    class Blocking:
-        name, model = lexical.name, lexical.model
+    async def block_once(_: RagRecord) -> None:
+        if not blocked_at:
+            blocked_at.append(time.monotonic())
+            time.sleep(8.0)  # noqa: ASYNC251 (the point: the loop is held)
 
-        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
-            if not blocked_at:
-                blocked_at.append(time.monotonic())
-                time.sleep(8.0)  # noqa: ASYNC251 (the point: the loop is held)
-            return await lexical.judge(record, sampling_weight=sampling_weight)
-
-        async def aclose(self) -> None:
-            await lexical.aclose()
+    real = build_judge(settings)
+    assert real is not None
+    blocking = HookedJudge(real, block_once)
 
     work = generate(20, seed=2405)
-    async with running(settings, Blocking()) as sidecar:
+    async with running(settings, blocking) as sidecar:
         server = serve(sidecar)
         port = server.start()
         try:
@@ -453,22 +449,9 @@ async def test_a_rebalance_while_the_judge_stage_is_paused_keeps_it_paused(
     queue = 20
     settings = settings_for(bs, topic, tmp_path / "a.jsonl", pipeline={"queue_size": queue})
     other = settings_for(bs, topic, tmp_path / "b.jsonl", pipeline={"queue_size": queue, "role": "judge"})
-    lexical = build_judge(settings)
-    assert lexical is not None
-
-    class Slow:
-        name, model = lexical.name, lexical.model
-
-        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
-            await asyncio.sleep(0.05)
-            return await lexical.judge(record, sampling_weight=sampling_weight)
-
-        async def aclose(self) -> None:
-            pass
-
     work = generate(1500, seed=2408)
     most = [0]
-    async with running(settings, Slow()) as sidecar:
+    async with running(settings, slowed(settings, 0.05)) as sidecar:
         stage = sidecar.judge_stage
         assert stage is not None
 
@@ -481,7 +464,7 @@ async def test_a_rebalance_while_the_judge_stage_is_paused_keeps_it_paused(
         try:
             await produce(bs, topic, work.pairs())
             await eventually(lambda: stage._held >= queue, what="the queue full, the partitions paused")
-            async with running(other, Slow()):
+            async with running(other, slowed(other, 0.05)):
                 await asyncio.sleep(3.0)
             await asyncio.sleep(3.0)  # the partitions come back
         finally:

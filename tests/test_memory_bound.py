@@ -8,13 +8,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from support import eventually, running, settings_for
+from support import eventually, running, settings_for, slowed
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
-from monitor.judge import Judgement
 from monitor.model import Chunk, RagRecord
-from monitor.run import build_judge
 from monitor.samples import encode_sample
 
 
@@ -29,19 +27,6 @@ async def test_the_judge_stage_pauses_on_the_bytes_it_holds(
     settings = settings_for(
         bs, topic, tmp_path / "r.jsonl", pipeline={"queue_size": queue, "queue_bytes": queue_bytes}
     )
-    lexical = build_judge(settings)
-    assert lexical is not None
-
-    class Slow:
-        name, model = lexical.name, lexical.model
-
-        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
-            await asyncio.sleep(0.2)
-            return await lexical.judge(record, sampling_weight=sampling_weight)
-
-        async def aclose(self) -> None:
-            pass
-
     text = "The pump moves 40 litres a minute. " * 400  # ~14 KB
     samples = []
     for i in range(400):
@@ -58,7 +43,7 @@ async def test_the_judge_stage_pauses_on_the_bytes_it_holds(
     size = len(samples[0][1])
     assert 12_000 < size < 20_000
     most = [0, 0]
-    async with running(settings, Slow()) as sidecar:
+    async with running(settings, slowed(settings, 0.2)) as sidecar:
         stage = sidecar.judge_stage
         assert stage is not None
 
