@@ -255,8 +255,9 @@ async def test_forty_thousand_traces_all_judged_while_a_second_member_joins_and_
     work = generate(40_000, seed=2404)
     want = {t.trace_id for t in work.traces}
     results, other_results = tmp_path / "results.jsonl", tmp_path / "other.jsonl"
-    settings = settings_for(bs, topic, results)
-    other = settings_for(bs, topic, other_results)
+    unrotated = {"file_max_bytes": 0}  # ~160 MB of results: read whole, as one file each
+    settings = settings_for(bs, topic, results, results=unrotated)
+    other = settings_for(bs, topic, other_results, results=unrotated)
     mine, theirs = ResultIds(results), ResultIds(other_results)
     async with running(settings):
         feeder = asyncio.create_task(produce(bs, topic, work.pairs()))
