@@ -922,3 +922,22 @@ def test_fuzz_one_invalid_string_among_100_spans(
         _check_replaced(where, index, text)
     else:
         taken(_with_string(where, index, text))
+
+
+@needs_wire
+def test_invalid_strings_nested_in_values_and_events_count_each() -> None:
+    """Strings inside an array or a key-value list, an event's name and attribute: each bad one
+    replaced and counted, the span kept."""
+    span = HUNDRED.resource_spans[0].scope_spans[0].spans[7].SerializeToString()
+    strings = [_field(b"\x0a", s) for s in (b"ok", b"\xff", b"\xc3\x28")]
+    array = _field(b"\x2a", b"".join(_field(b"\x0a", s) for s in strings))  # 2 bad
+    kvlist = _field(b"\x32", _field(b"\x0a", _kv(b"k\x80", b"\xe0\x80\x80")))  # 2 bad
+    event = _field(b"\x12", b"log\xff") + _field(b"\x1a", _kv(b"message", b"\xed\xa0\x80"))  # 2 bad
+    extra = (
+        _field(b"\x4a", _field(b"\x0a", b"tags") + _field(b"\x12", array))
+        + _field(b"\x4a", _field(b"\x0a", b"meta") + _field(b"\x12", kvlist))
+        + _field(b"\x5a", event)
+    )
+    d = both(_wrap(span + extra))
+    assert d.error is None and d.problems == [Reject.INVALID_UTF8] * 6
+    assert [s.span_id for s in d.spans] == [HUNDRED.resource_spans[0].scope_spans[0].spans[7].span_id.hex()]
