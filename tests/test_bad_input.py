@@ -12,6 +12,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from support import (
     committed_total,
     eventually,
+    eventually_committed,
     read_topic,
     result_ids,
     result_lines,
@@ -224,3 +225,59 @@ async def test_a_batch_failing_its_crc_is_read_not_fatal(
             await asyncio.sleep(0.2)
         assert await all_committed(), "the batch stalled its partition"
         assert sample(sidecar, "ragmon_rejected_total", reason="decode_error") == 1
+
+
+async def test_a_string_not_utf8_loses_no_span_of_its_message(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """One message of 100 spans (20 traces of 5, as the kafkaexporter batches them) where one span
+    name is not UTF-8, and a one-trace message whose query is not: upb refused each whole, and
+    every trace in them was dead-lettered. Now each bad string is replaced (U+FFFD) and counted
+    once as `invalid_utf8`; every trace becomes a record and is judged; nothing is dead-lettered."""
+    bs = broker.bootstrap_servers
+    dlq = f"{topic}-dlq"
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [dlq], partitions=1)
+
+    def trace(i: int, query: str, retriever: str = "retrieve") -> tuple[str, bytes]:
+        return sdk_trace(
+            [
+                ("rag", {**ROOT, "input.value": query, "output.value": f"Paris is the capital, {i}."}),
+                (
+                    retriever,
+                    {
+                        "openinference.span.kind": "RETRIEVER",
+                        "retrieval.documents.0.document.id": f"d{i}",
+                        "retrieval.documents.0.document.content": "Paris is the capital of France.",
+                        "retrieval.documents.0.document.score": 0.9,
+                    },
+                ),
+                ("generate", {"openinference.span.kind": "LLM", "llm.model_name": "m"}),
+                ("SELECT docs", {"db.system": "postgresql", "db.statement": "SELECT 1"}),
+                ("GET", {"http.method": "GET", "http.url": "http://cache/x"}),
+            ]
+        )
+
+    batch = [
+        trace(i, f"What is the capital, {i}?", "retrieve \u00e9\u00e9" if i == 10 else "retrieve")
+        for i in range(20)
+    ]
+    hundred = b"".join(v for _, v in batch)  # concatenated requests merge: one message of 100 spans
+    bad_name = hundred.replace("\u00e9\u00e9".encode(), b"\xc3\x28\xe9\xff")
+    assert len(bad_name) == len(hundred)
+    query_id, one = trace(20, "Capital of France \u00e9?")
+    bad_query = one.replace("\u00e9".encode(), b"\xc3\x28")
+
+    results = tmp_path / "results.jsonl"
+    settings = settings_for(bs, topic, results, kafka={"dead_letter_topic": dlq})
+    async with running(settings) as sidecar:
+        # One partition (one key), the empty message last: its dead-letter copy marks the end.
+        await produce(bs, topic, [(b"k", bad_name), (b"k", bad_query), (b"k", b"")])
+        await eventually_committed(bs, topic, settings.kafka.group_id, 3)
+        expected = {tid for tid, _ in batch} | {query_id}
+        await eventually(lambda: result_ids(results) >= expected, what="every trace of the two messages")
+        assert sample(sidecar, "ragmon_rejected_total", reason="invalid_utf8") == 2  # two strings
+        assert sample(sidecar, "ragmon_rejected_total", reason="decode_error") == 0
+        assert [m.value for m in await read_topic(bs, dlq)] == [b""]  # only the empty message
+    got = {r["trace_id"]: r for r in result_lines(results)}
+    assert all(got[tid]["judge"]["outcome"] == "ok" for tid in expected)
+    assert got[query_id]["query"] == "Capital of France \ufffd(?"  # the record is judged on it

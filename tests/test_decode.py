@@ -824,18 +824,47 @@ def _request_with(mutate: Callable[[ExportTraceServiceRequest], None]) -> bytes:
     return value
 
 
-def test_invalid_utf8_in_protobuf_string_field() -> None:
+def test_invalid_utf8_in_protobuf_string_field_is_replaced_and_counted() -> None:
+    """upb refuses a whole message for one string that is not UTF-8: it used to be rejected with
+    every good span in it. Now each such string has its bad bytes replaced by U+FFFD (as the
+    OpenTelemetry SDKs and Collector do) and counts once as `invalid_utf8`; the span is kept."""
     marker = "\u00e9MARK"
-    for where in ("name", "attribute"):
-        req = encode_spans(_one_chain_span(**{"input.value": marker}))
+    for where in ("name", "query", "key", "service"):
+        req = encode_spans(_one_chain_span(**({"input.value": marker} if where == "query" else {})))
+        span = req.resource_spans[0].scope_spans[0].spans[0]
         if where == "name":
-            req.resource_spans[0].scope_spans[0].spans[0].name = marker
+            span.name = marker
+        elif where == "key":
+            span.attributes.append(KeyValue(key=marker, value=AnyValue(string_value="v")))
+        elif where == "service":
+            for kv in req.resource_spans[0].resource.attributes:
+                if kv.key == "service.name":
+                    kv.value.string_value = marker
         raw = req.SerializeToString()
         bad = raw.replace(marker.encode(), b"\xff\xfe" + marker.encode()[2:])  # same length, not UTF-8
         assert bad != raw
-        d = decode(bad, Encoding.OTLP_PROTO)
-        assert d.error is Reject.INVALID_UTF8, (where, d.detail)
-        assert decode(bad, Encoding.AUTO).error is Reject.INVALID_UTF8
+        fixed = "\ufffd\ufffdMARK"
+        for encoding in (Encoding.OTLP_PROTO, Encoding.AUTO):
+            d = decode(bad, encoding)
+            assert d.error is None, (where, d.detail)
+            assert d.problems == [Reject.INVALID_UTF8], where
+            assert d.detail == "invalid_utf8 x1 in 1 span(s)"
+            (f,) = d.spans
+            assert (f.name, f.query, f.answer, f.role) == (
+                fixed if where == "name" else "c",
+                fixed if where == "query" else "q",
+                "a",
+                SpanRole.ROOT,
+            )
+            assert f.service == (fixed if where == "service" else "rag-svc")
+
+
+def test_invalid_utf8_and_corrupt_is_a_decode_error() -> None:
+    raw = proto_bytes(_one_chain_span(**{"input.value": "\u00e9MARK"}))
+    bad = raw.replace("\u00e9MARK".encode(), b"\xff\xfeMARK")
+    for cut in (bad[:-3], bad + b"\x0a\x05ab"):
+        d = decode(cut, Encoding.OTLP_PROTO)
+        assert (d.error, d.spans, d.problems) == (Reject.DECODE_ERROR, [], [])
 
 
 def test_span_with_malformed_ids_is_dropped_others_kept() -> None:

@@ -187,15 +187,17 @@ def _from_proto(value: bytes, now: int, lean: bool) -> Decoded:
 
 def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
     data = TracesData()
+    problems: list[Reject] = []
     try:
         data.ParseFromString(value)
-    except DecodeError as exc:
-        if "UTF-8" in str(exc) or _only_bad_utf8(value):
-            return Decoded(error=Reject.INVALID_UTF8, detail="protobuf string field is not valid UTF-8")
-        return Decoded(error=Reject.DECODE_ERROR, detail="not a TracesData protobuf")
+    except DecodeError:
+        repaired = _repaired(value)
+        if repaired is None:
+            return Decoded(error=Reject.DECODE_ERROR, detail="not a TracesData protobuf")
+        data, bad = repaired
+        problems = [Reject.INVALID_UTF8] * bad
 
     spans: list[SpanFacts] = []
-    problems: list[Reject] = []
     dropped = 0
     lo = now - _PAST_NS
     hi = now + _FUTURE_NS
@@ -285,37 +287,97 @@ def _pb_value(v: Any, which: str) -> Any:
 
 
 @functools.cache
-def _bytes_mirror() -> Any:
-    """TracesData with every `string` field declared `bytes`: parses whatever fails only on UTF-8."""
+def _bytes_mirror() -> tuple[Any, frozenset[str]]:
+    """TracesData with every `string` field declared `bytes`, and the full names of those fields:
+    it parses whatever upb refuses only for its UTF-8."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     from opentelemetry.proto.common.v1 import common_pb2
     from opentelemetry.proto.resource.v1 import resource_pb2
     from opentelemetry.proto.trace.v1 import trace_pb2
 
-    def retype(msgs: Any) -> None:
+    retyped: set[str] = set()
+
+    def retype(prefix: str, msgs: Any) -> None:
         for m in msgs:
             for f in m.field:
                 if f.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
                     f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
-            retype(m.nested_type)
+                    retyped.add(f"{prefix}.{m.name}.{f.name}")
+            retype(f"{prefix}.{m.name}", m.nested_type)
 
     pool = descriptor_pool.DescriptorPool()
     for mod in (common_pb2, resource_pb2, trace_pb2):
         fdp = descriptor_pb2.FileDescriptorProto()
         mod.DESCRIPTOR.CopyToProto(fdp)
-        retype(fdp.message_type)
+        retype(fdp.package, fdp.message_type)
         pool.Add(fdp)
-    return message_factory.GetMessageClass(
+    cls = message_factory.GetMessageClass(
         pool.FindMessageTypeByName("opentelemetry.proto.trace.v1.TracesData")
     )
+    return cls, frozenset(retyped)
 
 
-def _only_bad_utf8(value: bytes) -> bool:
+def _repaired(value: bytes) -> tuple[TracesData, int] | None:
+    """A message upb refused: if only for invalid UTF-8, parsed with each bad string's invalid
+    sequences replaced by U+FFFD (what the OpenTelemetry SDKs and Collector do), and how many
+    strings were; None when it is corrupt otherwise. Only messages that fail take this path
+    (parsed three times), so valid traffic costs nothing more."""
+    mirror_cls, strings = _bytes_mirror()
+    mirror = mirror_cls()
     try:
-        _bytes_mirror()().ParseFromString(value)
+        mirror.ParseFromString(value)
     except Exception:
-        return False
-    return True
+        return None
+    bad = _fix_strings(mirror, strings)
+    data = TracesData()
+    try:
+        data.ParseFromString(mirror.SerializeToString())
+    except Exception:  # pragma: no cover - every string is valid UTF-8 now
+        return None
+    return data, bad
+
+
+def _fix_strings(msg: Any, strings: frozenset[str]) -> int:
+    """Replace the invalid UTF-8 in the (retyped) string fields of `msg`, all the way down;
+    returns how many strings had some. A sub-message the real type parses holds none and is not
+    walked: upb finds the one bad span of a hundred faster than a walk in Python would."""
+    bad = 0
+    for fd, val in msg.ListFields():
+        if fd.message_type is not None:
+            real = _real_type(fd.message_type.full_name)
+            for sub in (val,) if hasattr(val, "ListFields") else val:
+                try:
+                    real.FromString(sub.SerializeToString())
+                except DecodeError:
+                    bad += _fix_strings(sub, strings)
+        elif fd.full_name in strings:
+            if isinstance(val, bytes):
+                if (fixed := _valid_utf8(val)) is not None:
+                    setattr(msg, fd.name, fixed)
+                    bad += 1
+            else:  # repeated (none in OTLP traces today)
+                for i, b in enumerate(val):
+                    if (fixed := _valid_utf8(b)) is not None:
+                        val[i] = fixed
+                        bad += 1
+    return bad
+
+
+@functools.cache
+def _real_type(full_name: str) -> Any:
+    """The generated message class of `full_name` (string fields checked as UTF-8)."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    return message_factory.GetMessageClass(descriptor_pool.Default().FindMessageTypeByName(full_name))
+
+
+def _valid_utf8(raw: bytes) -> bytes | None:
+    """`raw` with each invalid sequence replaced by U+FFFD; None if it was valid already."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace").encode("utf-8")
+    return None
 
 
 # --- JSON ---------------------------------------------------------------------------------------
