@@ -17,6 +17,11 @@ counted. Goal (issue 24): peak RSS <= bound + 150 MB.
 
     python bench/memory.py                                        # 1 M spans, 1 MB messages, 256 MiB
     python bench/memory.py --spans 300000 --bound-mb 64           # minutes on 2 cores
+
+`--measure-costs` measures instead what the assembler's `TRACE_COST` and `SPAN_COST` stand for,
+on the path in use (`RAGMON_PURE_PYTHON=1` for the pure-Python one), no broker: the bytes
+tracemalloc sees held after 10,000 one-span and 1,000 ten-span open traces of this workload's
+spans (the messages themselves not counted), solved for a cost per trace and per kept span.
 """
 
 from __future__ import annotations
@@ -226,6 +231,58 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def measure_costs() -> dict[str, Any]:
+    """Bytes held per open trace and per kept span besides the messages (see the docstring)."""
+    import gc
+    import tracemalloc
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from monitor.config import AssemblyConfig
+    from monitor.ingest.assemble import ASSEMBLER, SPAN_COST, TRACE_COST, Assembler
+    from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, decode
+    from monitor.kafka.offsets import MessageRef
+
+    def held(spans_per_trace: int) -> tuple[int, int, int]:
+        args = parse_args(["--spans", "10000", "--spans-per-message", "500", "--message-bytes", "200000"])
+        args.big_trace_spans = 0
+        values = []
+        for _, value in messages(args):
+            req = ExportTraceServiceRequest()
+            req.ParseFromString(value)
+            spans = req.resource_spans[0].scope_spans[0].spans
+            for i, sp in enumerate(spans):  # runs of `spans_per_trace` spans share a trace id
+                sp.trace_id = spans[i - i % spans_per_trace].trace_id
+            values.append(req.SerializeToString())
+        asm = Assembler(AssemblyConfig(timeout_seconds=3600, max_open_traces=10**8, max_open_bytes=1 << 40))
+        kept = 0
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        for offset, value in enumerate(values):
+            decoded = decode(value, Encoding.OTLP_PROTO, time.time_ns(), for_assembly=True)
+            kept += len(decoded.spans)
+            asm.add_spans(decoded.spans, MessageRef("p0", offset), len(value), 0.0, [], decoded.others)
+            del decoded
+        gc.collect()
+        total = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        return total, asm.open_traces, kept
+
+    (h1, t1, s1), (h2, t2, s2) = held(1), held(10)
+    per_span = (h2 - h1 * t2 / t1) / (s2 - s1 * t2 / t1)  # held = traces * T + spans * S
+    per_trace = (h1 - s1 * per_span) / t1
+    return {
+        "assembler": ASSEMBLER,
+        "decoder": OTLP_PROTO_DECODER,
+        "one_span_traces": {"traces": t1, "held_bytes": h1},
+        "ten_span_traces": {"traces": t2, "held_bytes": h2},
+        "per_trace_bytes": round(per_trace),
+        "per_span_bytes": round(per_span),
+        "charged": {"TRACE_COST": TRACE_COST, "SPAN_COST": SPAN_COST},
+    }
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spans", type=int, default=1_000_000)
@@ -237,6 +294,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    p.add_argument(
+        "--measure-costs", action="store_true", help="measure TRACE_COST and SPAN_COST (no broker)"
+    )
     p.add_argument("--role", choices=("sidecar",), help=argparse.SUPPRESS)
     p.add_argument("--bootstrap", help=argparse.SUPPRESS)
     p.add_argument("--topic", help=argparse.SUPPRESS)
@@ -248,6 +308,9 @@ def main() -> None:
     args = parse_args()
     if args.role == "sidecar":
         print(json.dumps(asyncio.run(drain(args))))
+        return
+    if args.measure_costs:
+        print(json.dumps(measure_costs(), indent=2))
         return
     result = orchestrate(args)
     if args.json:
