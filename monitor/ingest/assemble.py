@@ -33,15 +33,16 @@ __all__ = ["ASSEMBLER", "SPAN_COST", "TRACE_COST", "Assembler", "Finished", "PyA
 # What an open trace and each span it keeps hold besides their messages, charged to the byte
 # bound: the span's `SpanFacts` with its ids as hex strings, its chunk objects and their text
 # views or copies, its slot in the trace's list; the trace object, its two lists and its entry in
-# the table of open traces. Measured with tracemalloc (bench/memory.py --measure-costs: 10,000
-# one-span and 1,000 ten-span open traces of the memory bench's retrieval spans): 320 B a trace,
-# 702 B a span on the compiled path, 293 B and 990 B on the pure-Python one, of which ~110 B is the
-# chunk text copied out of the message (covered by the message's charge: the message is not
-# kept). One pair for both paths, the larger of each: the text a span carries (query, chunk
-# text) is within its message's bytes, which are charged whole already. Without these, 257,000
-# open one-span traces held ~250 MiB that no bound counted.
-TRACE_COST = 320
-SPAN_COST = 880
+# the table of open traces. Measured as RSS growth (the allocator's rounding included; tracemalloc
+# counts ~15 % less) with 100,000 one-span and 10,000 ten-span open traces of the memory bench's
+# retrieval spans (`python bench/memory.py --measure-costs`): 403 B a trace and 794 B a span on
+# the compiled path; 366 B and 1,107 B on the pure-Python one, of which ~130 B is the chunk text
+# copied out of the message (covered by the message's charge: the message itself is not kept).
+# One pair for both paths, the larger of each: the text a span carries (query, chunk text) is
+# within its message's bytes, charged whole already. Uncharged, the memory bench's ~257,000 open
+# one-span traces held ~290 MiB that the bound did not count.
+TRACE_COST = 400
+SPAN_COST = 980
 _NEW_TRACE_COST = TRACE_COST + SPAN_COST
 
 
