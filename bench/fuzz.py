@@ -502,8 +502,8 @@ def check_feed(batch: list[tuple[bytes, Decoded]], now_ns: int, auto: bool, max_
         assert i <= j <= len(batch) and len(calls) == j - i
         for k, (spans, size, others, ref) in zip(range(i, j), calls, strict=True):
             value, lean = batch[k]
-            n_spans = len(lean.spans) + sum(lean.others.values())
-            assert (spans, size, others) == (repr(lean.spans), len(value) // n_spans + 1, lean.others or None)
+            # the whole message: charged once while any open trace holds spans of it
+            assert (spans, size, others) == (repr(lean.spans), len(value), lean.others or None)
             assert ref is refs[k] and ref.holds == 0
         if j < len(batch):
             value, lean = batch[j]

@@ -17,6 +17,11 @@ counted. Goal (issue 24): peak RSS <= bound + 150 MB.
 
     python bench/memory.py                                        # 1 M spans, 1 MB messages, 256 MiB
     python bench/memory.py --spans 300000 --bound-mb 64           # minutes on 2 cores
+
+`--measure-costs` measures instead what the assembler's `TRACE_COST` and `SPAN_COST` stand for,
+on the path in use (`RAGMON_PURE_PYTHON=1` for the pure-Python one), no broker: the bytes
+tracemalloc sees held after 10,000 one-span and 1,000 ten-span open traces of this workload's
+spans (the messages themselves not counted), solved for a cost per trace and per kept span.
 """
 
 from __future__ import annotations
@@ -226,6 +231,77 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def held_by(spans_per_trace: int, spans: int, how: str) -> tuple[int, int, int]:
+    """Bytes held (tracemalloc's count, or the process's RSS growth) by `spans` spans of this
+    workload's in open traces of `spans_per_trace` spans each, the messages not counted; the
+    open traces and the spans kept."""
+    import gc
+    import tracemalloc
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from monitor.config import AssemblyConfig
+    from monitor.ingest.assemble import Assembler
+    from monitor.ingest.decode import Encoding, decode
+    from monitor.kafka.offsets import MessageRef
+
+    args = parse_args(["--spans", str(spans), "--spans-per-message", "500", "--message-bytes", "200000"])
+    args.big_trace_spans = 0
+    values = []
+    for _, value in messages(args):
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(value)
+        run = req.resource_spans[0].scope_spans[0].spans
+        for i, sp in enumerate(run):  # runs of `spans_per_trace` spans share a trace id
+            sp.trace_id = run[i - i % spans_per_trace].trace_id
+        values.append(req.SerializeToString())
+    asm = Assembler(AssemblyConfig(timeout_seconds=3600, max_open_traces=10**8, max_open_bytes=1 << 40))
+    kept = 0
+    gc.collect()
+    if how == "tracemalloc":
+        tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0] if how == "tracemalloc" else _rss()
+    for offset, value in enumerate(values):
+        decoded = decode(value, Encoding.OTLP_PROTO, time.time_ns(), for_assembly=True)
+        kept += len(decoded.spans)
+        asm.add_spans(decoded.spans, MessageRef("p0", offset), len(value), 0.0, [], decoded.others)
+        del decoded
+    gc.collect()
+    total = (tracemalloc.get_traced_memory()[0] if how == "tracemalloc" else _rss()) - base
+    tracemalloc.stop()
+    return total, asm.open_traces, kept
+
+
+def measure_costs() -> dict[str, Any]:
+    """Bytes held per open trace and per kept span besides the messages (see the docstring):
+    tracemalloc's count (the bytes asked for), and RSS growth (with the allocator's rounding and
+    spare room: what the goal measures), each run in a fresh process."""
+    from monitor.ingest.assemble import ASSEMBLER, SPAN_COST, TRACE_COST
+    from monitor.ingest.decode import OTLP_PROTO_DECODER
+
+    out: dict[str, Any] = {"assembler": ASSEMBLER, "decoder": OTLP_PROTO_DECODER}
+    for how in ("tracemalloc", "rss"):
+        runs = []
+        for per in (1, 10):
+            cmd = [sys.executable, os.path.abspath(__file__), "--costs-of", f"{per},100000,{how}"]
+            runs.append(json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout))
+        (h1, t1, s1), (h2, t2, s2) = runs
+        per_span = (h2 - h1 * t2 / t1) / (s2 - s1 * t2 / t1)  # held = traces * T + spans * S
+        out[how] = {
+            "one_span_traces": {"traces": t1, "held_bytes": h1},
+            "ten_span_traces": {"traces": t2, "held_bytes": h2},
+            "per_trace_bytes": round((h1 - s1 * per_span) / t1),
+            "per_span_bytes": round(per_span),
+        }
+    out["charged"] = {"TRACE_COST": TRACE_COST, "SPAN_COST": SPAN_COST}
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spans", type=int, default=1_000_000)
@@ -237,7 +313,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    p.add_argument(
+        "--measure-costs", action="store_true", help="measure TRACE_COST and SPAN_COST (no broker)"
+    )
     p.add_argument("--role", choices=("sidecar",), help=argparse.SUPPRESS)
+    p.add_argument("--costs-of", help=argparse.SUPPRESS)  # spans a trace,spans,how: one run of the above
     p.add_argument("--bootstrap", help=argparse.SUPPRESS)
     p.add_argument("--topic", help=argparse.SUPPRESS)
     p.add_argument("--expect-messages", type=int, help=argparse.SUPPRESS)
@@ -248,6 +328,13 @@ def main() -> None:
     args = parse_args()
     if args.role == "sidecar":
         print(json.dumps(asyncio.run(drain(args))))
+        return
+    if args.costs_of:
+        per, n, how = args.costs_of.split(",")
+        print(json.dumps(held_by(int(per), int(n), how)))
+        return
+    if args.measure_costs:
+        print(json.dumps(measure_costs(), indent=2))
         return
     result = orchestrate(args)
     if args.json:

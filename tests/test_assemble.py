@@ -3,12 +3,16 @@ holds."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from types import SimpleNamespace
 
 import pytest
 
 from monitor.config import AssemblyConfig
-from monitor.ingest.assemble import Assembler, Finished, build_record
+from monitor.ingest import assemble
+from monitor.ingest.assemble import SPAN_COST, TRACE_COST, Assembler, Finished, build_record
+from monitor.ingest.decode import Encoding, decode
 from monitor.ingest.stage import NEW_REFS
 from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
 from monitor.metrics import Metrics
@@ -123,14 +127,17 @@ def test_capacity_evicts_oldest_and_late_span_is_flagged() -> None:
     assert late[0].reason is Reject.LATE_SPAN
 
 
+ONE_SPAN = TRACE_COST + SPAN_COST  # what an open one-span trace holds besides its message
+
+
 def test_byte_bound() -> None:
-    asm = Assembler(AssemblyConfig(max_open_bytes=1000, timeout_seconds=100))
+    asm = Assembler(AssemblyConfig(max_open_bytes=2 * (400 + ONE_SPAN) + 100, timeout_seconds=100))
     tracker = OffsetTracker()
     tracker.assign(["p0"])
     evicted = []
     for i in range(5):
         evicted += asm.add(span(f"t{i}", "x", "p"), tracker.track("p0", i), 400, now=0.0)
-    assert asm.open_bytes <= 1000 and len(evicted) == 3
+    assert asm.open_bytes == 2 * (400 + ONE_SPAN) and len(evicted) == 3
 
 
 def test_reranker_output_is_the_final_ranking() -> None:
@@ -213,10 +220,10 @@ def test_spans_that_cannot_shape_the_record_are_counted_not_kept() -> None:
         out: list[Finished] = []
         asm.add_spans(spans[:4], r0, 10, 0.0, out)
         asm.add_spans(spans[4:], r1, 10, 0.0, out)
-        assert out == [] and asm.open_bytes == 2 * 10  # two messages, each charged once
-        assert [s.span_id for s in asm._open[tid].spans] == [
-            s.span_id for s in spans if s.span_id not in ("sql", "cache")
-        ]
+        kept = [s.span_id for s in spans if s.span_id not in ("sql", "cache")]
+        assert [s.span_id for s in asm._open[tid].spans] == kept
+        # two messages, each charged once; the spans kept, not the others
+        assert out == [] and asm.open_bytes == 2 * 10 + TRACE_COST + len(kept) * SPAN_COST
         r0.release()
         r1.release()
         (fin,) = asm.poll(10.0)
@@ -239,7 +246,9 @@ def test_inert_spans_decoded_only_as_counts_are_assembled_alike() -> None:
         for counted in (False, True):
             tracker = OffsetTracker()
             tracker.assign(["p0"])
-            asm = Assembler(AssemblyConfig(grace_seconds=0, timeout_seconds=5, max_open_bytes=95))
+            # "t" (five spans kept, two rootless) and "u" fit; "w"'s second span makes rootless "t" leave
+            bound = 2 * TRACE_COST + 5 * SPAN_COST + 20
+            asm = Assembler(AssemblyConfig(grace_seconds=0, timeout_seconds=5, max_open_bytes=bound))
             messages = [
                 [
                     span("t", "recv", "http"),  # the first: kept either way
@@ -349,7 +358,7 @@ def test_a_message_is_charged_whole_while_any_trace_holds_it() -> None:
     out: list[Finished] = []
     asm.add_spans(retrievals, big, 1_000_000, 0.0, out)
     big.release()
-    assert out == [] and asm.open_bytes == 1_000_000
+    assert out == [] and asm.open_bytes == 1_000_000 + 100 * ONE_SPAN
     small = tracker.track("p0", 1)
     assert small is not None
     roots = [span(f"t{i}", "r", role=SpanRole.ROOT, query="q?", answer="a.") for i in range(1, 100)]
@@ -360,7 +369,7 @@ def test_a_message_is_charged_whole_while_any_trace_holds_it() -> None:
     for f in out:
         release_all(f.refs)
     # t0 never gets its root: it alone holds the first message, all of it
-    assert asm.open_traces == 1 and asm.open_bytes == 1_000_000
+    assert asm.open_traces == 1 and asm.open_bytes == 1_000_000 + ONE_SPAN
     nxt = tracker.track("p0", 2)
     assert nxt is not None
     other = span("u", "ret", "r", SpanRole.RETRIEVER, query="q?", chunks=chunk)
@@ -368,7 +377,7 @@ def test_a_message_is_charged_whole_while_any_trace_holds_it() -> None:
     nxt.release()
     assert [(f.trace_id, f.reason) for f in evicted] == [("t0", Reject.EVICTED)]
     release_all(evicted[0].refs)
-    assert asm.open_bytes == 1_000_000 and tracker.committable() == {"p0": 2}
+    assert asm.open_bytes == 1_000_000 + ONE_SPAN and tracker.committable() == {"p0": 2}
 
 
 def test_spans_past_the_cap_are_dropped_and_counted() -> None:
@@ -392,7 +401,7 @@ def test_spans_past_the_cap_are_dropped_and_counted() -> None:
         assert asm.open_traces == 1
     assert [f.reason for f in out] == [Reject.TOO_MANY_SPANS] * 40_000
     assert all(f.refs == [] for f in out)
-    assert asm.open_bytes == 10 * 100_000  # the ten messages its spans came from
+    assert asm.open_bytes == 10 * 100_000 + ONE_SPAN  # the ten messages its spans came from; one kept
     (fin,) = asm.poll(1.0)
     assert fin.record is not None and fin.record.answer == "a." and len(fin.refs) == 10
     release_all(fin.refs)
@@ -402,7 +411,8 @@ def test_spans_past_the_cap_are_dropped_and_counted() -> None:
 def test_one_trace_over_the_byte_bound_is_evicted_alone() -> None:
     """The byte bound holds even when a single open trace is over it: it is evicted (a record if
     it has one), its later spans are late (it was kept growing while it was the only one)."""
-    asm = Assembler(AssemblyConfig(timeout_seconds=100, max_open_bytes=5_000))
+    bound = 5_000 + ONE_SPAN  # one span kept: the others are inert
+    asm = Assembler(AssemblyConfig(timeout_seconds=100, max_open_bytes=bound))
     tracker = OffsetTracker()
     tracker.assign(["p0"])
     out: list[Finished] = []
@@ -411,8 +421,53 @@ def test_one_trace_over_the_byte_bound_is_evicted_alone() -> None:
         assert ref is not None
         asm.add_spans([span("huge", f"s{m}", "r")], ref, 1_000, 0.0, out)
         ref.release()
-        assert asm.open_bytes <= 5_000
+        assert asm.open_bytes <= bound
     assert [f.reason for f in out] == [Reject.EVICTED] + [Reject.LATE_SPAN] * 4
     assert len(out[0].refs) == 6
     release_all(out[0].refs)
     assert asm.open_traces == 0 and tracker.committable() == {"p0": 10}
+
+
+def test_what_open_traces_keep_alive_stays_within_the_byte_bound() -> None:
+    """Memory that open traces keep alive, measured (tracemalloc): the messages, and the span,
+    chunk and trace objects, on the path in use (compiled, or pure Python under
+    RAGMON_PURE_PYTHON). Rootless one-span retrieval traces, 200 to a 100 KB message, and one
+    trace of 2,000 spans across them, under a 4 MiB bound: what is held stays within it (11 MiB
+    were: only the messages were charged, not ~1 KB of objects per open one-span trace)."""
+    from bench.memory import messages, parse_args
+
+    args = [
+        "--spans",
+        "20000",
+        "--spans-per-message",
+        "200",
+        "--message-bytes",
+        "100000",
+        "--big-trace-spans",
+        "2000",
+    ]
+    values = [v for _, v in messages(parse_args(args))]
+    bound = 4 << 20
+    # `assemble.Assembler` is the path in use; not the differential pair, which holds two of each
+    make = assemble.Assembler
+    asm = make(
+        AssemblyConfig(timeout_seconds=3600, max_open_traces=10**6, max_open_bytes=bound, recent_trace_ids=0)
+    )
+    out: list[Finished] = []
+    most = 0
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for offset, value in enumerate(values):
+            value = bytes(bytearray(value))  # the consumer's copy: alive only while something holds it
+            ref = MessageRef("p0", offset)
+            decoded = decode(value, Encoding.OTLP_PROTO, for_assembly=True)
+            asm.add_spans(decoded.spans, ref, len(value), 0.0, out, decoded.others)
+            del value, decoded, ref
+            out.clear()
+            most = max(most, tracemalloc.get_traced_memory()[0] - base)
+    finally:
+        tracemalloc.stop()
+    assert asm.open_traces > 1000  # the bound, not the count, is what holds them back
+    assert most <= bound * 1.05, f"{most / 2**20:.1f} MiB held under a {bound / 2**20:.0f} MiB bound"

@@ -30,7 +30,7 @@ import test_assemble as cases
 from monitor.config import AssemblyConfig
 from monitor.demo.workload import trace_messages
 from monitor.ingest import assemble as assemble_mod
-from monitor.ingest.assemble import Finished, PyAssembler
+from monitor.ingest.assemble import SPAN_COST, TRACE_COST, Finished, PyAssembler
 from monitor.ingest.decode import Encoding, decode
 from monitor.kafka.offsets import MessageRef, new_refs
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
@@ -293,7 +293,11 @@ def test_workload_messages(mode: str, shape: str) -> None:
     for config in (
         AssemblyConfig(grace_seconds=0.05, timeout_seconds=2),
         AssemblyConfig(
-            grace_seconds=1, timeout_seconds=3, max_open_traces=7, max_open_bytes=20_000, recent_trace_ids=5
+            grace_seconds=1,
+            timeout_seconds=3,
+            max_open_traces=7,
+            max_open_bytes=20_000 + 10 * TRACE_COST + 20 * SPAN_COST,
+            recent_trace_ids=5,
         ),
     ):
         asm = Both(config)
@@ -351,7 +355,9 @@ def random_run(seed: int, n_ops: int) -> int:
         grace_seconds=rng.choice([0, 1]),
         timeout_seconds=rng.choice([0.5, 1, 3]),
         max_open_traces=rng.randint(1, 5),
-        max_open_bytes=rng.choice([20, 60, 200, 10_000]),
+        # messages of 1-30 bytes: room for one trace of a span or two, a few, many
+        max_open_bytes=rng.choice([20, 60, 200, 10_000])
+        + rng.choice([1, 2, 4, 8]) * (TRACE_COST + SPAN_COST),
         recent_trace_ids=rng.choice([0, 1, 3]),
         max_spans_per_trace=rng.choice([1, 2, 5, 10_000]),
     )

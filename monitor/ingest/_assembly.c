@@ -35,6 +35,7 @@ static Py_ssize_t chunk_id_off, holds_off, partition_off, traces_off, size_off;
 static PyObject *role_root, *role_retriever, *role_reranker, *role_llm, *role_other;
 static PyObject *rej_late, *rej_evicted, *rej_not_rag, *rej_missing_query, *rej_missing_answer, *rej_too_many;
 static PyObject *sort_by_end, *sort_by_start, *max_by_end; /* fallbacks for keys that are not int64 */
+static long long trace_cost, span_cost; /* assemble.TRACE_COST, SPAN_COST: charged besides messages */
 static PyObject *str_acquire, *str_append, *empty_str, *str_traces, *str_size;
 static int ready = 0;
 
@@ -836,9 +837,10 @@ static int charge(Asm *a, Trace *t, PyObject *ref, long long size)
     return ref_set(ref, traces_off, str_traces, n + 1);
 }
 
-/* `_uncharge`: `t` leaves; each message it held is uncharged when no open trace holds it. */
+/* `_uncharge`: `t` leaves: its costs, and each message it held when no open trace holds it. */
 static int uncharge(Asm *a, Trace *t)
 {
+    a->bytes -= trace_cost + span_cost * (t->spans == NULL ? 0 : PyList_GET_SIZE(t->spans));
     for (Py_ssize_t i = 0; t->refs != NULL && i < PyList_GET_SIZE(t->refs); i++) {
         PyObject *ref = PyList_GET_ITEM(t->refs, i);
         long long n, size;
@@ -998,6 +1000,7 @@ static int add_span(Asm *a, PyObject *span, PyObject *ref, long long size, doubl
             goto done;
         }
         link_tail(a, t);
+        a->bytes += trace_cost + span_cost;
         if (charge(a, t, ref, size) < 0)
             goto fail_t;
     } else {
@@ -1013,6 +1016,8 @@ static int add_span(Asm *a, PyObject *span, PyObject *ref, long long size, doubl
         }
         if ((r = is_inert(span)) < 0 || (!r && PyList_Append(t->spans, span) < 0))
             goto fail_t;
+        if (!r)
+            a->bytes += span_cost;
         Py_ssize_t n = PyList_GET_SIZE(t->refs);
         if (n == 0) {
             PyErr_SetString(PyExc_IndexError, "list index out of range");
@@ -1479,17 +1484,18 @@ static int set_obj(PyObject **slot, PyObject *v)
 
 PyDoc_STRVAR(setup_doc,
              "setup(span_facts, chunk, message_ref, rag_record, rag_record_fields, finished, finished_fields, "
-             "roles, rejects, sort_by_end, sort_by_start, max_by_end, /)\n\n"
+             "roles, rejects, costs, sort_by_end, sort_by_start, max_by_end, /)\n\n"
              "roles: (ROOT, RETRIEVER, RERANKER, LLM, OTHER); rejects: (LATE_SPAN, EVICTED, NOT_RAG, "
-             "MISSING_QUERY, MISSING_ANSWER, TOO_MANY_SPANS); *_fields: the class's field names when it is a plain slots "
+             "MISSING_QUERY, MISSING_ANSWER, TOO_MANY_SPANS); costs: (TRACE_COST, SPAN_COST); *_fields: the class's field names when it is a plain slots "
              "dataclass (filled here), else None (called). The sort and max callables take a list of spans "
              "and are used only when a time is not an int64.");
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
     PyObject *sf, *ch, *mr, *rr, *rr_fields, *fin, *fin_fields, *roles, *rejects, *sbe, *sbs, *mbe;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOOOOO:setup", &PyType_Type, &sf, &PyType_Type, &ch, &PyType_Type, &mr,
-                          &rr, &rr_fields, &fin, &fin_fields, &roles, &rejects, &sbe, &sbs, &mbe))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOO(LL)OOO:setup", &PyType_Type, &sf, &PyType_Type, &ch, &PyType_Type,
+                          &mr, &rr, &rr_fields, &fin, &fin_fields, &roles, &rejects, &trace_cost, &span_cost, &sbe,
+                          &sbs, &mbe))
         return NULL;
     ready = 0;
     for (int f = 0; f < N_SPAN_FIELDS; f++)

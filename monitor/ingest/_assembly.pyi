@@ -17,6 +17,7 @@ def setup(
     finished_fields: Sequence[str] | None,
     roles: tuple[SpanRole, SpanRole, SpanRole, SpanRole, SpanRole],
     rejects: tuple[Reject, Reject, Reject, Reject, Reject, Reject],
+    costs: tuple[int, int],
     sort_by_end: Callable[[list[SpanFacts]], list[SpanFacts]],
     sort_by_start: Callable[[list[SpanFacts]], list[SpanFacts]],
     max_by_end: Callable[[list[SpanFacts]], SpanFacts],

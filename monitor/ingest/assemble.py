@@ -2,8 +2,9 @@
 
 A trace is emitted `grace_seconds` after its root span arrives (children of a distributed trace may
 trail the root), or after `timeout_seconds` if the root never comes and enough is present. Open
-traces are bounded by count and by the bytes of the messages they hold (each charged once, whole);
-the oldest goes first, even when it is the only one. A trace takes at most `max_spans_per_trace`
+traces are bounded by count and by the bytes they hold: the messages their spans came from (each
+charged once, whole) and the Python objects of the traces and spans kept (`TRACE_COST`,
+`SPAN_COST`); the oldest goes first, even when it is the only one. A trace takes at most `max_spans_per_trace`
 spans.
 
 `Assembler` has two implementations with identical results. The compiled one (`_assembly.c`,
@@ -27,7 +28,22 @@ from monitor.ingest.dialects import is_inert
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
-__all__ = ["ASSEMBLER", "Assembler", "Finished", "PyAssembler", "build_record"]
+__all__ = ["ASSEMBLER", "SPAN_COST", "TRACE_COST", "Assembler", "Finished", "PyAssembler", "build_record"]
+
+# What an open trace and each span it keeps hold besides their messages, charged to the byte
+# bound: the span's `SpanFacts` with its ids as hex strings, its chunk objects and their text
+# views or copies, its slot in the trace's list; the trace object, its two lists and its entry in
+# the table of open traces. Measured as RSS growth (the allocator's rounding included; tracemalloc
+# counts ~15 % less) with 100,000 one-span and 10,000 ten-span open traces of the memory bench's
+# retrieval spans (`python bench/memory.py --measure-costs`): 403 B a trace and 794 B a span on
+# the compiled path; 366 B and 1,107 B on the pure-Python one, of which ~130 B is the chunk text
+# copied out of the message (covered by the message's charge: the message itself is not kept).
+# One pair for both paths, the larger of each: the text a span carries (query, chunk text) is
+# within its message's bytes, charged whole already. Uncharged, the memory bench's ~257,000 open
+# one-span traces held ~290 MiB that the bound did not count.
+TRACE_COST = 400
+SPAN_COST = 980
+_NEW_TRACE_COST = TRACE_COST + SPAN_COST
 
 
 class _OpenTrace:
@@ -39,7 +55,7 @@ class _OpenTrace:
         self.first_seen = first_seen
         self.spans = [span]
         self.refs = [ref]
-        self.nbytes = 0  # the bytes of the messages it holds (shared ones in full)
+        self.nbytes = 0  # the bytes of the messages it holds (shared ones in full), not the costs
         self.count = 0  # spans taken, kept or not
         self.root_seen = False
 
@@ -103,7 +119,8 @@ class PyAssembler:
 
         The message is charged to the byte bound once, while any open trace holds spans of it:
         chunk text the compiled decoder leaves where it lies keeps the whole message alive, so a
-        share per span would undercount what is held. A trace takes at most
+        share per span would undercount what is held. A new trace is charged `TRACE_COST`, each
+        span it keeps `SPAN_COST` (the objects held), until it leaves. A trace takes at most
         `max_spans_per_trace` spans; later ones are dropped (`TOO_MANY_SPANS`, one each).
 
         A span that cannot shape the record (`dialects.is_inert`: the HTTP, database and cache
@@ -127,6 +144,7 @@ class PyAssembler:
                     continue
                 ref.acquire()
                 trace = open_[tid] = _OpenTrace(now, span, ref)
+                self._bytes += _NEW_TRACE_COST
                 self._charge(trace, ref, size)
             else:
                 if trace.count >= max_spans:
@@ -134,6 +152,7 @@ class PyAssembler:
                     continue
                 if not is_inert(span):
                     trace.spans.append(span)
+                    self._bytes += SPAN_COST
                 if trace.refs[-1] is not ref:
                     ref.acquire()
                     trace.refs.append(ref)
@@ -159,7 +178,8 @@ class PyAssembler:
         ref.traces += 1
 
     def _uncharge(self, trace: _OpenTrace) -> None:
-        """`trace` leaves: each message it held is uncharged when no open trace holds it."""
+        """`trace` leaves: its costs, and each message it held when no open trace holds it."""
+        self._bytes -= TRACE_COST + SPAN_COST * len(trace.spans)
         for ref in trace.refs:
             ref.traces -= 1
             if ref.traces == 0:
@@ -381,6 +401,7 @@ def compiled_assembler() -> Any:
             Reject.MISSING_ANSWER,
             Reject.TOO_MANY_SPANS,
         ),
+        (TRACE_COST, SPAN_COST),
         functools.partial(sorted, key=_end_ns),
         functools.partial(sorted, key=attrgetter("start_ns")),
         functools.partial(max, key=_end_ns),
