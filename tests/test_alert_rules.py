@@ -66,6 +66,7 @@ COUNTERS = frozenset(
         "ragmon_retrieval_drift_alarms_total",
         "ragmon_evaluation_events_total",
         "ragmon_replay_records_total",
+        "ragmon_results_write_errors_total",
         *(
             f"ragmon_estimate_{s}_total"
             for s in (
@@ -133,6 +134,7 @@ LABEL_VALUES = {
         "internal_error",
     },
     "limit": {"calls", "tokens", "usd"},
+    "reason": {"budget", "no_space", "io_error", "torn_tail"},
     "feature": {"chunk_count", "top_score"},
     "check": {"faithfulness", "unanswerable", "relevance", "context_relevance"},
     "metric": {
@@ -159,6 +161,7 @@ SEVERITY = {
     "RagmonNoRecords": "warning",
     "RagmonDeadLettersFailing": "warning",
     "RagmonSamplesProduceFailing": "critical",
+    "RagmonResultsWriteFailing": "warning",
     "RagmonStageStalled": "critical",
     "RagmonProduceDropped": "warning",
     "RagmonSidecarAbsent": "critical",
@@ -874,6 +877,46 @@ def pipeline() -> dict[str, Any]:
     }
 
 
+def results_file() -> dict[str, Any]:
+    """Results-file writes: judge-0's disk fills at 40m and every retry fails (one a minute, as the
+    backoff caps at 30 s); judge-1 cut a torn tail once at start-up, and had one io_error at 20m
+    that the next retry got past. Only the sustained failure is news."""
+    j0 = {"job": "rag-monitor", "instance": "judge-0"}
+    j1 = {"job": "rag-monitor", "instance": "judge-1"}
+    errors = "ragmon_results_write_errors_total"
+    description = (
+        "{n} writes of the results file failed (no_space) in the last 5 minutes on judge-0, and they "
+        "have kept failing for 10 minutes. The judge stage retries the batch whole (every 30 s at "
+        "most) and commits no offset behind it: judged samples pile up unwritten until its queue "
+        "bound stops judging, and the samples backlog grows."
+    )
+    return {
+        "name": "results file",
+        "interval": "1m",
+        "input_series": [
+            series(errors, "0x40 1+1x50", **j0, reason="no_space"),
+            series(errors, "0x90", **j0, reason="io_error"),
+            series(errors, "0 1x89", **j1, reason="torn_tail"),  # cut at open, 1m in
+            series(errors, "0x20 1x70", **j1, reason="io_error"),
+        ],
+        "alert_rule_test": [
+            check("RagmonResultsWriteFailing", "2m"),
+            check("RagmonResultsWriteFailing", "30m"),  # judge-1's one io_error: not for 10m
+            check("RagmonResultsWriteFailing", "48m"),  # judge-0: failing, but not for 10m yet
+            check(
+                "RagmonResultsWriteFailing",
+                "55m",
+                fired("RagmonResultsWriteFailing", {**j0, "reason": "no_space"}, description.format(n=5)),
+            ),
+            check(
+                "RagmonResultsWriteFailing",
+                "89m",
+                fired("RagmonResultsWriteFailing", {**j0, "reason": "no_space"}, description.format(n=5)),
+            ),
+        ],
+    }
+
+
 def no_records_series() -> dict[str, Any]:
     """A sidecar up but never counting a record has no ragmon_records_total series at all; one
     that is down is the absence alert's, not this one's."""
@@ -976,6 +1019,8 @@ def healthy() -> dict[str, Any]:
         counter("ragmon_produce_errors_total", 0, minutes=120, **j, stream="samples"),
         series("ragmon_produce_pending", "0x120", **j, stream="dead_letter"),
         series("ragmon_produce_pending", "40 0 25 0 " * 30, **j, stream="samples"),
+        series("ragmon_results_write_errors_total", "1x120", **j, reason="torn_tail"),
+        counter("ragmon_results_write_errors_total", 0, minutes=120, **j, reason="no_space"),
     ]
     return {
         "name": "healthy",
@@ -997,6 +1042,7 @@ def scenarios() -> list[dict[str, Any]]:
         golden_stale(0),
         judge(),
         pipeline(),
+        results_file(),
         no_records_series(),
         sidecar_gone(),
         healthy(),

@@ -16,6 +16,7 @@ calls it directly."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import importlib.util
@@ -38,6 +39,7 @@ from support import REPO
 
 from monitor.cli import app
 from monitor.config import Settings, load_settings
+from monitor.golden.cli import ReplayConfig
 
 CHART = REPO / "helm" / "rag-monitor"
 KUBE_VERSION = kubernetes_validate.latest_version()  # the newest schemas it ships
@@ -47,6 +49,7 @@ SECRET_VALUES = {
     "judgeApiKey": "sk-ant-judge-0123456789",
     "kafkaSaslPassword": "sasl-pass-0123456789",
     "kafkaSslKeyPassword": "tls-key-pass-0123456789",
+    "replaySecret": "replay-secret-0123456789abcdef",
 }
 GOLDEN = '{"id": "q1", "query": "what?", "query_type": "lookup", "relevant_chunk_ids": ["c1"], '
 GOLDEN += '"reference_answer": "that", "answerable": true}\n'
@@ -195,6 +198,16 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         },
         (),
     ),
+    "replay-signed-existing-secret": (
+        {
+            "mode": "combined",
+            "config": {"golden": {"target": "http://rag.default:8000/query"}},
+            "golden": {"data": GOLDEN},
+            "replay": {"enabled": True, "target": "http://rag.default:8000/query"},
+            "secrets": {"existingSecret": "ragmon-credentials", "keys": {"replaySecret": "rag-replay"}},
+        },
+        (),
+    ),
     "everything": (
         {
             "ingest": {"replicas": 3},
@@ -202,6 +215,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             "config": {"golden": {"target": "http://rag.default:8000/query"}},
             "golden": {"data": GOLDEN},
             "replay": {"enabled": True, "target": "http://rag.default:8000/query"},
+            "secrets": {"replaySecret": SECRET_VALUES["replaySecret"]},
             "networkPolicy": {"enabled": True, "ingress": {"from": [{"namespaceSelector": {}}]}},
             "serviceMonitor": {"labels": {"release": "kps"}},
             "prometheusRule": {"labels": {"release": "kps"}},
@@ -538,7 +552,12 @@ def test_chart_secret_is_mounted_as_files_the_config_reads() -> None:
     values, _ = CASES["chart-secrets"]
     objects = render(copy.deepcopy(values))
     (secret,) = of_kind(objects, "Secret").values()
-    assert set(secret["data"]) == {"judge-api-key", "kafka-sasl-password", "kafka-ssl-key-password"}
+    assert set(secret["data"]) == {
+        "judge-api-key",
+        "kafka-sasl-password",
+        "kafka-ssl-key-password",
+        "replay-secret",
+    }
     mount = "/var/run/secrets/rag-monitor"
     judge = pod_config(objects, pod_spec(deployment(objects, "judge")))
     assert judge["judge"]["options"]["api_key_file"] == f"{mount}/judge-api-key"
@@ -584,6 +603,7 @@ def test_existing_secret_is_referenced_not_created() -> None:
         ({"terminationGracePeriodSeconds": 20}, "shutdown_seconds"),
         ({"replay": {"enabled": True, "target": "http://rag"}}, "golden.data"),
         ({"replay": {"enabled": True}, "golden": {"data": GOLDEN}}, "replay.target"),
+        ({"secrets": {"replaySecret": "0123456789\n"}}, "secrets.replaySecret is shorter than 16 bytes"),
     ],
 )
 def test_missing_or_misplaced_settings_fail_the_install(values: dict[str, Any], message: str) -> None:
@@ -699,6 +719,103 @@ def test_scheduled_golden_replay_in_the_judge() -> None:
     assert pod_config(objects, judge)["golden"]["file"] == "/etc/rag-monitor/golden/golden.jsonl"
     assert "ragmon-golden" in {v["name"] for v in judge["volumes"]}
     assert "ragmon-golden" not in {v["name"] for v in pod_spec(deployment(objects, "ingest"))["volumes"]}
+
+
+MOUNT = "/var/run/secrets/rag-monitor"
+
+
+def _secret_items(pod: dict[str, Any]) -> tuple[str, set[str]]:
+    """The Secret a pod mounts at secrets.mountPath, and the keys it takes from it."""
+    (container,) = pod["containers"]
+    assert {"name": "ragmon-secrets", "mountPath": MOUNT, "readOnly": True} in container["volumeMounts"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "ragmon-secrets"]
+    assert all(i["key"] == i["path"] for i in volume["secret"]["items"])
+    return volume["secret"]["secretName"], {i["key"] for i in volume["secret"]["items"]}
+
+
+def _replay_pod(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The replay CronJob's pod spec and its replay.yaml, as `replay --config` validates it."""
+    (cron,) = of_kind(objects, "CronJob").values()
+    pod = pod_spec(cron["spec"]["jobTemplate"])
+    text = of_kind(objects, "ConfigMap")["rm-rag-monitor-config"]["data"]["replay.yaml"]
+    config: dict[str, Any] = yaml.safe_load(text)
+    ReplayConfig.model_validate(config)
+    return pod, config
+
+
+REPLAYS = {
+    "replay": {"enabled": True, "target": "http://rag.default:8000/query"},
+    "config": {"golden": {"target": "http://rag.default:8000/query"}},
+    "golden": {"data": GOLDEN},
+}
+
+
+def test_replays_sign_their_mark_with_the_chart_secret() -> None:
+    """The replay CronJob and the judge's scheduled replay read the replay secret from the chart's
+    Secret, mounted as a file (never an env value), so the RAG service keeps them out of its
+    production metrics; the roles that do not replay do not get it."""
+    objects = render(REPLAYS | {"secrets": {"replaySecret": SECRET_VALUES["replaySecret"]}})
+    (secret,) = of_kind(objects, "Secret").values()
+    assert base64.b64decode(secret["data"]["replay-secret"]).decode() == SECRET_VALUES["replaySecret"]
+    pod, config = _replay_pod(objects)
+    assert _secret_items(pod) == ("rm-rag-monitor-secrets", {"replay-secret"})
+    assert config == {"target": {"replay_secret_file": f"{MOUNT}/replay-secret"}}
+    judge = pod_spec(deployment(objects, "judge"))
+    assert _secret_items(judge) == ("rm-rag-monitor-secrets", {"replay-secret"})
+    assert load_settings_from(pod_config(objects, judge)).golden.replay_secret_file == Path(
+        f"{MOUNT}/replay-secret"
+    )
+    for other in ("ingest", "drift"):
+        assert "ragmon-secrets" not in {v["name"] for v in pod_spec(deployment(objects, other))["volumes"]}
+    for workload in [*of_kind(objects, "Deployment").values(), *of_kind(objects, "CronJob").values()]:
+        assert "REPLAY_SECRET" not in json.dumps(workload)  # a file, not an env var
+    text = notes(REPLAYS | {"secrets": {"replaySecret": SECRET_VALUES["replaySecret"]}})
+    assert "WARNING" not in text
+    assert "key replay-secret of Secret rm-rag-monitor-secrets" in text
+    assert "RAGMON_REPLAY_SECRET_FILE" in text
+    # Combined mode: the one Deployment replays.
+    combined = render(
+        REPLAYS | {"mode": "combined", "secrets": {"replaySecret": SECRET_VALUES["replaySecret"]}}
+    )
+    (dep,) = of_kind(combined, "Deployment").values()
+    assert _secret_items(pod_spec(dep))[1] == {"replay-secret"}
+    assert pod_config(combined, pod_spec(dep))["golden"]["replay_secret_file"] == f"{MOUNT}/replay-secret"
+
+
+def test_replay_secret_from_an_existing_secret() -> None:
+    values, _ = CASES["replay-signed-existing-secret"]
+    objects = render(copy.deepcopy(values))
+    assert not of_kind(objects, "Secret")
+    pod, config = _replay_pod(objects)
+    assert _secret_items(pod) == ("ragmon-credentials", {"rag-replay"})
+    assert config["target"]["replay_secret_file"] == f"{MOUNT}/rag-replay"
+    (dep,) = of_kind(objects, "Deployment").values()
+    assert _secret_items(pod_spec(dep)) == ("ragmon-credentials", {"rag-replay"})
+    assert pod_config(objects, pod_spec(dep))["golden"]["replay_secret_file"] == f"{MOUNT}/rag-replay"
+    assert "key rag-replay of Secret ragmon-credentials" in notes(copy.deepcopy(values))
+
+
+def test_unsigned_replays_render_but_notes_warn() -> None:
+    """No replay secret: the install goes through (the product replays unmarked with a warning, and
+    an upgrade must not break over it) and NOTES.txt names each replay that pollutes production."""
+    objects = render(copy.deepcopy(REPLAYS))
+    pod, config = _replay_pod(objects)
+    assert "ragmon-secrets" not in {v["name"] for v in pod["volumes"]} and config == {}
+    judge = pod_config(objects, pod_spec(deployment(objects, "judge")))
+    assert "replay_secret_file" not in judge["golden"]
+    text = notes(copy.deepcopy(REPLAYS))
+    assert "WARNING: no replay secret" in text and "counts as production traffic" in text
+    assert "- the replay CronJob (replay.enabled)" in text
+    assert "- the judge pods' scheduled golden replay (config.golden.target)" in text
+    # A Secret you manage without the key (keys.replaySecret ""): the same warning.
+    existing = {"secrets": {"existingSecret": "ragmon-credentials", "keys": {"replaySecret": ""}}}
+    assert "- the replay CronJob" in notes(copy.deepcopy(REPLAYS) | existing)
+    # The secret given some other way (the config's own file, or extraEnv): no warning.
+    own = copy.deepcopy(REPLAYS)
+    own["replay"]["config"] = {"target": {"replay_secret_file": "/mnt/replay/secret"}}
+    own["extraEnv"] = [{"name": "RAGMON_GOLDEN__REPLAY_SECRET_FILE", "value": "/mnt/replay/secret"}]
+    assert "WARNING" not in notes(own)
+    assert "replay secret" not in notes()  # nothing replays: nothing to say
 
 
 def test_network_policy() -> None:

@@ -103,7 +103,10 @@ app.kubernetes.io/part-of: rag-monitor
 The credentials a process needs from the Secret, as YAML: {name: {key, setting}}. `setting` is
 the config key that gets the mounted file's path. `judge` (bool) says whether the process judges
 (pipeline.role judge/all, or the replay Job with an LLM judge); `options` are its judge options.
-A credential the configuration needs but nobody gives is an install-time error.
+A credential the configuration needs but nobody gives is an install-time error. `replay` (a config
+path, or empty) is where a process that replays the golden set against the RAG service reads the
+shared replay secret signing its X-RAG-Replay mark; that one is optional (the product replays
+unmarked with a warning, and NOTES.txt warns: see rag-monitor.unsignedReplays).
 */}}
 {{- define "rag-monitor.credentials" -}}
 {{- $v := .root.Values -}}
@@ -139,7 +142,54 @@ A credential the configuration needs but nobody gives is an install-time error.
 {{- $_ := set $out "kafkaSslKeyPassword" (dict "key" $s.keys.kafkaSslKeyPassword "setting" (list "kafka" "ssl_keyfile_password_file")) }}
 {{- end }}
 {{- end }}
+{{- if and .replay (not (include "rag-monitor.replaySecretElsewhere" (dict "root" .root "setting" .replay))) $s.keys.replaySecret (or $existing $s.replaySecret) }}
+{{- $_ := set $out "replaySecret" (dict "key" $s.keys.replaySecret "setting" .replay) }}
+{{- end }}
 {{- toYaml $out }}
+{{- end }}
+
+{{/*
+True when a replaying process gets the replay secret other than from the chart's Secret: its
+config already names a file (`setting`, in config or replay.config), or extraEnv sets one of the
+variables the product reads.
+*/}}
+{{- define "rag-monitor.replaySecretElsewhere" -}}
+{{- $v := .root.Values }}
+{{- $config := default dict (ternary $v.replay.config $v.config (eq (first .setting) "target")) }}
+{{- $section := default dict (get $config (first .setting)) }}
+{{- if hasKey $section (last .setting) }}true{{ end }}
+{{- range $v.extraEnv }}
+{{- if has .name (list "RAGMON_REPLAY_SECRET" "RAGMON_REPLAY_SECRET_FILE" "RAGMON_GOLDEN__REPLAY_SECRET" "RAGMON_GOLDEN__REPLAY_SECRET_FILE") }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Whether a component's process runs the scheduled golden replay (config.golden.target set). */}}
+{{- define "rag-monitor.replaysGolden" -}}
+{{- $golden := dig "golden" dict (default dict .root.Values.config) }}
+{{- if and (has .component (list "judge" "combined" "sidecar")) $golden.target }}true{{ end }}
+{{- end }}
+
+{{/*
+The replays of this release that send the RAG service unsigned requests (no replay secret wired,
+none elsewhere), one per line, for NOTES.txt's warning: such requests count as production traffic.
+*/}}
+{{- define "rag-monitor.unsignedReplays" -}}
+{{- if .Values.replay.enabled }}
+{{- if not (hasKey (include "rag-monitor.replayCredentials" . | fromYaml) "replaySecret") }}
+{{- if not (include "rag-monitor.replaySecretElsewhere" (dict "root" . "setting" (list "target" "replay_secret_file"))) }}
+- the replay CronJob (replay.enabled)
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $component := include "rag-monitor.components" . | fromJsonArray }}
+{{- if include "rag-monitor.replaysGolden" (dict "root" $ "component" $component) }}
+{{- if not (hasKey (include "rag-monitor.componentCredentials" (dict "root" $ "component" $component) | fromYaml) "replaySecret") }}
+{{- if not (include "rag-monitor.replaySecretElsewhere" (dict "root" $ "setting" (list "golden" "replay_secret_file"))) }}
+- the {{ $component }} pods' scheduled golden replay (config.golden.target)
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The credentials of a component's process (see rag-monitor.credentials). */}}
@@ -147,12 +197,13 @@ A credential the configuration needs but nobody gives is an install-time error.
 {{- $config := default dict .root.Values.config }}
 {{- $judge := default dict $config.judge }}
 {{- $role := include "rag-monitor.pipelineRole" .component }}
-{{- include "rag-monitor.credentials" (dict "root" .root "kafka" true "judge" (has $role (list "judge" "all")) "backend" (default "lexical" $judge.backend) "options" (default dict $judge.options) "judgeKeySetting" (list "judge" "options" "api_key_file")) }}
+{{- $replay := ternary (list "golden" "replay_secret_file") list (eq (include "rag-monitor.replaysGolden" .) "true") }}
+{{- include "rag-monitor.credentials" (dict "root" .root "kafka" true "judge" (has $role (list "judge" "all")) "backend" (default "lexical" $judge.backend) "options" (default dict $judge.options) "judgeKeySetting" (list "judge" "options" "api_key_file") "replay" $replay) }}
 {{- end }}
 
 {{- define "rag-monitor.replayCredentials" -}}
 {{- $config := default dict .Values.replay.config }}
-{{- include "rag-monitor.credentials" (dict "root" . "kafka" false "judge" true "backend" .Values.replay.judge "options" (default dict $config.judge_options) "judgeKeySetting" (list "judge_options" "api_key_file")) }}
+{{- include "rag-monitor.credentials" (dict "root" . "kafka" false "judge" true "backend" .Values.replay.judge "options" (default dict $config.judge_options) "judgeKeySetting" (list "judge_options" "api_key_file") "replay" (list "target" "replay_secret_file")) }}
 {{- end }}
 
 {{/* Whether the component's pods run the scheduled golden replay from the golden ConfigMap. */}}
@@ -212,7 +263,10 @@ checksum/golden: {{ printf "%s%s" .root.Values.golden.data .root.Values.golden.b
 
 {{- define "rag-monitor.secretData" -}}
 {{- $s := .Values.secrets }}
-{{- range $field := list "judgeApiKey" "kafkaSaslPassword" "kafkaSslKeyPassword" }}
+{{- if and $s.replaySecret (lt (len (trim $s.replaySecret)) 16) }}
+{{- fail "secrets.replaySecret is shorter than 16 bytes: the RAG service would refuse it (e.g. --set-file secrets.replaySecret=<(openssl rand -hex 32))" }}
+{{- end }}
+{{- range $field := list "judgeApiKey" "kafkaSaslPassword" "kafkaSslKeyPassword" "replaySecret" }}
 {{- $key := get $s.keys $field }}
 {{- $value := get $s $field }}
 {{- if and $key $value }}
