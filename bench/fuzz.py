@@ -59,6 +59,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, TracesData  # noqa: E40
 from monitor.config import AssemblyConfig  # noqa: E402
 from monitor.demo.workload import generate, trace_messages  # noqa: E402
 from monitor.ingest import _accounting, _assembly, _wire, dialects  # noqa: E402
+from monitor.ingest.assemble import SPAN_COST, TRACE_COST  # noqa: E402
 from monitor.ingest.decode import Decoded, Encoding  # noqa: E402
 from monitor.ingest.sample import blake2b_fraction  # noqa: E402
 from monitor.kafka.offsets import MessageRef  # noqa: E402
@@ -603,7 +604,9 @@ class Assembling:
                 grace_seconds=rng.choice([0, 0.05, 1]),
                 timeout_seconds=rng.choice([0.5, 2]),
                 max_open_traces=rng.choice([1, 3, 50]),
-                max_open_bytes=rng.choice([100, 5000, 1_000_000]),
+                # Below one trace, a few traces' objects and messages, and roomy: each open trace
+                # is charged TRACE_COST + SPAN_COST a span on top of its messages.
+                max_open_bytes=rng.choice([100, 8 * (TRACE_COST + SPAN_COST) + 5000, 1_000_000]),
                 recent_trace_ids=rng.choice([0, 2, 100]),
             )
         )
