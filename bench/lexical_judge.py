@@ -1,7 +1,16 @@
 """The offline lexical judge on public labelled QA data (not the synthetic workload): does it tell a
 grounded answer from a hallucinated one on the same context?
 
-Data: /work/shared/data (see its README for sources and licences). For every answerable question
+Data: the public QA data sets listed (with sources and licences) in
+tests/data/lexical_judge_sample.README.md, in the directory given by ``--data DIR`` (or the
+environment variable RAGMON_QA_DATA), laid out as::
+
+    DIR/squad2_sample500/queries.json, ground_truth.json          SQuAD 2.0 dev
+    DIR/clapnq_dev/clapnq_dev_answerable.jsonl                    ClapNQ dev
+    DIR/hotpotqa_hipporag100/hotpotqa_train.json                  HotpotQA (HippoRAG's copy)
+    DIR/multihop_rag_sample500/queries.json, ground_truth.json    MultiHop-RAG
+
+For every answerable question
 with a gold passage, one GROUNDED case (the gold answer on the gold context) and up to three
 HALLUCINATED cases on the same context, each made by one edit of the gold answer:
 
@@ -26,10 +35,11 @@ not decide (verdict ``uncertain``). Balanced accuracy = (grounded accepted + hal
 flagged) / 2, reported over decided cases with the share left uncertain, and "strict", where an
 uncertain case counts as a mistake.
 
-    python bench/lexical_judge.py                 # the current judge, every source
-    python bench/lexical_judge.py --rev HEAD      # plus the judge as committed at REV (before/after)
-    python bench/lexical_judge.py --errors 20     # print some mistakes
-    python bench/lexical_judge.py --write-sample tests/data/lexical_judge_sample.jsonl
+    python bench/lexical_judge.py --data DIR                 # the current judge, every source
+    python bench/lexical_judge.py --data DIR --rev HEAD      # plus the judge as committed at REV
+    python bench/lexical_judge.py --data DIR --errors 20     # print some mistakes
+    python bench/lexical_judge.py --data DIR --write-sample tests/data/lexical_judge_sample.jsonl
+    python bench/lexical_judge.py --sample                   # the committed sample: no data needed
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import os
 import random
 import re
 import subprocess
@@ -53,7 +64,7 @@ from typing import Any
 from monitor.judge.model import Judgement
 from monitor.model import Chunk, RagRecord
 
-DATA = Path("/work/shared/data")
+DATA_ENV = "RAGMON_QA_DATA"  # the data directory when --data is not given
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "tests" / "data" / "lexical_judge_sample.jsonl"
 
@@ -140,9 +151,9 @@ def _terse(answer: str) -> str:
 # -- loading ------------------------------------------------------------------------------------------
 
 
-def load_squad() -> list[Item]:
-    queries = json.loads((DATA / "squad2_sample500/queries.json").read_text())["queries"]
-    truth = json.loads((DATA / "squad2_sample500/ground_truth.json").read_text())
+def load_squad(data: Path) -> list[Item]:
+    queries = json.loads((data / "squad2_sample500/queries.json").read_text())["queries"]
+    truth = json.loads((data / "squad2_sample500/ground_truth.json").read_text())
     items = []
     for q in queries:
         t = truth[q["id"]]
@@ -152,9 +163,9 @@ def load_squad() -> list[Item]:
     return items
 
 
-def load_clapnq() -> list[Item]:
+def load_clapnq(data: Path) -> list[Item]:
     items = []
-    with (DATA / "clapnq_dev/clapnq_dev_answerable.jsonl").open() as f:
+    with (data / "clapnq_dev/clapnq_dev_answerable.jsonl").open() as f:
         for line in f:
             row = json.loads(line)
             answer = row["output"][0]["answer"].strip()
@@ -165,8 +176,8 @@ def load_clapnq() -> list[Item]:
     return items
 
 
-def load_hotpot() -> list[Item]:
-    rows = json.loads((DATA / "hotpotqa_hipporag100/hotpotqa_train.json").read_text())
+def load_hotpot(data: Path) -> list[Item]:
+    rows = json.loads((data / "hotpotqa_hipporag100/hotpotqa_train.json").read_text())
     items = []
     for row in rows:
         if row["answer"].lower() in ("yes", "no"):
@@ -179,9 +190,9 @@ def load_hotpot() -> list[Item]:
     return items
 
 
-def load_multihop() -> list[Item]:
-    queries = json.loads((DATA / "multihop_rag_sample500/queries.json").read_text())["queries"]
-    truth = json.loads((DATA / "multihop_rag_sample500/ground_truth.json").read_text())
+def load_multihop(data: Path) -> list[Item]:
+    queries = json.loads((data / "multihop_rag_sample500/queries.json").read_text())["queries"]
+    truth = json.loads((data / "multihop_rag_sample500/ground_truth.json").read_text())
     items = []
     for q in queries:
         t = truth[q["id"]]
@@ -290,7 +301,9 @@ def _negate(text: str) -> str | None:
     return text[: m.end()] + " not" + text[m.end() :]
 
 
-def build(sources: Iterable[str] = ("squad2", "clapnq", "hotpotqa", "multihop_rag")) -> list[Item]:
+def build(
+    data: Path, sources: Iterable[str] = ("squad2", "clapnq", "hotpotqa", "multihop_rag")
+) -> list[Item]:
     loaders = {
         "squad2": load_squad,
         "clapnq": load_clapnq,
@@ -299,7 +312,7 @@ def build(sources: Iterable[str] = ("squad2", "clapnq", "hotpotqa", "multihop_ra
     }
     items: list[Item] = []
     for s in sources:
-        got = loaders[s]()
+        got = loaders[s](data)
         make_negatives(got, seed=hash_seed(s))
         items += got
     return items
@@ -453,7 +466,7 @@ def report(name: str, result: dict[str, Any]) -> None:
 
 
 def write_sample(items: list[Item], path: Path, per_source: dict[str, int]) -> None:
-    """A fixed held-out sample for the test (tests/data has no access to /work/shared/data in CI)."""
+    """A fixed held-out sample for the test (CI has the committed sample, not the data sets)."""
     rng = random.Random(14)
     out = []
     for source, n in per_source.items():
@@ -483,9 +496,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", choices=("dev", "held-out"), help="only this split")
     p.add_argument("--errors", type=int, default=0, help="print this many mistakes")
     p.add_argument("--write-sample", type=Path, metavar="FILE", help="write the test sample to FILE")
+    p.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        default=os.environ.get(DATA_ENV) or None,
+        help=f"directory of the QA data sets (layout above; default ${DATA_ENV}); not with --sample",
+    )
     args = p.parse_args(argv)
+    if not args.sample and args.data is None:
+        p.error(f"give --data DIR (or set {DATA_ENV}), or --sample")
 
-    items = load_sample() if args.sample else build()
+    items = load_sample() if args.sample else build(args.data)
     if args.write_sample:
         write_sample(
             items, args.write_sample, {"squad2": 70, "clapnq": 70, "hotpotqa": 25, "multihop_rag": 25}

@@ -1,7 +1,15 @@
 """Derive the bundled demo corpus `monitor/data/corpus.jsonl` from the public QA sets.
 
-Run from the repository root:  python bench/make_corpus.py  (reads ../shared/data, or the
-directory given as the first argument). The output is deterministic: items are chosen by a hash
+Run from the repository root:  python bench/make_corpus.py --data DIR  (or set RAGMON_QA_DATA),
+DIR holding the public QA data sets listed in tests/data/lexical_judge_sample.README.md:
+
+    DIR/clapnq_dev/clapnq_dev_answerable.jsonl, clapnq_dev_unanswerable.jsonl,
+                   question_dev_answerable.tsv                     ClapNQ dev
+    DIR/squad2_sample500/queries.json, ground_truth.json           SQuAD 2.0 dev
+    DIR/multihop_rag_sample500/queries.json, ground_truth.json     MultiHop-RAG
+    DIR/hotpotqa_hipporag100/hotpotqa_train.json                   HotpotQA (HippoRAG's copy)
+
+The output is deterministic: items are chosen by a hash
 of their upstream id, never by `random`, so re-running it reproduces the file byte for byte and
 a changed upstream row only changes its own lines.
 
@@ -9,16 +17,19 @@ Output: one JSON object per line, chunks first, then questions.
   {"kind": "chunk", "id", "title", "text", "source", "license"}
   {"kind": "question", "id", "query", "query_type", "relevant_chunk_ids", "reference_answer",
    "answerable", "evidence", "related_chunk_ids", "source", "license"}
-Question rows are golden rows (design.md) plus `evidence` (the sentences of the relevant chunks
-that carry the answer: what a grounded answer quotes) and `related_chunk_ids` (for unanswerable
-questions, the on-topic passage that does not answer them: a retriever's natural near miss).
+Question rows are golden rows (docs/contract.md, Golden rows) plus `evidence` (the sentences of
+the relevant chunks that carry the answer: what a grounded answer quotes) and `related_chunk_ids`
+(for unanswerable questions, the on-topic passage that does not answer them: a retriever's natural
+near miss).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -27,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "monitor" / "data" / "corpus.jsonl"
+DATA_ENV = "RAGMON_QA_DATA"  # the data directory when --data is not given
 
 LICENSES = {
     "clapnq": "Apache-2.0",
@@ -283,8 +295,19 @@ def hotpotqa(b: Builder, data: Path) -> None:
         want[r["type"]] -= 1
 
 
-def main(argv: list[str]) -> None:
-    data = Path(argv[1]) if len(argv) > 1 else ROOT.parent / "shared" / "data"
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        default=os.environ.get(DATA_ENV) or None,
+        help=f"directory of the QA data sets (layout above; default ${DATA_ENV})",
+    )
+    args = p.parse_args(argv)
+    if args.data is None:
+        p.error(f"give --data DIR (or set {DATA_ENV})")
+    data: Path = args.data
     b = Builder()
     clapnq(b, data)
     squad2(b, data)
@@ -307,4 +330,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main(sys.argv[1:])

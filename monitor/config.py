@@ -95,7 +95,7 @@ class KafkaConfig(_Section):
     dead_letter_max_inflight: int = Field(100, gt=0, description="dead-letter copies awaiting their ack")
     # Passed unchanged to aiokafka, for its settings without a field here; security has its fields.
     extra: dict[str, Any] = Field(default_factory=dict)
-    # Security, in aiokafka's own names (design.md, Kafka connection). Files are checked here and read
+    # Security, in aiokafka's own names (docs/contract.md, Kafka connection). Files are checked here and read
     # when the clients start (monitor/kafka/client.py). security_protocol comes last: its validator
     # checks the fields above together.
     ssl_cafile: Path | None = Field(None, description="CA bundle for the brokers; default: system CAs")
@@ -424,7 +424,7 @@ DERIVED_NAMES: dict[str, dict[str, str]] = {
 
 
 class PipelineConfig(_Section):
-    """The two stages and the durable samples topic between them (design.md, Pipeline)."""
+    """The two stages and the durable samples topic between them (docs/contract.md, Pipeline)."""
 
     role: Role = Field("all", description="run every stage in this process, or one of them")
     samples_topic: str = Field(

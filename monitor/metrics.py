@@ -1,5 +1,5 @@
-"""Every Prometheus metric the sidecar exports, in one place: the names are a contract (design.md)
-that dashboards and alert rules rely on.
+"""Every Prometheus metric the sidecar exports, in one place: the names are a contract (docs/contract.md,
+Metrics) that dashboards and alert rules rely on.
 
 Metrics live in a registry per sidecar instance rather than the process-global one, so tests and
 the demo can run several pipelines in one process without label collisions.
@@ -90,7 +90,7 @@ class RecordSeries:
 
 
 class Metrics:
-    """The record-level metrics of design.md, bound to one registry."""
+    """The record-level metrics of docs/contract.md, bound to one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -295,7 +295,7 @@ CONTEXT_RELEVANCE_BUCKETS = (1.0, 1.5, 2.0, 2.5, 3.0)
 
 
 class JudgeMetrics:
-    """Judgement-level metrics of design.md: what the judge said, and what judging cost.
+    """Judgement-level metrics of docs/contract.md: what the judge said, and what judging cost.
 
     Verdict series carry `judge` (the backend: lexical, anthropic, openai; bounded by the factory),
     so a change of backend shows as new series instead of silently changing what one means. They

@@ -85,7 +85,7 @@ class SpanFacts:
 
 @dataclass(slots=True)
 class RagRecord:
-    """One RAG request: what the design calls "the RAG record"."""
+    """One RAG request: docs/contract.md's "The RAG record"."""
 
     trace_id: str
     span_id: str

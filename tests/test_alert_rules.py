@@ -35,7 +35,7 @@ ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 RUNBOOKS = REPO / "deploy" / "runbooks.md"
 RUNBOOK_BASE = "https://github.com/rag-monitor/rag-monitor/blob/main/deploy/runbooks.md#"
 
-# What the sidecar exports (design.md, Metrics); an alert may read nothing else but `up` and the
+# What the sidecar exports (docs/contract.md, Metrics); an alert may read nothing else but `up` and the
 # recording rules of rules.yml.
 COUNTERS = frozenset(
     {

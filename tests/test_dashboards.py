@@ -190,7 +190,8 @@ def test_every_panel_has_a_description_and_a_unit() -> None:
 
 def test_every_query_parses_and_reads_only_exported_series() -> None:
     allowed = exported_series() | recording_rules() | {"ALERTS"}
-    # The contract's metrics (design.md) are there: this is not an empty set that admits nothing.
+    # The contract's metrics (docs/contract.md, Metrics) are there: this is not an empty set that
+    # admits nothing.
     assert {
         "ragmon_records_total",
         "ragmon_judge_latency_seconds_bucket",

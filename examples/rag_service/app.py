@@ -13,10 +13,10 @@ the monitor has something to catch:
 Each is a probability per request, set at start-up (`Degrade`) or live with ``POST /admin/degrade``.
 With ``cite`` (``--cite``) every answer sentence cites the chunk it was taken from by rank
 (``… in 1990 [1].``); an invented sentence cites it too, wrongly: what citation accuracy catches.
-HTTP contract (design.md): ``POST /query {"query", "k"}`` → ``{"answer", "chunks": [{id, content,
-score}]}``; requests with a valid ``X-RAG-Replay`` mark (an HMAC with the shared replay secret:
-``replay_secret``, else ``RAGMON_REPLAY_SECRET(_FILE)``) produce spans marked ``rag.replay=true``,
-any other request counts as production. With
+HTTP contract (docs/contract.md, Replay HTTP contract): ``POST /query {"query", "k"}`` →
+``{"answer", "chunks": [{id, content, score}]}``; requests with a valid ``X-RAG-Replay`` mark (an
+HMAC with the shared replay secret: ``replay_secret``, else ``RAGMON_REPLAY_SECRET(_FILE)``) produce
+spans marked ``rag.replay=true``, any other request counts as production. With
 ``"context": [{"id", "content"}]`` the service answers from those chunks instead of retrieving
 (``[]``: from nothing), which is what the golden replay's oracle and no-context baselines send.
 """

@@ -124,7 +124,7 @@ class CorpusChunk:
 
 @dataclass(frozen=True, slots=True)
 class CorpusQuestion:
-    """A golden row (design.md) plus the evidence sentences a grounded answer quotes."""
+    """A golden row (docs/contract.md, Golden rows) plus the evidence sentences a grounded answer quotes."""
 
     id: str
     query: str

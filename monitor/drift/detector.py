@@ -24,7 +24,7 @@ production mix while its scale stays one judged record per step, so h = ln ARL0 
 
 Reference: a pinned baseline's (`monitor.drift.baseline`: from a golden-replay baseline or a window
 of production judgements, versioned), else the first `reference_records` judged records of the
-slice (design.md, Alerts); either way frozen — a slow decline cannot drag it along, and only
+slice (docs/contract.md, Alerts); either way frozen — a slow decline cannot drag it along, and only
 pinning a new baseline moves it.
 Hysteresis: an alarm needs `min_records` judged records since the reference froze and S ≥ h;
 it clears when S falls to `release` × h (S is capped at 2h, so how long a recovery takes to show

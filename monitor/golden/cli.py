@@ -1,7 +1,7 @@
 """`rag-monitor replay`, `rag-monitor golden validate`, `golden trigger` and `golden synthesize`:
 flag parsing and file I/O only.
 
-Exit codes (design.md): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
+Exit codes (docs/contract.md, CLI): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
 file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
 was not accepted (`--max-usd`, `--yes`); on those nothing is written: a CI job must never pick up
 a half-made baseline. 2 also when the judge failed on the rows of a gated metric (`unmeasured`, see

@@ -1,4 +1,4 @@
-"""The `ragmon_golden_*` gauges (design.md), on a registry the caller passes in.
+"""The `ragmon_golden_*` gauges (docs/contract.md, Metrics), on a registry the caller passes in.
 
 Labels stay bounded: `query_type` comes from validated golden rows (the allow-list) plus `all`
 for the overall group, `metric` from a fixed set, `kind` from the closed set of change kinds.
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["GAUGE_METRICS", "GoldenGauges", "last_change_gauge"]
 
 PREFIX = "ragmon_"
-# The `metric` label values design.md names for ragmon_golden_metric_ratio.
+# The `metric` label values docs/contract.md (Metrics) names for ragmon_golden_metric_ratio.
 GAUGE_METRICS = (
     "recall_at_k",
     "precision_at_k",

@@ -48,7 +48,8 @@ class ChunkText(BaseModel):
 
 
 class GoldenRow(BaseModel):
-    """One labelled question (design.md). Strict types: `"answerable": "yes"` is an error, not True.
+    """One labelled question (docs/contract.md, Golden rows). Strict types: `"answerable": "yes"`
+    is an error, not True.
 
     `grades` (optional, an extension) gives graded relevance for nDCG: chunk id → grade ≥ 1; ids
     of `relevant_chunk_ids` without a grade count as grade 1.

@@ -5,11 +5,11 @@ message that names the row and what was wrong, because a replay that silently sc
 response as "no chunks retrieved" would look like a retrieval regression and send people to the
 wrong half of the pipeline.
 
-HTTP default (design.md): ``POST {url}`` with ``{"query": str, "k": int}`` → ``{"answer": str,
-"chunks": [{"id", "content", "score"}]}``, header ``X-RAG-Replay: t=…,sig=…`` (an HMAC with the
-shared replay secret, `monitor.replay_mark`) so that the instrumented service marks its spans
-``rag.replay=true`` and production metrics exclude them; with no secret the requests go unmarked
-(counted as production, and a warning says so). Other shapes:
+HTTP default (docs/contract.md, Replay HTTP contract): ``POST {url}`` with ``{"query": str, "k":
+int}`` → ``{"answer": str, "chunks": [{"id", "content", "score"}]}``, header ``X-RAG-Replay:
+t=…,sig=…`` (an HMAC with the shared replay secret, `monitor.replay_mark`) so that the instrumented
+service marks its spans ``rag.replay=true`` and production metrics exclude them; with no secret the
+requests go unmarked (counted as production, and a warning says so). Other shapes:
 `request_template` (a JSON value whose strings may hold ``{query}``, ``{k}``, ``{query_type}``,
 ``{id}``; a string that is exactly one placeholder keeps the value's type) and `ResponseMapping`
 (dotted paths).

@@ -294,7 +294,8 @@ class CitationReport:
         return {v.value: self.count(v) for v in CitationVerdict}
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The `citations` object of a results line (design: see /work/notes or README)."""
+        """The `citations` object of a results line (docs/contract.md, Judgement output; README,
+        "Citation accuracy")."""
         return {
             "count": len(self.citations),
             **self.counts(),

@@ -626,7 +626,7 @@ class Judgement:
         return tuple(c for c in CHECKS if given[c])
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The results line of design.md "Judgement output" (JSON-safe: no NaN, no enums).
+        """The results line of docs/contract.md, "Judgement output" (JSON-safe: no NaN, no enums).
 
         ``judge_query_type`` appears only when the judge labelled the query, so results of judges
         not asked to keep their exact shape."""
