@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from support import (
+    HookedJudge,
     committed_total,
     eventually,
     eventually_committed,
@@ -25,7 +26,6 @@ from support import (
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.judge import Judgement
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
 from monitor.model import RagRecord
@@ -81,20 +81,12 @@ async def test_every_bad_input_class_is_counted_and_nothing_stalls(
     real = build_judge(settings)
     assert real is not None
 
-    class Buggy:
+    async def bug_on_one(record: RagRecord) -> None:
         """A judge with a bug on one record: that judgement fails, the pipeline goes on."""
+        if record.trace_id == old_id:
+            raise RuntimeError("judge bug")
 
-        name, model = real.name, real.model
-
-        async def judge(self, record: RagRecord, *, sampling_weight: float = 1.0) -> Judgement:
-            if record.trace_id == old_id:
-                raise RuntimeError("judge bug")
-            return await real.judge(record, sampling_weight=sampling_weight)
-
-        async def aclose(self) -> None:
-            await real.aclose()
-
-    async with running(settings, Buggy()) as sidecar:
+    async with running(settings, HookedJudge(real, bug_on_one)) as sidecar:
         producer = AIOKafkaProducer(bootstrap_servers=bs, max_request_size=12 * 1024 * 1024)
         await producer.start()
         try:
