@@ -14,14 +14,14 @@ spliced in from another message (enclosing lengths fixed, so the message stays w
 invalid UTF-8 in text, wire types and fixed values changed, messages concatenated. Each is checked:
 
   decode      `decode` on both paths, with and without `for_assembly`, protobuf (and `auto` for
-              one in eight): the comparison of tests/test_decode_compiled.py (`both`);
+              one in eight): the comparison of tests/ingest/test_decode_compiled.py (`both`);
   feed        batches through `_wire.feed` (the ingest stage's loop) against the reference path's
               `decode(for_assembly=True)` of each message it takes, and a reason for where it stops;
-  assemble    the decoded spans into both assemblers on small bounds (tests/test_assemble_compiled.py
+  assemble    the decoded spans into both assemblers on small bounds (tests/ingest/test_assemble_compiled.py
               `Both`, which compares every call and the whole state), plus its random operations;
   hash        `_accounting.trace_fraction` against `blake2b_fraction` on text taken from the input;
   account     every `--account-every` inputs, two ingest stages (compiled accounting or not) fed
-              tests/test_stage_accounting.py's traffic made hostile (more refs than the compiled
+              tests/ingest/test_stage_accounting.py's traffic made hostile (more refs than the compiled
               path takes, repeated refs, extreme and non-float scores, huge times, long and
               non-ASCII ids, many chunks) must end in the same state.
 
@@ -48,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 # Appended, not prepended: the `monitor` on PYTHONPATH (the sanitised copy) must win.
 sys.path.append(str(ROOT / "tests"))
+sys.path.append(str(ROOT / "tests" / "ingest"))
 sys.path.append(str(ROOT))
 
 import test_assemble_compiled as tac  # noqa: E402
@@ -61,7 +62,7 @@ from monitor.demo.workload import generate, trace_messages  # noqa: E402
 from monitor.ingest import _accounting, _assembly, _wire, dialects  # noqa: E402
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST  # noqa: E402
 from monitor.ingest.decode import Decoded, Encoding  # noqa: E402
-from monitor.ingest.sample import blake2b_fraction  # noqa: E402
+from monitor.ingest.sampler import blake2b_fraction  # noqa: E402
 from monitor.kafka.offsets import MessageRef  # noqa: E402
 from monitor.model import Chunk  # noqa: E402
 

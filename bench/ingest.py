@@ -17,7 +17,7 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
 
   (a) raw: an `AIOKafkaConsumer` in a fresh group, `getmany` until every message is in, no
       processing, with the consumer settings `monitor.kafka.consumer.KafkaSource` uses;
-  (b) sidecar: `monitor.run.Sidecar` in a fresh group, every span decoded and assembled and
+  (b) sidecar: `monitor.sidecar.Sidecar` in a fresh group, every span decoded and assembled and
       every record counted, in one of three sampling variants (`--sampling`, default all three):
       off     `sampling.rate` 0, `min_per_window` 0, judge `none`. `Sampler.decide` still runs: with
               rate 0 the bound is 0, so it returns None after the trace-id hash (its common path),
@@ -266,7 +266,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
 
     from monitor.config import load_settings
     from monitor.model import RagRecord
-    from monitor.run import Sidecar
+    from monitor.sidecar import Sidecar
 
     logging.basicConfig(level=logging.WARNING)
     sidecar = Sidecar(load_settings(None, sidecar_overrides(args, results)))
@@ -673,7 +673,7 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.ingest.stage import IngestStage
     from monitor.kafka.producer import KafkaOutput
     from monitor.metrics import Metrics
-    from monitor.run import tune_gc
+    from monitor.sidecar import tune_gc
 
     pairs = trace_messages_for(args)
     msgs = [SimpleNamespace(offset=i, key=k, value=v) for i, (k, v) in enumerate(pairs)]

@@ -126,7 +126,7 @@ async def drain(args: argparse.Namespace) -> dict[str, Any]:
     import logging
 
     from monitor.config import load_settings
-    from monitor.run import Sidecar
+    from monitor.sidecar import Sidecar
 
     logging.basicConfig(level=logging.ERROR)
     bound = args.bound_mb * 1024 * 1024

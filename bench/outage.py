@@ -1,7 +1,7 @@
 """Judge outage benchmark: ingestion rate with the judge down ÷ with it up, and no judgement lost.
 
 One process runs both stages (`Sidecar`, role all) against the embedded broker, with the Anthropic
-judge (the real SDK) aimed at the tests' local Messages API server (`tests/test_judge_llm.FakeAPI`,
+judge (the real SDK) aimed at the tests' local Messages API server (`tests/fake_llm.FakeAPI`,
 replies in ~0 ms). Three phases, each a backlog of the synthetic workload (`--traces` traces, three
 OpenInference spans per message) produced while the ingest stage's partitions are paused, then
 drained with them resumed, timed from resume to the last record counted (`records_seen`):
@@ -36,13 +36,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from test_judge_llm import FakeAPI, Reply, _error_body, default_reply
+from fake_llm import FakeAPI, Reply, default_reply, error_body
 
 from monitor.config import load_settings
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
-from monitor.run import Sidecar
+from monitor.sidecar import Sidecar
 
 
 async def drain_phase(sidecar: Sidecar, bs: str, topic: str, traces: int, seed: int) -> float:
@@ -89,7 +89,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.wait_for(sidecar.wait_assigned(), 60)
         assert sidecar.ingest is not None and sidecar.judge_stage is not None
         before = await drain_phase(sidecar, bs, topic, args.traces, seed=1)
-        api.default = lambda path, body: Reply(529, _error_body(path, "overloaded_error", "Overloaded"))
+        api.default = lambda path, body: Reply(529, error_body(path, "overloaded_error", "Overloaded"))
         written_before = sidecar.judge_stage.written
         during = await drain_phase(sidecar, bs, topic, args.traces, seed=2)
         breaker = sidecar.judge_stage.breaker.state.value

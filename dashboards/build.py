@@ -2,7 +2,7 @@
 
 `python dashboards/build.py` (re)writes `dashboards/*.json` and identical copies in
 `helm/rag-monitor/dashboards/` (the chart ships them with `.Files.Glob`). Edit this file, never the
-JSON: tests/test_dashboards.py fails when they disagree, parses every query and runs it against a
+JSON: tests/deploy/test_dashboards.py fails when they disagree, parses every query and runs it against a
 real Prometheus scraping a live sidecar.
 
 Queries read only what the sidecar exports (monitor/metrics.py, monitor/golden/gauges.py), the

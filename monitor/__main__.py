@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-# Top-level modules each extra brings; tests/test_light_install.py checks them against pyproject.toml.
+# Top-level modules each extra brings; tests/deploy/test_light_install.py checks them against pyproject.toml.
 SIDECAR_MODULES = (
     "typer",
     "rich",

@@ -39,7 +39,7 @@ from pydantic_settings import (
 from monitor.drift import DriftPolicy
 from monitor.estimate import EstimatePolicy
 from monitor.ingest.decode import Encoding
-from monitor.ingest.sample import SamplingPolicy
+from monitor.ingest.sampler import SamplingPolicy
 from monitor.judge.budget import BudgetPolicy
 from monitor.judge.lexical import LexicalJudge
 from monitor.outputs.alerts import AlertSinksConfig
@@ -366,7 +366,7 @@ class GoldenConfig(_Section):
 
 
 class SamplingConfig(SamplingPolicy):
-    """Per-query-type rates, priority signals and per-window floors (monitor/ingest/sample.py)."""
+    """Per-query-type rates, priority signals and per-window floors (monitor/ingest/sampler.py)."""
 
 
 class AlertsConfig(AlertSinksConfig):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from fake_llm import FakeAPI
 from support import Webhook
-from test_judge_llm import FakeAPI
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker

@@ -24,7 +24,7 @@ from monitor.config import Settings, load_settings
 from monitor.demo.broker import free_port
 from monitor.judge import Judge, Judgement
 from monitor.model import RagRecord
-from monitor.run import Sidecar, build_judge
+from monitor.sidecar import Sidecar, build_judge
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -424,3 +424,38 @@ def workload_labels(path: Path, traces: int, seed: int) -> Path:
             labels = {"faithful": t.grounded, "hallucinated": t.hallucinated, "answerable": t.answerable}
             f.write(json.dumps({"record": record, "labels": labels}) + "\n")
     return path
+
+
+def start_sidecar(
+    bs: str, topic: str, results: Path, log: Path, *args: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """`rag-monitor run` as a process (`args`: more options, e.g. `--role judge`)."""
+    environ = {
+        **os.environ,
+        "RAGMON_ASSEMBLY__GRACE_SECONDS": "0.2",
+        "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.2",
+        "RAGMON_KAFKA__AUTO_OFFSET_RESET": "earliest",
+        "RAGMON_PIPELINE__SAMPLES_TOPIC": f"{topic}-samples",
+        "RAGMON_PIPELINE__JUDGE_GROUP_ID": f"g-{topic}-judge",
+        **env,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "monitor.cli",
+        "run",
+        "--bootstrap-servers",
+        bs,
+        "--topic",
+        topic,
+        "--group-id",
+        f"g-{topic}",
+        "--sample-rate",
+        "1.0",
+        "--results-file",
+        str(results),
+        "--metrics-port",
+        "0",
+        *args,
+    ]
+    return subprocess.Popen(cmd, env=environ, stdout=log.open("ab"), stderr=subprocess.STDOUT)

@@ -21,7 +21,7 @@ from monitor.estimate import (
     weighted_rate,
     wilson,
 )
-from monitor.ingest.sample import Sampler, SamplingPolicy
+from monitor.ingest.sampler import Sampler, SamplingPolicy
 from monitor.judge.model import Judgement, JudgeOutcome
 from monitor.model import Chunk, RagRecord
 

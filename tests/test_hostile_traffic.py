@@ -30,8 +30,8 @@ from support import (
     sdk_trace,
     settings_for,
     slowed,
+    start_sidecar,
 )
-from test_process import start_sidecar
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
@@ -43,8 +43,8 @@ from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.outputs.http import MetricsServer
-from monitor.run import Sidecar, build_judge
 from monitor.samples import encode_sample
+from monitor.sidecar import Sidecar, build_judge
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 
@@ -485,7 +485,7 @@ async def test_internal_topics_are_created_with_the_replication_asked_or_not_at_
     sidecar = Sidecar(off)
     await sidecar.output.start()
     try:
-        with caplog.at_level(logging.ERROR, logger="monitor.run"):
+        with caplog.at_level(logging.ERROR, logger="monitor.sidecar"):
             await sidecar._ensure_topics()
     finally:
         await sidecar.output.close()

@@ -6,58 +6,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
-from support import committed_total, eventually, result_ids, running, sample, settings_for
+from support import committed_total, eventually, result_ids, running, sample, settings_for, start_sidecar
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
 from monitor.outputs.http import MetricsServer
-from monitor.run import Sidecar
-
-
-def start_sidecar(
-    bs: str, topic: str, results: Path, log: Path, *args: str, **env: str
-) -> subprocess.Popen[bytes]:
-    """`rag-monitor run` as a process (`args`: more options, e.g. `--role judge`)."""
-    environ = {
-        **os.environ,
-        "RAGMON_ASSEMBLY__GRACE_SECONDS": "0.2",
-        "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.2",
-        "RAGMON_KAFKA__AUTO_OFFSET_RESET": "earliest",
-        "RAGMON_PIPELINE__SAMPLES_TOPIC": f"{topic}-samples",
-        "RAGMON_PIPELINE__JUDGE_GROUP_ID": f"g-{topic}-judge",
-        **env,
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "monitor.cli",
-        "run",
-        "--bootstrap-servers",
-        bs,
-        "--topic",
-        topic,
-        "--group-id",
-        f"g-{topic}",
-        "--sample-rate",
-        "1.0",
-        "--results-file",
-        str(results),
-        "--metrics-port",
-        "0",
-        *args,
-    ]
-    return subprocess.Popen(cmd, env=environ, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+from monitor.sidecar import Sidecar
 
 
 async def test_sigkill_mid_stream_then_restart_loses_no_trace(

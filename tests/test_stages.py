@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from fake_llm import FakeAPI, Reply, default_reply, error_body
 from support import (
     eventually,
     eventually_committed,
@@ -25,9 +26,8 @@ from support import (
     running,
     sample,
     settings_for,
+    start_sidecar,
 )
-from test_judge_llm import FakeAPI, Reply, _error_body, default_reply
-from test_process import start_sidecar
 
 from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
@@ -89,7 +89,7 @@ async def test_judge_outage_never_slows_ingestion_and_loses_no_judgement(
     bs = broker.bootstrap_servers
     results = tmp_path / "results.jsonl"
     settings = anthropic_settings(api, bs, topic, results)
-    down = [Reply(529, _error_body("/v1/messages", "overloaded_error", "Overloaded"))]
+    down = [Reply(529, error_body("/v1/messages", "overloaded_error", "Overloaded"))]
     api.default = lambda path, body: down[0]
     work = generate(150, seed=62)
     ids = {t.trace_id for t in work.traces}
@@ -99,7 +99,7 @@ async def test_judge_outage_never_slows_ingestion_and_loses_no_judgement(
         await eventually(lambda: sidecar.ingest is not None and sidecar.ingest.records_seen == 150)
         await eventually(lambda: sample(sidecar, "ragmon_judge_circuit_open") == 1, what="breaker open")
         # ...and 500s: still no sample is burnt as a failed judgement.
-        down[0] = Reply(500, _error_body("/v1/messages", "api_error", "Internal"))
+        down[0] = Reply(500, error_body("/v1/messages", "api_error", "Internal"))
         await asyncio.sleep(2.0)
         assert result_lines(results) == []
         outage_requests = len(api.requests)
@@ -165,7 +165,7 @@ async def test_a_record_that_breaks_the_judge_is_still_written(
     def reply(path: str, body: dict[str, Any]) -> Reply:
         nonlocal canaries
         if poison in json.dumps(body):
-            return Reply(500, _error_body(path, "api_error", "boom"))
+            return Reply(500, error_body(path, "api_error", "boom"))
         canaries += "sky on a clear day" in json.dumps(body)
         return default_reply(path, body)
 

@@ -3,7 +3,6 @@ they start from (`baseline`), and the stage that feeds them every judgement of a
 (`stage`); label-free retrieval drift on every record, fed by the ingest stage (`retrieval`), its
 references pinned in the same baseline file (`RetrievalDriftMonitor.from_baseline`)."""
 
-from monitor.drift.baseline import BaselineFileError, DriftBaseline, load_baseline
 from monitor.drift.detector import (
     BAD_DIRECTION,
     RATES,
@@ -13,6 +12,7 @@ from monitor.drift.detector import (
     DriftPolicy,
     Reference,
 )
+from monitor.drift.reference import BaselineFileError, DriftBaseline, load_baseline
 from monitor.drift.retrieval import (
     RetrievalDriftMetrics,
     RetrievalDriftMonitor,

@@ -22,7 +22,7 @@ production mix while its scale stays one judged record per step, so h = ln ARL0 
 "ARL0 judged records of the slice" once the threshold is scaled by the reference's design effect
 (see `freeze`; checked by simulation, as the weighted walk is not covered by the classic bound).
 
-Reference: a pinned baseline's (`monitor.drift.baseline`: from a golden-replay baseline or a window
+Reference: a pinned baseline's (`monitor.drift.reference`: from a golden-replay baseline or a window
 of production judgements, versioned), else the first `reference_records` judged records of the
 slice (docs/contract.md, Alerts); either way frozen — a slow decline cannot drag it along, and only
 pinning a new baseline moves it.

@@ -64,7 +64,7 @@ from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # the file format imports this module's references
-    from monitor.drift.baseline import DriftBaseline
+    from monitor.drift.reference import DriftBaseline
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class RetrievalReference:
     """What a slice freezes to: the chunk-count shares (per count 0…k, then "more"), the top-score
     decile edges and shares ("no score" first, then one per bin: len(edges) + 2), and the records
     they came from (`effective_records` = (Σw)²/Σw², all of them when unweighted). Made from the
-    slice's first records, or pinned (`monitor.drift.baseline`) from a weighted sample."""
+    slice's first records, or pinned (`monitor.drift.reference`) from a weighted sample."""
 
     count_shares: tuple[float, ...]
     edges: tuple[float, ...]

@@ -23,8 +23,8 @@ import logging
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift.baseline import DriftBaseline, judged_values
 from monitor.drift.detector import Detector, DriftMonitor
+from monitor.drift.reference import DriftBaseline, judged_values
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics

@@ -9,7 +9,7 @@ spans.
 
 `Assembler` has two implementations with identical results. The compiled one (`_assembly.c`,
 built by `pip install` where a C compiler exists, `build_record` included) is used when it was
-built; `PyAssembler` below is the reference (tests/test_assemble_compiled.py compares them).
+built; `PyAssembler` below is the reference (tests/ingest/test_assemble_compiled.py compares them).
 `RAGMON_PURE_PYTHON=1` forces the reference. `ASSEMBLER` says which one `Assembler` is.
 """
 

@@ -10,7 +10,7 @@ reason, because one poison message must not stop the consumer.
 attributes the dialects read, so a span without any costs no attribute objects, maps the common
 OpenInference shapes itself (anything else goes to `dialects.apply`), and with `for_assembly` does
 not materialise the spans set aside at all; it hands every message it is not sure about (errors
-included) to the pure-Python one below, which is the reference (tests/test_decode_compiled.py
+included) to the pure-Python one below, which is the reference (tests/ingest/test_decode_compiled.py
 compares them). `RAGMON_PURE_PYTHON=1` forces the reference.
 """
 

@@ -24,7 +24,7 @@ from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.compiled import choose
 from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, decode
-from monitor.ingest.sample import Sampler
+from monitor.ingest.sampler import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
@@ -51,7 +51,7 @@ def _compiled_accounting() -> ModuleType | None:
     except ImportError:
         return None
     from monitor.drift.retrieval import SliceDrift
-    from monitor.ingest.sample import _Frozen, _Slice, looks_like_refusal  # the sampler's state and check
+    from monitor.ingest.sampler import _Frozen, _Slice, looks_like_refusal  # the sampler's state and check
 
     _accounting.init(
         RagRecord,

@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 
 from monitor.config import GoldenConfig, Settings
 from monitor.estimate import WindowEstimator
-from monitor.ingest.sample import trace_fraction
+from monitor.ingest.sampler import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
