@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?= --duration 60
 
-.PHONY: demo test lint debs bench clean sanitize fuzz
+.PHONY: demo test lint debs bench clean sanitize fuzz docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,8 +80,14 @@ sanitize: $(SAN_EXTS)
 fuzz: $(STAMP) sanitize
 	$(SAN_ENV) $(BIN)/python bench/fuzz.py --require-sanitized $(FUZZ_ARGS)
 
+# The documentation site into site/: the configuration and CLI references regenerated from the code
+# first (tests/test_docs.py fails when the committed ones differ), then MkDocs with link checking.
+docs: $(STAMP)
+	$(BIN)/python docs/gen_reference.py
+	$(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(SAN_DIR)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(SAN_DIR) site

@@ -1,15 +1,21 @@
-"""The repository stands alone, and docs/contract.md matches the code.
+"""The repository stands alone, and its documentation matches the code.
 
 A user who clones the repository has nothing outside it: no file may cite a working document or a
 data directory that lives elsewhere. The contract names every metric the sidecar and the golden
 replay export (and no other), and every `rag-monitor` command, so that dashboards, alert rules
-and scripts written against it keep working.
+and scripts written against it keep working. The documentation site builds with MkDocs in strict
+mode (a link to a missing page or anchor fails), the configuration and CLI references are what
+docs/gen_reference.py writes from the code today, and the README opens with the two commands and
+links only to what exists.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,10 @@ from monitor.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "docs" / "contract.md"
+README = ROOT / "README.md"
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+# Repository files linked from the site by URL (MkDocs checks only links within docs/).
+BLOB = "https://github.com/rag-monitor/rag-monitor/blob/main/"
 # Spelled in pieces so that this file does not match itself.
 OUTSIDE = re.compile("|".join(re.escape(s) for s in ("design" + ".md", "/" + "work/", "../" + "shared")))
 
@@ -105,3 +115,127 @@ def test_every_command_is_in_the_contract() -> None:
     text = _contract()
     missing = [c for c in commands if not _named(text, c)]
     assert not missing, f"commands not in docs/contract.md (CLI): {missing}"
+
+
+# -- the documentation site -------------------------------------------------------------------------
+
+
+def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    if not MKDOCS.exists():
+        pytest.fail(f"{MKDOCS} is missing: mkdocs is in the dev extra (pip install -e '.[dev]')")
+    return subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_docs_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    result = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "site" / "configuration" / "index.html").exists()
+    assert (tmp_path / "site" / "architecture" / "index.html").exists()
+
+
+def test_a_link_to_a_missing_anchor_or_page_fails_the_build(tmp_path: Path) -> None:
+    """The strict build is a link check, not only a render: mkdocs.yml turns anchors and
+    unrecognised links into warnings, which --strict makes fatal."""
+    for broken in ("[x](contract.md#no-such-section)", "[x](no-such-page.md)"):
+        copy = tmp_path / broken[-12:].strip(")#.")
+        shutil.copytree(ROOT / "docs", copy / "docs")
+        shutil.copy2(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+        with (copy / "docs" / "index.md").open("a", encoding="utf-8") as f:
+            f.write(f"\n{broken}\n")
+        result = _mkdocs_build(copy / "mkdocs.yml", copy / "site")
+        assert result.returncode != 0, f"{broken} built without a warning"
+        assert "no-such" in result.stdout + result.stderr
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page", ["configuration.md", "cli.md"])
+def test_the_generated_references_are_current(page: str) -> None:
+    gen = _generator()
+    build = {"configuration.md": gen.config_reference, "cli.md": gen.cli_reference}[page]
+    committed = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    assert committed == build(), f"docs/{page} is out of date: run python docs/gen_reference.py"
+
+
+def test_the_configuration_reference_has_every_key_with_its_default() -> None:
+    from monitor.config import Settings
+
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    settings = Settings()
+    assert "| `bootstrap_servers` | string | `127.0.0.1:9092` |" in text
+    assert f"| `port` | integer, ≥ 0, ≤ 65535 | `{settings.metrics.port}` |" in text
+    assert "`RAGMON_JUDGE__BUDGET__USD_PER_DAY`" in text  # a key two sections deep
+    assert "| — |" not in text, "a key without a description: give its Field one"
+    for section in Settings.model_fields:
+        assert f"\n## {section}\n" in text
+
+
+def test_the_cli_reference_has_every_command_and_option() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    root = typer.main.get_command(app)
+    for command in _commands(root):
+        assert f"\n## {command}\n" in text, command
+    run = root.commands["run"]  # type: ignore[attr-defined]
+    for param in run.params:
+        assert param.opts[0] in text, param.opts[0]
+
+
+# -- the README and the files it links ---------------------------------------------------------------
+
+
+def test_the_readme_opens_with_the_two_commands_and_stays_short() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move the detail into docs/"
+    first = [line for line in lines[1:12] if line.startswith("make ")]
+    assert [line.split()[:2] for line in first] == [["make", "demo"], ["make", "test"]]
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) and, for these headings, GitHub give a heading."""
+    from markdown.extensions.toc import slugify
+
+    return str(slugify(re.sub(r"[`*]", "", heading), "-"))
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return {_slug(h) for h in re.findall(r"^#{1,6}\s+(.+?)\s*$", text, re.M)}
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if target.startswith(BLOB):
+            if not (ROOT / target[len(BLOB) :].partition("#")[0]).exists():
+                broken.append(target)
+            continue
+        if re.match(r"[a-z]+:", target):
+            continue  # another site
+        name, _, anchor = target.partition("#")
+        path = (page.parent / name).resolve() if name else page
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+            broken.append(target)
+    return broken
+
+
+def test_links_outside_the_site_point_at_what_exists() -> None:
+    """What MkDocs does not check: the README's and bench/RESULTS.md's links, and the site's links
+    to repository files by URL."""
+    pages = [README, ROOT / "bench" / "RESULTS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = {str(page.relative_to(ROOT)): _broken_links(page) for page in pages}
+    assert not {k: v for k, v in found.items() if v}
+    assert any(BLOB in page.read_text(encoding="utf-8") for page in pages[2:])
