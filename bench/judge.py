@@ -49,7 +49,7 @@ Everything runs against fake LLM servers this script starts on loopback; no requ
     python bench/judge.py --quick      # (a) 20 records; (b) C=8 (160), C=16 (480)
 
 RAGAS is not a project dependency; (a) runs without it (and says why). Installed for the figures
-in the README, leaving the project's packages as they are (ragas 0.4.3 pulls instructor, which
+in bench/RESULTS.md, leaving the project's packages as they are (ragas 0.4.3 pulls instructor, which
 pins rich<15 and jiter<0.15, both harmless at run time; and it imports a module that
 langchain-community 0.4 dropped):
 
