@@ -14,7 +14,7 @@ spliced in from another message (enclosing lengths fixed, so the message stays w
 invalid UTF-8 in text, wire types and fixed values changed, messages concatenated. Each is checked:
 
   decode      `decode` on both paths, with and without `for_assembly`, protobuf (and `auto` for
-              one in eight): the comparison of tests/ingest/test_decode_compiled.py (`both`);
+              one in eight): the comparison of tests/ingest/decode_compare.py (`both`);
   feed        batches through `_wire.feed` (the ingest stage's loop) against the reference path's
               `decode(for_assembly=True)` of each message it takes, and a reason for where it stops;
   assemble    the decoded spans into both assemblers on small bounds (tests/ingest/test_assemble_compiled.py
@@ -51,8 +51,8 @@ sys.path.append(str(ROOT / "tests"))
 sys.path.append(str(ROOT / "tests" / "ingest"))
 sys.path.append(str(ROOT))
 
+import decode_compare as dc  # noqa: E402
 import test_assemble_compiled as tac  # noqa: E402
-import test_decode_compiled as tdc  # noqa: E402
 import test_stage_accounting as tsa  # noqa: E402
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, TracesData  # noqa: E402
@@ -103,7 +103,7 @@ def _span(tid: int, sid: int, name: str, attrs: dict[str, Any], parent: int = 0)
     if parent:
         sp.parent_span_id = parent.to_bytes(8, "big")
     for k, v in attrs.items():
-        sp.attributes.append(KeyValue(key=k, value=tdc._any(v) if not isinstance(v, AnyValue) else v))
+        sp.attributes.append(KeyValue(key=k, value=dc._any(v) if not isinstance(v, AnyValue) else v))
     return sp
 
 
@@ -190,7 +190,7 @@ def limit_seeds(lim: dict[str, int]) -> list[tuple[str, bytes]]:
             root = _span(7, 1, "rag", ROOT_ATTRS)
             ev = b"\x09" + (1).to_bytes(8, "little") + _field(0x12, b"gen_ai.content.prompt")
             ev += _field(0x1A, _field(0x0A, b"gen_ai.prompt") + _field(0x12, deep))
-            seeds.append((f"depth {d} {kind} event", tdc._wrap(root.SerializeToString() + _field(0x5A, ev))))
+            seeds.append((f"depth {d} {kind} event", dc._wrap(root.SerializeToString() + _field(0x5A, ev))))
     events = lim["MAX_EVENT_SEGMENTS"]
     merged = sorted(dialects.MERGED_EVENTS)
     for n in (events - 1, events, events + 1, 4 * events):
@@ -254,7 +254,7 @@ def big_seeds() -> list[tuple[str, bytes]]:
 def base_seeds() -> list[tuple[str, bytes]]:
     from bench.ingest import ProductionMix
 
-    seeds = [("sample", tdc.SAMPLE_BYTES)]
+    seeds = [("sample", dc.SAMPLE_BYTES)]
     for mode in ("per_trace", "batched", "split"):
         seeds += [(f"workload {mode}", m.value) for m in generate(12, seed=5, mode=mode).messages]
     mix = ProductionMix(7).messages(trace_messages(6, seed=3))
@@ -267,7 +267,7 @@ def base_seeds() -> list[tuple[str, bytes]]:
 
 
 def varint(n: int) -> bytes:
-    return tdc._varint(n)
+    return dc._varint(n)
 
 
 def read_varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -661,7 +661,7 @@ def self_test(what: str) -> None:
                 out.spans.pop()
             return out
 
-        tdc.WIRE = SimpleNamespace(decode_spans=wrong)
+        dc.WIRE = SimpleNamespace(decode_spans=wrong)
 
 
 def main() -> int:
@@ -686,7 +686,7 @@ def main() -> int:
     if args.require_sanitized and len(have) != 3:
         print("not the sanitised build: run `make sanitize` and this under its environment", file=sys.stderr)
         return 2
-    assert tdc.WIRE is not None and _wire.__file__ == tdc.WIRE.__file__
+    assert dc.WIRE is not None and _wire.__file__ == dc.WIRE.__file__
     if args.self_test:
         self_test(args.self_test)
     lim = limits()
@@ -728,10 +728,10 @@ def main() -> int:
             ops[o] = ops.get(o, 0) + 1
         now = now_ns if rng.random() < 0.95 else rng.choice(odd_now)
         try:
-            lean = tdc.both(value, Encoding.OTLP_PROTO, now, for_assembly=True)
+            lean = dc.both(value, Encoding.OTLP_PROTO, now, for_assembly=True)
             counts["decode"] += 1
             if tried % 8 == 0:
-                tdc.both(value, Encoding.AUTO, now)
+                dc.both(value, Encoding.AUTO, now)
                 counts["auto"] += 1
         except Exception as exc:
             findings.add("decode", f"{op}: {type(exc).__name__}", value)

@@ -133,7 +133,7 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
     Fields a span has in an unusable shape are dropped and noted in `facts.problems`. The compiled
     decoder (`_wire.c`, `map_span`) follows these steps itself for spans with an explicit
     OpenInference kind and plain values, and calls this for anything else: a change here needs
-    the same change there (tests/ingest/test_decode_compiled.py fuzzes both against each other).
+    the same change there (tests/ingest/test_decode_compiled_fuzz.py fuzzes both against each other).
     """
     problems = facts.problems
     role = _explicit_role(attrs)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from test_decode_compiled import REQUIRED, bad_input_corpus
+from decode_compare import REQUIRED, bad_input_corpus
 
 from monitor.config import load_settings
 from monitor.demo.workload import trace_messages
