@@ -669,6 +669,7 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
     from aiokafka import TopicPartition
 
     from monitor.config import load_settings
+    from monitor.drift.retrieval import RetrievalDriftMonitor
     from monitor.ingest.assemble import PyAssembler
     from monitor.ingest.stage import IngestStage
     from monitor.kafka.producer import KafkaOutput
@@ -682,7 +683,10 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         settings = load_settings(None, sidecar_overrides(args))
         output = KafkaOutput(settings.kafka)  # never started: sampling is off
-        stage = IngestStage(settings, Metrics(), output)
+        metrics = Metrics()
+        # Every record into the retrieval-drift monitor, as the sidecar wires it.
+        retrieval = RetrievalDriftMonitor(settings.alerts.drift.retrieval, metrics.retrieval_drift)
+        stage = IngestStage(settings, metrics, output, retrieval)
         if args.python_assembler:
             stage.assembler = PyAssembler(settings.assembly)
         tp = TopicPartition(args.topic, 0)

@@ -31,40 +31,45 @@ class HistogramTally:
     `flush`: an observation is a bisect and two additions, without the child's per-value locks and
     bucket scan. The ingest stage flushes once per fetched batch, so a scrape sees every record at
     most one batch (well under a second) late. Values must not be NaN (scores and lags are
-    finite)."""
+    finite).
 
-    __slots__ = ("_bounds", "_child", "_counts", "_n", "_sum")
+    The C seam: `bounds` (read), `counts`, `sum` and `n` (added to as `observe` adds) are public
+    because the ingest stage's compiled accounting (`monitor.ingest.accounting`) tallies through
+    them; `flush` and the child stay this class's."""
+
+    __slots__ = ("_child", "bounds", "counts", "n", "sum")
 
     def __init__(self, child: Histogram) -> None:
         self._child = child
-        self._bounds = list(child._upper_bounds)  # ends with +Inf
-        self._counts = [0] * len(self._bounds)
-        self._sum = 0.0
-        self._n = 0
+        self.bounds = list(child._upper_bounds)  # ends with +Inf
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+        self.n = 0
 
     def observe(self, value: float) -> None:
         # The first bucket whose upper bound is >= value, as `Histogram.observe` picks it.
-        self._counts[bisect_left(self._bounds, value)] += 1
-        self._sum += value
-        self._n += 1
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.n += 1
 
     def flush(self) -> None:
-        if not self._n:
+        if not self.n:
             return
-        counts = self._counts
+        counts = self.counts
         buckets = self._child._buckets
         for i, n in enumerate(counts):
             if n:
                 buckets[i].inc(n)
                 counts[i] = 0
-        self._child._sum.inc(self._sum)
-        self._sum = 0.0
-        self._n = 0
+        self._child._sum.inc(self.sum)
+        self.sum = 0.0
+        self.n = 0
 
 
 class RecordSeries:
     """The record-level series of one (service, query_type), resolved once and counted locally
-    (see `HistogramTally`) until `flush`."""
+    (see `HistogramTally`) until `flush`. The C seam: `records`, `chunks` and `top_score`, which the
+    ingest stage's compiled accounting counts into as `observe` does."""
 
     __slots__ = ("_records", "chunks", "records", "top_score")
 

@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from monitor.config import Settings
 from monitor.drift.reference import DriftBaseline, load_baseline
+from monitor.drift.retrieval import RetrievalDriftMonitor
 from monitor.drift.stage import DriftStage
 from monitor.ingest.stage import IngestStage
 from monitor.judge import Judge, create_judge
@@ -95,7 +96,11 @@ class Sidecar:
         self.output = KafkaOutput(settings.kafka)
         self.ingest = None
         if role in ("all", "ingest"):
-            self.ingest = IngestStage(settings, self.metrics, self.output, baseline)
+            # The drift stage's retrieval monitor, fed every record by the ingest stage.
+            retrieval = RetrievalDriftMonitor.from_baseline(
+                settings.alerts.drift.retrieval, self.metrics.retrieval_drift, baseline
+            )
+            self.ingest = IngestStage(settings, self.metrics, self.output, retrieval)
         self.judge_stage = None
         if role in ("all", "judge"):
             self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)

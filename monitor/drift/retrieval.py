@@ -229,7 +229,14 @@ class RetrievalReference:
 @dataclass(slots=True)
 class SliceDrift:
     """Both features of one query type: collect the reference (or `start` from a pinned one),
-    freeze the bins, then slide the window, O(1) a record."""
+    freeze the bins, then slide the window, O(1) a record.
+
+    The C seam: every field but `reference`, `pinned` and `features` is public because the ingest
+    stage's compiled accounting (`monitor.ingest.accounting`, which is handed the monitor and
+    learns this class from its first slice) does `observe`'s work for a record that neither
+    completes the reference nor is due a check: it appends to `counts_seen`/`scores_seen`, or
+    moves the rings, bins, `pos` and `until_check` exactly as `observe` does. Renaming or retyping
+    a field is a change to that seam (`_accounting.c` refuses a class whose fields are not slots)."""
 
     policy: RetrievalDriftPolicy
     counts_seen: list[int] = field(default_factory=list)  # the reference's raw values until frozen
@@ -239,15 +246,15 @@ class SliceDrift:
     reference: RetrievalReference | None = None
     pinned: bool = False
     features: tuple[FeatureState, ...] = ()
-    # Set on freeze: the bins, and the hot path's direct handles on rings and counts.
+    # Set on freeze: the bins, and the hot path's direct handles on rings and counts (the C seam).
     max_count: int = 0
     edges: list[float] = field(default_factory=list)
-    _count_ring: list[int] = field(default_factory=list)
-    _score_ring: list[int] = field(default_factory=list)
-    _count_bins: list[int] = field(default_factory=list)
-    _score_bins: list[int] = field(default_factory=list)
-    _pos: int = 0
-    _until_check: int = 0
+    count_ring: list[int] = field(default_factory=list)
+    score_ring: list[int] = field(default_factory=list)
+    count_bins: list[int] = field(default_factory=list)
+    score_bins: list[int] = field(default_factory=list)
+    pos: int = 0
+    until_check: int = 0
 
     def observe(self, chunk_count: int, top_score: float | None) -> bool:
         """Add one record; True when it froze the reference or ran a check (the caller exports)."""
@@ -258,12 +265,12 @@ class SliceDrift:
                 self.freeze()
                 return True
             return False
-        i = self._pos
+        i = self.pos
         k = self.max_count
         c = chunk_count if chunk_count <= k else k + 1
         s = 0 if top_score is None else bisect_right(self.edges, top_score) + 1
-        cb, sb = self._count_bins, self._score_bins
-        cr, sr = self._count_ring, self._score_ring
+        cb, sb = self.count_bins, self.score_bins
+        cr, sr = self.count_ring, self.score_ring
         cb[cr[i]] -= 1
         cb[c] += 1
         cr[i] = c
@@ -271,11 +278,11 @@ class SliceDrift:
         sb[s] += 1
         sr[i] = s
         i += 1
-        self._pos = 0 if i == len(cr) else i
-        self._until_check -= 1
-        if self._until_check:
+        self.pos = 0 if i == len(cr) else i
+        self.until_check -= 1
+        if self.until_check:
             return False
-        self._until_check = self.policy.check_every
+        self.until_check = self.policy.check_every
         for feature in self.features:
             feature.check(self.policy)
         return True
@@ -298,17 +305,17 @@ class SliceDrift:
         ref, log_ref = _reference(reference.score_shares)
         by_score = FeatureState("top_score", log_ref, ref, [0] * (len(edges) + 2) + [m])
         self.features = (by_count, by_score)
-        self._count_bins, self._score_bins = by_count.counts, by_score.counts
-        self._count_ring = [k + 2] * m
-        self._score_ring = [len(edges) + 2] * m
-        self._until_check = self.policy.check_every
+        self.count_bins, self.score_bins = by_count.counts, by_score.counts
+        self.count_ring = [k + 2] * m
+        self.score_ring = [len(edges) + 2] * m
+        self.until_check = self.policy.check_every
         self.reference, self.pinned = reference, pinned
         self.frozen = True
 
     @property
     def window_size(self) -> int:
         """Records in the window now (at most `window_records`)."""
-        return len(self._count_ring) - self._count_bins[-1] if self.frozen else 0
+        return len(self.count_ring) - self.count_bins[-1] if self.frozen else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,22 @@
-/* The ingest stage's per-record accounting, its common path compiled; see stage.py.
+/* The ingest stage's per-record accounting, its common path compiled: the twin of
+ * monitor/ingest/accounting.py's `RecordAccounting` (read that module's docstring first).
  *
- * `IngestStage._finish` is the reference. `account` runs it for the records that take its common
- * path: a record with a query type whose bounded labels are known and allowed, whose retrieval-drift
- * slice is collecting its reference (and this record does not complete it) or is frozen and not due
- * a check, and which the sampler's current window leaves unsampled (the trace-id draw at or above
- * the window's bound, or below it and above the probability the signals and floor give). It stops
- * at the first record that is anything else — no record, replay traffic, no query type, a label
- * not seen yet or outside the allow-list, a slice to create, freeze, check or roll, a record the
- * sampler samples — and the caller's `_finish` takes that one. Both read and write the same Python
- * objects (the stage's label cache, the series' tallies, the drift and sampler slices), so there
- * is no second copy of any state: each record's reads and checks come first, with every new value
- * allocated, and only then are the slots written, so a record is either counted here entirely or
- * not touched.
+ * `RecordAccounting` here has the reference's constructor, attributes and methods. `count` calls
+ * the same objects' own methods the reference calls. `account` runs the stage's `_finish` for the
+ * records that take its common path: a record with a query type whose bounded labels are cached
+ * and allowed, whose retrieval-drift slice is collecting its reference (and this record does not
+ * complete it) or is frozen and not due a check, and which the sampler's current window leaves
+ * unsampled (the trace-id draw at or above the window's bound, or below it and above the
+ * probability the signals and floor give). It stops at the first record that is anything else —
+ * no record, replay traffic, no query type, a label not cached or outside the allow-list, a slice
+ * to create, freeze, check or roll, a record the sampler samples — and the stage's `_finish` takes
+ * that one. Both work on the same Python objects, so there is no second copy of any state; this
+ * file writes only what `count` would write, through the attributes their classes declare as the
+ * C seam. Each record's reads and checks come first, with every new value allocated, and only then
+ * are the attributes written, so a record is either counted here entirely or not touched.
  *
- * The sampler's draw (`sample.trace_fraction`, BLAKE2b-64 of the trace id) is here too.
+ * The sampler's draw (`sampler.trace_fraction`, BLAKE2b-64 of the trace id) and the offset
+ * tracker's `new_refs` are here too.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -125,8 +128,8 @@ static PyObject *trace_fraction(PyObject *self, PyObject *id)
 enum {
     T_RECORD, T_CHUNK, T_FINISHED, T_REF, T_SERIES, T_TALLY, T_DRIFT, T_SLICE, T_FROZEN, N_TYPES
 };
-static const char *const type_names[N_TYPES] = {"RagRecord",      "Chunk",      "Finished",  "MessageRef", "RecordSeries",
-                                                "HistogramTally", "SliceDrift", "sampler._Slice", "sampler._Frozen"};
+static const char *const type_names[N_TYPES] = {"RagRecord",      "Chunk",      "Finished",   "MessageRef",  "RecordSeries",
+                                                "HistogramTally", "SliceDrift", "SliceState", "FrozenWindow"};
 enum {
     R_TRACE_ID, R_SERVICE, R_QUERY_TYPE, R_CHUNKS, R_ANSWER, R_START, R_END, R_REPLAY,
     C_SCORE,
@@ -148,10 +151,10 @@ static const struct {
     {T_RECORD, "answer"},    {T_RECORD, "start_ns"},   {T_RECORD, "end_ns"},     {T_RECORD, "replay"},
     {T_CHUNK, "score"},      {T_FINISHED, "record"},   {T_FINISHED, "refs"},     {T_REF, "holds"},
     {T_REF, "partition"},    {T_REF, "offset"},        {T_REF, "traces"},        {T_REF, "size"},
-    {T_SERIES, "records"},   {T_SERIES, "chunks"},     {T_SERIES, "top_score"},  {T_TALLY, "_bounds"},
-    {T_TALLY, "_counts"},    {T_TALLY, "_sum"},        {T_TALLY, "_n"},          {T_DRIFT, "frozen"},
-    {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "_count_ring"}, {T_DRIFT, "_score_ring"},
-    {T_DRIFT, "_count_bins"}, {T_DRIFT, "_score_bins"}, {T_DRIFT, "_pos"},       {T_DRIFT, "_until_check"},
+    {T_SERIES, "records"},   {T_SERIES, "chunks"},     {T_SERIES, "top_score"},  {T_TALLY, "bounds"},
+    {T_TALLY, "counts"},     {T_TALLY, "sum"},         {T_TALLY, "n"},          {T_DRIFT, "frozen"},
+    {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "count_ring"},  {T_DRIFT, "score_ring"},
+    {T_DRIFT, "count_bins"},  {T_DRIFT, "score_bins"},  {T_DRIFT, "pos"},        {T_DRIFT, "until_check"},
     {T_DRIFT, "policy"},     {T_DRIFT, "counts_seen"}, {T_DRIFT, "scores_seen"},
     {T_SLICE, "window_end"}, {T_SLICE, "cur"},        {T_SLICE, "prev"},        {T_SLICE, "unknown"},
     {T_SLICE, "seen"},       {T_SLICE, "median"},     {T_SLICE, "rate"},        {T_FROZEN, "bound"},
@@ -160,58 +163,85 @@ static const struct {
 
 static PyTypeObject *types[N_TYPES];
 static Py_ssize_t offsets[N_SLOTS];
-static PyObject *str_slices = NULL, *str_drift_slices = NULL, *str_offset = NULL,
-                *str_reference_records = NULL;
-static PyObject *refusal_fn = NULL; /* sample.looks_like_refusal */
+static PyObject *str_slices = NULL, *str_offset = NULL, *str_reference_records = NULL, *str_policy = NULL,
+                *str_observe = NULL, *str_decide = NULL;
+static PyObject *refusal_fn = NULL; /* sampler.looks_like_refusal */
 static int ready = 0;
 
 #define SLOT(obj, s) (*(PyObject **)((char *)(obj) + offsets[s]))
 #define IS(obj, t) (Py_TYPE(obj) == types[t])
 
+/* `cls` as type t: a plain class whose fields named in slot_spec are slots (their offsets noted);
+ * 0, or -1 with an error (ValueError: not such a class). */
+static int learn(int t, PyObject *cls)
+{
+    if (!PyType_Check(cls) || ((PyTypeObject *)cls)->tp_setattro != PyObject_GenericSetAttr) {
+        PyErr_Format(PyExc_ValueError, "%s: not a plain class", type_names[t]);
+        return -1;
+    }
+    Py_ssize_t found[N_SLOTS];
+    for (int s = 0; s < N_SLOTS; s++) {
+        if (slot_spec[s].type != t)
+            continue;
+        PyObject *descr = PyObject_GetAttrString(cls, slot_spec[s].name);
+        if (descr == NULL)
+            return -1;
+        PyMemberDef *m = Py_IS_TYPE(descr, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+        int ok = m != NULL && m->type == T_OBJECT_EX;
+        if (ok)
+            found[s] = m->offset;
+        Py_DECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "%s.%s: not a slot", type_names[t], slot_spec[s].name);
+            return -1;
+        }
+    }
+    for (int s = 0; s < N_SLOTS; s++)
+        if (slot_spec[s].type == t)
+            offsets[s] = found[s];
+    Py_INCREF(cls);
+    Py_XSETREF(types[t], (PyTypeObject *)cls);
+    return 0;
+}
+
+/* The retrieval observer's slice class, learnt from the first slice met (the ingest stage does
+ * not import the drift stage): 0 when `d` is of it, 1 when not (Python observes it). */
+static int drift_type(PyObject *d)
+{
+    if (types[T_DRIFT] != NULL)
+        return IS(d, T_DRIFT) ? 0 : 1;
+    if (learn(T_DRIFT, (PyObject *)Py_TYPE(d)) == 0)
+        return 0;
+    PyErr_Clear(); /* not a class of slots: left to Python, asked again at the next slice */
+    return 1;
+}
+
 static const char init_doc[] =
-    "init(record, chunk, finished, message_ref, record_series, histogram_tally, slice_drift, sampler_slice, "
-    "sampler_frozen, looks_like_refusal): the classes whose slots `account` reads and writes (ValueError when "
-    "one lacks a slot), and the sampler's refusal check";
+    "init(record, chunk, finished, message_ref, record_series, histogram_tally, slice_state, frozen_window, "
+    "looks_like_refusal): the classes whose public fields RecordAccounting reads and writes (ValueError "
+    "when one is not a slot), and the sampler's refusal check";
 
 static PyObject *init(PyObject *self, PyObject *args)
 {
     PyObject *cls[N_TYPES], *refusal;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &cls[0], &cls[1], &cls[2], &cls[3], &cls[4], &cls[5], &cls[6],
-                          &cls[7], &cls[8], &refusal))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &cls[T_RECORD], &cls[T_CHUNK], &cls[T_FINISHED], &cls[T_REF],
+                          &cls[T_SERIES], &cls[T_TALLY], &cls[T_SLICE], &cls[T_FROZEN], &refusal))
         return NULL;
     if (!PyCallable_Check(refusal)) {
         PyErr_SetString(PyExc_TypeError, "looks_like_refusal must be callable");
         return NULL;
     }
-    for (int t = 0; t < N_TYPES; t++) {
-        if (!PyType_Check(cls[t]) || ((PyTypeObject *)cls[t])->tp_setattro != PyObject_GenericSetAttr) {
-            PyErr_Format(PyExc_ValueError, "%s: not a plain class", type_names[t]);
+    ready = 0;
+    for (int t = 0; t < N_TYPES; t++)
+        if (t != T_DRIFT && learn(t, cls[t]))
             return NULL;
-        }
-    }
-    for (int s = 0; s < N_SLOTS; s++) {
-        PyObject *descr = PyObject_GetAttrString(cls[slot_spec[s].type], slot_spec[s].name);
-        if (descr == NULL)
-            return NULL;
-        PyMemberDef *m = Py_IS_TYPE(descr, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)descr)->d_member : NULL;
-        int ok = m != NULL && m->type == T_OBJECT_EX;
-        if (ok)
-            offsets[s] = m->offset;
-        Py_DECREF(descr);
-        if (!ok) {
-            PyErr_Format(PyExc_ValueError, "%s.%s: not a slot", type_names[slot_spec[s].type], slot_spec[s].name);
-            return NULL;
-        }
-    }
-    for (int t = 0; t < N_TYPES; t++) {
-        Py_INCREF(cls[t]);
-        Py_XSETREF(types[t], (PyTypeObject *)cls[t]);
-    }
     Py_INCREF(refusal);
     Py_XSETREF(refusal_fn, refusal);
-    if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("_slices")) == NULL
-                               || (str_drift_slices = PyUnicode_InternFromString("slices")) == NULL
+    if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("slices")) == NULL
                                || (str_offset = PyUnicode_InternFromString("offset")) == NULL
+                               || (str_policy = PyUnicode_InternFromString("policy")) == NULL
+                               || (str_observe = PyUnicode_InternFromString("observe")) == NULL
+                               || (str_decide = PyUnicode_InternFromString("decide")) == NULL
                                || (str_reference_records = PyUnicode_InternFromString("reference_records")) == NULL))
         return NULL;
     ready = 1;
@@ -372,7 +402,7 @@ static int drift(writes_t *w, PyObject *d, long n_chunks, PyObject *top)
 {
     long pos, k, until, old_c, old_s, need;
     int rc;
-    if (!IS(d, T_DRIFT))
+    if (drift_type(d))
         return 1;
     if (SLOT(d, D_FROZEN) == Py_False) {
         PyObject *counts = SLOT(d, D_COUNTS_SEEN), *scores = SLOT(d, D_SCORES_SEEN), *policy = SLOT(d, D_POLICY);
@@ -532,8 +562,8 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const s
         if (!IS(first, T_CHUNK) || (top = SLOT(first, C_SCORE)) == NULL || (top != Py_None && !PyFloat_CheckExact(top)))
             return 1;
     }
-    PyObject *d = PyDict_GetItemWithError(drifts, qt);
-    if (d == NULL)
+    PyObject *d = NULL; /* no retrieval observer: nothing to observe */
+    if (drifts != NULL && (d = PyDict_GetItemWithError(drifts, qt)) == NULL)
         return PyErr_Occurred() ? -1 : 1;
     long end;
     if (long_of(SLOT(record, R_END), &end))
@@ -543,7 +573,7 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const s
     if ((rc = put(w, &SLOT(record, R_QUERY_TYPE), qt)) || (rc = add_long(w, series, S_RECORDS, 1))
         || (rc = tally(w, SLOT(series, S_CHUNKS), (double)n_chunks))
         || (top != Py_None && (rc = tally(w, SLOT(series, S_TOP), PyFloat_AS_DOUBLE(top))))
-        || (rc = drift(w, d, n_chunks, top)))
+        || (d != NULL && (rc = drift(w, d, n_chunks, top))))
         return rc;
     if (end) {
         double x = now - (double)end / 1e9;
@@ -564,10 +594,18 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const s
     return 0;
 }
 
-/* sampler.<name> as a number: 0; 1 for None where none_ok; -1 with an error (not a number) */
-static int number_attr(PyObject *sampler, const char *name, double *v, int none_ok)
+/* --- the type ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *labels, *sampler, *retrieval, *lag;
+    sampler_t sp; /* the sampler's policy, read once (a Sampler's never changes); sp.slices unused */
+} Accounting;
+
+/* policy.<name> as a number: 0; 1 for None where none_ok; -1 with an error (not a number) */
+static int number_attr(PyObject *policy, const char *name, double *v, int none_ok)
 {
-    PyObject *o = PyObject_GetAttrString(sampler, name);
+    PyObject *o = PyObject_GetAttrString(policy, name);
     if (o == NULL)
         return -1;
     int rc = o == Py_None && none_ok ? 1 : (*v = PyFloat_AsDouble(o)) == -1.0 && PyErr_Occurred() ? -1 : 0;
@@ -575,47 +613,159 @@ static int number_attr(PyObject *sampler, const char *name, double *v, int none_
     return rc;
 }
 
-/* The sampler's settings into *sp (sp->slices a new reference): 0, or -1 with an error. */
-static int read_sampler(PyObject *sampler, sampler_t *sp)
+/* The sampler's policy (its public `SamplingPolicy`) into *sp: 0, or -1 with an error. */
+static int read_policy(PyObject *sampler, sampler_t *sp)
 {
-    static const char *const names[] = {"_window", "_no_chunks", "_low_score_mult", "_refusal", "_len_factor",
-                                        "_len_mult"};
+    static const char *const names[] = {"window_seconds",      "no_chunks_multiplier",  "low_score_multiplier",
+                                        "refusal_multiplier",  "unusual_length_factor", "unusual_length_multiplier"};
     double *into[] = {&sp->window, &sp->no_chunks, &sp->low_score_mult, &sp->refusal, &sp->len_factor,
                       &sp->len_mult};
-    for (int i = 0; i < 6; i++)
-        if (number_attr(sampler, names[i], into[i], 0))
-            return -1;
-    int rc = number_attr(sampler, "_low_score", &sp->low_score, 1);
-    if (rc < 0)
+    PyObject *policy = PyObject_GetAttr(sampler, str_policy);
+    if (policy == NULL)
         return -1;
-    sp->has_low_score = rc == 0;
-    return (sp->slices = PyObject_GetAttr(sampler, str_slices)) == NULL ? -1 : 0;
+    int rc = 0;
+    for (int i = 0; i < 6 && rc == 0; i++)
+        rc = number_attr(policy, names[i], into[i], 0);
+    if (rc == 0) {
+        rc = number_attr(policy, "low_score_threshold", &sp->low_score, 1);
+        sp->has_low_score = rc == 0;
+        rc = rc < 0 ? -1 : 0;
+    }
+    Py_DECREF(policy);
+    return rc;
 }
 
-static PyObject *account(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static int acc_init(Accounting *self, PyObject *args, PyObject *kwds)
 {
+    static char *kwlist[] = {"sampler", "retrieval", "lag", NULL};
+    PyObject *sampler, *retrieval, *lag, *labels;
     if (!ready) {
         PyErr_SetString(PyExc_RuntimeError, "_accounting.init() was not called");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO", kwlist, &sampler, &retrieval, &lag))
+        return -1;
+    sampler_t sp = {.slices = NULL};
+    if (read_policy(sampler, &sp) || (labels = PyDict_New()) == NULL)
+        return -1;
+    self->sp = sp;
+    Py_XSETREF(self->labels, labels);
+    Py_XSETREF(self->sampler, Py_NewRef(sampler));
+    Py_XSETREF(self->retrieval, Py_NewRef(retrieval));
+    Py_XSETREF(self->lag, Py_NewRef(lag));
+    return 0;
+}
+
+static int acc_traverse(Accounting *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->labels);
+    Py_VISIT(self->sampler);
+    Py_VISIT(self->retrieval);
+    Py_VISIT(self->lag);
+    return 0;
+}
+
+static int acc_clear(Accounting *self)
+{
+    Py_CLEAR(self->labels);
+    Py_CLEAR(self->sampler);
+    Py_CLEAR(self->retrieval);
+    Py_CLEAR(self->lag);
+    return 0;
+}
+
+static void acc_dealloc(Accounting *self)
+{
+    PyObject_GC_UnTrack(self);
+    acc_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* obj.observe(a[, b[, c]]) */
+static PyObject *call_observe(PyObject *obj, PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *args[] = {obj, a, b, c};
+    return PyObject_VectorcallMethod(str_observe, args, b == NULL ? 2 : c == NULL ? 3 : 4, NULL);
+}
+
+/* The reference's `count`: the same objects' own methods, called alike. */
+static PyObject *acc_count(Accounting *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "count(record, series, now)");
         return NULL;
     }
+    PyObject *record = args[0], *series = args[1], *now = args[2], *r = NULL;
+    PyObject *chunks = NULL, *n = NULL, *top = NULL, *end = NULL, *scaled = NULL, *lag = NULL, *qt = NULL;
+    Py_ssize_t len;
+    if ((chunks = PyObject_GetAttrString(record, "chunks")) == NULL || (len = PyObject_Length(chunks)) < 0
+        || (n = PyLong_FromSsize_t(len)) == NULL)
+        goto done;
+    if (len) {
+        PyObject *first = PySequence_GetItem(chunks, 0);
+        top = first == NULL ? NULL : PyObject_GetAttrString(first, "score");
+        Py_XDECREF(first);
+        if (top == NULL)
+            goto done;
+    } else
+        top = Py_NewRef(Py_None);
+    if ((r = call_observe(series, n, top, NULL)) == NULL)
+        goto done;
+    Py_CLEAR(r);
+    if (self->retrieval != Py_None) {
+        if ((qt = PyObject_GetAttrString(record, "query_type")) == NULL
+            || (r = call_observe(self->retrieval, qt, n, top)) == NULL)
+            goto done;
+        Py_CLEAR(r);
+    }
+    int truth;
+    if ((end = PyObject_GetAttrString(record, "end_ns")) == NULL || (truth = PyObject_IsTrue(end)) < 0)
+        goto done;
+    if (truth) {
+        PyObject *billion = PyFloat_FromDouble(1e9);
+        scaled = billion == NULL ? NULL : PyNumber_TrueDivide(end, billion);
+        Py_XDECREF(billion);
+        PyObject *x = scaled == NULL ? NULL : PyNumber_Subtract(now, scaled);
+        double v = x == NULL ? -1.0 : PyFloat_AsDouble(x);
+        Py_XDECREF(x);
+        if (x == NULL || (v == -1.0 && PyErr_Occurred()) || (lag = PyFloat_FromDouble(v > 0.0 ? v : 0.0)) == NULL
+            || (r = call_observe(self->lag, lag, NULL, NULL)) == NULL)
+            goto done;
+        Py_CLEAR(r);
+    }
+    PyObject *dargs[] = {self->sampler, record, now};
+    r = PyObject_VectorcallMethod(str_decide, dargs, 3, NULL);
+done:
+    Py_XDECREF(chunks);
+    Py_XDECREF(n);
+    Py_XDECREF(top);
+    Py_XDECREF(qt);
+    Py_XDECREF(end);
+    Py_XDECREF(scaled);
+    Py_XDECREF(lag);
+    return r;
+}
+
+static PyObject *acc_account(Accounting *self, PyObject *const *args, Py_ssize_t nargs)
+{
     Py_ssize_t start;
     double now;
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || (start = PyLong_AsSsize_t(args[1])) < 0
-        || !PyDict_CheckExact(args[3])) {
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || (start = PyLong_AsSsize_t(args[1])) < 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "account(finished, start, now, labels, sampler, drift, lag)");
+            PyErr_SetString(PyExc_TypeError, "account(finished: list, start, now)");
         return NULL;
     }
     if ((now = PyFloat_AsDouble(args[2])) == -1.0 && PyErr_Occurred())
         return NULL;
-    PyObject *finished = args[0], *labels = args[3], *lag = args[6];
-    sampler_t sp = {.slices = NULL};
+    PyObject *finished = args[0], *labels = self->labels, *lag = self->lag;
+    sampler_t sp = self->sp;
     PyObject *drifts = NULL;
     Py_ssize_t i = start;
     writes_t w = {.n = 0};
-    if (read_sampler(args[4], &sp) || (drifts = PyObject_GetAttr(args[5], str_drift_slices)) == NULL)
+    if ((sp.slices = PyObject_GetAttr(self->sampler, str_slices)) == NULL
+        || (self->retrieval != Py_None && (drifts = PyObject_GetAttr(self->retrieval, str_slices)) == NULL))
         goto fail;
-    if (!PyDict_CheckExact(sp.slices) || !PyDict_CheckExact(drifts)) {
+    if (!PyDict_CheckExact(sp.slices) || (drifts != NULL && !PyDict_CheckExact(drifts)) || !PyDict_CheckExact(labels)) {
         i = start; /* not the shapes this was written for: Python counts them all */
         goto done;
     }
@@ -646,6 +796,39 @@ fail:
     Py_XDECREF(drifts);
     return NULL;
 }
+
+static PyMemberDef acc_members[] = {
+    {"labels", T_OBJECT_EX, offsetof(Accounting, labels), READONLY,
+     "raw (service, query_type) -> bounded labels and their series, filled by the stage"},
+    {"sampler", T_OBJECT_EX, offsetof(Accounting, sampler), READONLY, NULL},
+    {"retrieval", T_OBJECT_EX, offsetof(Accounting, retrieval), READONLY, NULL},
+    {"lag", T_OBJECT_EX, offsetof(Accounting, lag), READONLY, NULL},
+    {NULL},
+};
+
+static PyMethodDef acc_methods[] = {
+    {"count", (PyCFunction)(void (*)(void))acc_count, METH_FASTCALL,
+     "count(record, series, now) -> float | None: as accounting.RecordAccounting.count"},
+    {"account", (PyCFunction)(void (*)(void))acc_account, METH_FASTCALL,
+     "account(finished, start, now) -> index: from start, each finished trace on the common path counted as "
+     "IngestStage._finish counts it and its messages released, up to the first that is not"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AccountingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "monitor.ingest._accounting.RecordAccounting",
+    .tp_doc = PyDoc_STR("RecordAccounting(sampler, retrieval, lag): accounting.RecordAccounting's compiled twin"),
+    .tp_basicsize = sizeof(Accounting),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)acc_init,
+    .tp_dealloc = (destructor)acc_dealloc,
+    .tp_traverse = (traverseproc)acc_traverse,
+    .tp_clear = (inquiry)acc_clear,
+    .tp_members = acc_members,
+    .tp_methods = acc_methods,
+};
 
 /* --- holds on messages ------------------------------------------------------------------ */
 
@@ -716,9 +899,6 @@ fail:
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
-    {"account", (PyCFunction)(void (*)(void))account, METH_FASTCALL,
-     "account(finished, start, now, labels, sampler, drift, lag) -> index: from start, each finished trace "
-     "counted as IngestStage._finish counts it, up to the first that is not its common path"},
     {"new_refs", (PyCFunction)(void (*)(void))new_refs, METH_FASTCALL,
      "new_refs(partition, messages, last) -> list[MessageRef]: offsets.new_refs, compiled"},
     {"trace_fraction", trace_fraction, METH_O,
@@ -727,11 +907,16 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_accounting", "The ingest stage's per-record accounting, compiled (see stage.py).",
+    PyModuleDef_HEAD_INIT, "_accounting", "The ingest stage's per-record accounting, compiled (see accounting.py).",
     -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__accounting(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&AccountingType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "RecordAccounting", (PyObject *)&AccountingType) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -1,7 +1,13 @@
-"""Types of the compiled record accounting (`_accounting.c`); see `IngestStage._finish_all`."""
+"""Types of the compiled record accounting (`_accounting.c`); see `monitor.ingest.accounting`."""
 
 from collections.abc import Callable
 from typing import Any
+
+from monitor.ingest.accounting import Labels, RetrievalObserver
+from monitor.ingest.assemble import Finished
+from monitor.ingest.sampler import Sampler
+from monitor.metrics import HistogramTally, RecordSeries
+from monitor.model import RagRecord
 
 def init(
     record: type,
@@ -10,21 +16,28 @@ def init(
     message_ref: type,
     record_series: type,
     histogram_tally: type,
-    slice_drift: type,
-    sampler_slice: type,
-    sampler_frozen: type,
+    slice_state: type,
+    frozen_window: type,
     looks_like_refusal: Callable[[str], bool],
     /,
 ) -> None: ...
-def account(
-    finished: list[Any],
-    start: int,
-    now: float,
-    labels: dict[tuple[str, str], Any],
-    sampler: Any,
-    drift: Any,
-    lag: Any,
-    /,
-) -> int: ...
+
+class RecordAccounting:
+    """`accounting.RecordAccounting`'s compiled twin."""
+
+    @property
+    def labels(self) -> dict[tuple[str, str], Labels]: ...
+    @property
+    def sampler(self) -> Sampler: ...
+    @property
+    def retrieval(self) -> RetrievalObserver | None: ...
+    @property
+    def lag(self) -> HistogramTally: ...
+    def __init__(
+        self, sampler: Sampler, retrieval: RetrievalObserver | None, lag: HistogramTally
+    ) -> None: ...
+    def count(self, record: RagRecord, series: RecordSeries, now: float, /) -> float | None: ...
+    def account(self, finished: list[Finished], start: int, now: float, /) -> int: ...
+
 def new_refs(partition: Any, messages: list[Any], last: int | None, /) -> list[Any]: ...
 def trace_fraction(trace_id: str, /) -> float: ...

@@ -23,7 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from monitor.ingest.compiled import choose
 from monitor.model import RagRecord
 
-__all__ = ["Sampler", "SamplingPolicy", "blake2b_fraction", "looks_like_refusal", "trace_fraction"]
+__all__ = [
+    "FrozenWindow",
+    "Sampler",
+    "SamplingPolicy",
+    "SliceState",
+    "blake2b_fraction",
+    "looks_like_refusal",
+    "trace_fraction",
+]
 
 _SCALE = float(1 << 64)
 # Slices are bounded by the caller (query types come from an allow-list); this only guards memory.
@@ -146,14 +154,18 @@ class SamplingPolicy(BaseModel):
                 raise ValueError(f"rates[{qt!r}] must be within [0, 1], got {r}")
 
 
-# The priority signals, as indices into `_Frozen.mults` and `_Slice.extra`.
+# The priority signals, as indices into `FrozenWindow.mults` and `SliceState.extra`.
 _NO_CHUNKS, _LOW_SCORE, _REFUSAL, _LENGTH = range(4)
 # Judgements of a slice in a window below which its signals' shares say too little to cap them on.
 _CAP_MIN_SAMPLES = 20
 
 
-class _Frozen:
-    """What a slice's decisions in one window rest on, fixed when the window opens."""
+class FrozenWindow:
+    """What a slice's decisions in one window rest on, fixed when the window opens.
+
+    The C seam: `bound`, `floor_p` and `median` are read (never written) by the ingest stage's
+    compiled accounting (`monitor.ingest.accounting`), which decides a record `decide` would leave
+    unsampled without rolling a window."""
 
     __slots__ = ("bound", "floor_p", "median", "mults")
 
@@ -168,10 +180,15 @@ class _Frozen:
         self.bound = max(max_p, floor_p)
 
 
-class _Slice:
+class SliceState:
     """Per-query-type state: this window's count and running median (for the next window), and the
     frozen state of this window and the one before (a late or redelivered record of the previous
-    window is decided on that window's state)."""
+    window is decided on that window's state).
+
+    The C seam: the ingest stage's compiled accounting (`monitor.ingest.accounting`) reads
+    `window_end`, `cur`, `prev`, `unknown` and `rate`, and for a record `decide` leaves unsampled
+    without rolling the window updates `seen` and `median` as `decide` does; the rest (rolling,
+    the signals' caps, `sampled`, `extra`) stays `Sampler`'s."""
 
     __slots__ = (
         "count_from",
@@ -200,7 +217,7 @@ class _Slice:
         # floor, under the raised p): what the next window caps the signals on.
         self.sampled = 0
         self.extra = [0, 0, 0, 0]
-        self.unknown = _Frozen(0.0, 0.0, max_p, mults)
+        self.unknown = FrozenWindow(0.0, 0.0, max_p, mults)
         self.cur = self.prev = self.unknown
 
 
@@ -220,6 +237,10 @@ class Sampler:
     of two, so replicas that see the same traffic through different partitions mostly land on the
     same values. A window whose predecessor this process did not see (it just started) has no
     floor and no length signal: it decides on the rate and the other signals alone.
+
+    The C seam: `slices` (by query type) and `policy` are public for the ingest stage's compiled
+    accounting (`monitor.ingest.accounting`), which reads the policy once and each slice's state
+    through `SliceState`'s and `FrozenWindow`'s seams.
     """
 
     def __init__(self, policy: SamplingPolicy | None = None) -> None:
@@ -243,7 +264,7 @@ class Sampler:
             p.refusal_multiplier,
             p.unusual_length_multiplier,
         )
-        self._slices: dict[str, _Slice] = {}
+        self.slices: dict[str, SliceState] = {}
         self._since = -1.0  # the first record's time: windows before it were not seen
 
     @classmethod
@@ -276,7 +297,7 @@ class Sampler:
         t = record.start_ns / 1e9 if record.start_ns else now
         if t > now:
             t = now  # a clock ahead of ours must not open a window early
-        s = self._slices.get(record.query_type)
+        s = self.slices.get(record.query_type)
         if s is None:
             s = self._slice(record.query_type)
         if t < s.window_end:
@@ -326,19 +347,19 @@ class Sampler:
             s.extra[signal] += 1
         return p
 
-    def _slice(self, qt: str) -> _Slice:
-        if len(self._slices) >= _MAX_SLICES:
-            s = self._slices.get(_OVERFLOW)
+    def _slice(self, qt: str) -> SliceState:
+        if len(self.slices) >= _MAX_SLICES:
+            s = self.slices.get(_OVERFLOW)
             if s is None:
-                s = self._slices[_OVERFLOW] = self._new_slice(self.policy.rate)
+                s = self.slices[_OVERFLOW] = self._new_slice(self.policy.rate)
             return s
-        s = self._slices[qt] = self._new_slice(self.rate_of(qt))
+        s = self.slices[qt] = self._new_slice(self.rate_of(qt))
         return s
 
-    def _new_slice(self, rate: float) -> _Slice:
-        return _Slice(rate, min(1.0, rate * self._max_mult), self._mults)
+    def _new_slice(self, rate: float) -> SliceState:
+        return SliceState(rate, min(1.0, rate * self._max_mult), self._mults)
 
-    def _capped(self, s: _Slice) -> tuple[float, ...]:
+    def _capped(self, s: SliceState) -> tuple[float, ...]:
         """The signals' multipliers for the window after `s`'s current one: a signal whose added
         judgements took more than `signal_max_share` of the slice's is cut to where it would have
         taken that share (the others unchanged); one under it gets its configured multiplier.
@@ -364,7 +385,7 @@ class Sampler:
             out.append(1.0 + min(configured - 1.0, room))
         return tuple(out)
 
-    def _roll(self, s: _Slice, t: float) -> _Frozen:
+    def _roll(self, s: SliceState, t: float) -> FrozenWindow:
         """Open the window holding `t`, its state frozen from the window before it."""
         w = self._window
         window = int(t // w)
@@ -387,7 +408,7 @@ class Sampler:
             # only part of it); after a silent window, p = 1 until the slice shows its volume.
             floor_p = 1.0 if seen == 0 else _grid(min(1.0, 1.25 * self._floor * observed / (seen * w)))
         s.prev = prev
-        s.cur = _Frozen(floor_p, _grid(s.median, up=False) if s.median else 0.0, s.max_p, mults)
+        s.cur = FrozenWindow(floor_p, _grid(s.median, up=False) if s.median else 0.0, s.max_p, mults)
         s.window = window
         s.window_end = start + w
         s.count_from = max(start, self._since)

@@ -13,24 +13,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 from aiokafka import TopicPartition
 
 from monitor.config import Settings
-from monitor.drift import DriftBaseline, RetrievalDriftMonitor
+from monitor.ingest.accounting import ACCOUNTING, NEW_REFS, Accounting, Labels, RetrievalObserver
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
-from monitor.ingest.compiled import choose
 from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, decode
 from monitor.ingest.sampler import Sampler
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
-from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
+from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import HistogramTally, Metrics, RecordSeries
-from monitor.model import Chunk, RagRecord, Reject
+from monitor.model import Reject
 from monitor.progress import StageProgress
 from monitor.rejects import Rejections
 from monitor.samples import TextLimits, TypeSource, encode_sample
@@ -42,43 +40,16 @@ _RUN = 256  # messages between pauses that let the fetcher and heartbeats run
 _MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their bounded labels
 
 
-def _compiled_accounting() -> ModuleType | None:
-    """`_accounting` (`_finish`'s common path and the offset tracker's holds, compiled), told
-    the classes whose slots it reads and writes and the sampler's refusal check; None where it was
-    not built."""
-    try:
-        from monitor.ingest import _accounting
-    except ImportError:
-        return None
-    from monitor.drift.retrieval import SliceDrift
-    from monitor.ingest.sampler import _Frozen, _Slice, looks_like_refusal  # the sampler's state and check
-
-    _accounting.init(
-        RagRecord,
-        Chunk,
-        Finished,
-        MessageRef,
-        RecordSeries,
-        HistogramTally,
-        SliceDrift,
-        _Slice,
-        _Frozen,
-        looks_like_refusal,
-    )
-    return _accounting
-
-
-_COMPILED, ACCOUNTING = choose("record accounting", "monitor.ingest._accounting", _compiled_accounting)
-ACCOUNT: Callable[..., int] | None = None if _COMPILED is None else _COMPILED.account
-NEW_REFS: RefMaker = new_refs if _COMPILED is None else _COMPILED.new_refs
-
-
 class IngestStage:
     def __init__(
-        self, settings: Settings, metrics: Metrics, output: KafkaOutput, baseline: DriftBaseline | None = None
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        output: KafkaOutput,
+        retrieval_drift: RetrievalObserver | None = None,
     ) -> None:
-        """`baseline`: `alerts.drift.baseline_file` as loaded (once, by the sidecar: the drift stage
-        uses it too); None: no retrieval reference is pinned."""
+        """`retrieval_drift`: where every record's retrieval goes (the drift stage's monitor, built
+        by the wiring); None: no retrieval drift is watched."""
         self.settings = settings
         self.metrics = metrics
         kafka = settings.kafka
@@ -92,9 +63,7 @@ class IngestStage:
         )
         self.sampler = Sampler(settings.sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
-        self.retrieval_drift = RetrievalDriftMonitor.from_baseline(
-            settings.alerts.drift.retrieval, metrics.retrieval_drift, baseline
-        )
+        self.retrieval_drift = retrieval_drift
         spec = SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
         self.source = KafkaSource(
             kafka,
@@ -130,9 +99,9 @@ class IngestStage:
         # per batch: `.labels()` and a Prometheus observation cost more than the rest of a
         # record's accounting. Both label sets are bounded, so this dict is too.
         self._series: dict[tuple[str, str], RecordSeries] = {}
-        self._labels: dict[tuple[str, str], tuple[str, str, bool, RecordSeries]] = {}  # by raw values
-        self._lag = HistogramTally(metrics.record_lag)
-        self._account: Callable[..., int] | None = ACCOUNT
+        # The per-record state (labels by raw values, sampler, retrieval drift, lag), compiled or not.
+        self.accounting = Accounting(self.sampler, retrieval_drift, HistogramTally(metrics.record_lag))
+        self._account: Callable[[list[Finished], int, float], int] | None = self.accounting.account
         self.records_seen = 0
 
     async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
@@ -244,7 +213,7 @@ class IngestStage:
         behind."""
         for series in self._series.values():
             series.flush()
-        self._lag.flush()
+        self.accounting.lag.flush()
 
     async def _flush(self, force: bool = False) -> None:
         await self.samples.flush(force)
@@ -262,13 +231,14 @@ class IngestStage:
             ref.release()
 
     def _finish_all(self, finished: list[Finished], now: float) -> None:
-        """`_finish` each; where `_accounting.c` was built, it counts those that take the common
-        path (the same objects written the same way) and hands `_finish` the others."""
+        """`_finish` each; where the accounting is the compiled twin, its `account` counts those
+        that take the common path (the same objects written the same way) and hands `_finish` the
+        others (the reference's hands it all)."""
         account = self._account
         i, n = 0, len(finished)
         while i < n:
             if account is not None:
-                j = account(finished, i, now, self._labels, self.sampler, self.retrieval_drift, self._lag)
+                j = account(finished, i, now)
                 self.records_seen += j - i
                 if j == n:
                     return
@@ -296,7 +266,7 @@ class IngestStage:
                 record.query_type = self.classifier(record.query)
                 source = "rules"
         key = (record.service, record.query_type)
-        labels = self._labels.get(key)
+        labels = self.accounting.labels.get(key)
         if labels is None:
             labels = self._bound(key)
         service, qt, outside, series = labels
@@ -305,22 +275,15 @@ class IngestStage:
                 Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'"
             )
         record.query_type = qt
-        chunks = record.chunks
-        n_chunks = len(chunks)
-        top = chunks[0].score if n_chunks else None
-        series.observe(n_chunks, top)
-        self.retrieval_drift.observe(qt, n_chunks, top)
-        if record.end_ns:
-            self._lag.observe(max(0.0, now - record.end_ns / 1e9))
         self.records_seen += 1
-        probability = self.sampler.decide(record, now)
+        probability = self.accounting.count(record, series, now)
         if probability is None:
             release_all(fin.refs)
             return
         value = encode_sample(record, probability, service, source, now, self._text_limits)
         self.samples.add(record.trace_id.encode(), value, fin.refs)
 
-    def _bound(self, key: tuple[str, str]) -> tuple[str, str, bool, RecordSeries]:
+    def _bound(self, key: tuple[str, str]) -> Labels:
         """Bounded labels and series of a raw (service, query_type), remembered: `bound` gives
         the same answer for a value once it has seen it (allow-lists only grow, to capacity)."""
         service, _ = self.services.bound(key[0])
@@ -328,9 +291,10 @@ class IngestStage:
         series = self._series.get((service, qt))
         if series is None:
             series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
-        if len(self._labels) >= _MAX_RAW_LABELS:
-            self._labels.clear()  # raw values are unbounded; the bounded series are not
-        labels = self._labels[key] = (service, qt, outside, series)
+        cache = self.accounting.labels
+        if len(cache) >= _MAX_RAW_LABELS:
+            cache.clear()  # raw values are unbounded; the bounded series are not
+        labels = cache[key] = (service, qt, outside, series)
         return labels
 
     # -- housekeeping ----------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The ingest stage's compiled record accounting (`_accounting.account`) against `_finish`.
+"""The ingest stage's compiled record accounting (`_accounting.RecordAccounting`) against the
+reference (`accounting.RecordAccounting`, through `IngestStage._finish`).
 
-`IngestStage._finish_all` hands runs of finished traces to `account`, which counts those on
+`IngestStage._finish_all` hands runs of finished traces to the twin's `account`, which counts those on
 `_finish`'s common path (labels known and allowed, a drift slice collecting its reference or frozen
 and not due a check, a record the sampler's decision leaves unsampled: past the window's bound, or
 below it with the signals, length and floor worked out) and stops at the first it leaves to
@@ -24,10 +25,11 @@ from aiokafka import TopicPartition
 from prometheus_client import generate_latest
 
 from monitor.config import load_settings
-from monitor.drift.retrieval import SliceDrift
+from monitor.drift.retrieval import RetrievalDriftMonitor, SliceDrift
+from monitor.ingest.accounting import ACCOUNTING, RecordAccounting
 from monitor.ingest.assemble import Finished
 from monitor.ingest.sampler import trace_fraction
-from monitor.ingest.stage import ACCOUNT, IngestStage
+from monitor.ingest.stage import IngestStage
 from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
@@ -35,8 +37,9 @@ from monitor.model import Chunk, RagRecord, Reject
 
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 PURE = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")
+COMPILED = ACCOUNTING == "compiled"
 pytestmark = pytest.mark.skipif(
-    ACCOUNT is None and (PURE or not REQUIRED), reason="compiled record accounting unused"
+    not COMPILED and (PURE or not REQUIRED), reason="compiled record accounting unused"
 )
 
 TP = TopicPartition("spans", 0)
@@ -52,7 +55,7 @@ ANSWERS = (
 
 def test_the_compiled_accounting_was_built() -> None:
     if REQUIRED and not PURE:
-        assert ACCOUNT is not None, "monitor.ingest._accounting was not built"
+        assert COMPILED, "monitor.ingest._accounting was not built"
 
 
 def make_stage(account: bool) -> tuple[IngestStage, KafkaOutput, list[int]]:
@@ -83,9 +86,13 @@ def make_stage(account: bool) -> tuple[IngestStage, KafkaOutput, list[int]]:
         },
     )
     output = KafkaOutput(settings.kafka)  # never started: samples stay queued
-    st = IngestStage(settings, Metrics(), output)
+    metrics = Metrics()
+    retrieval = RetrievalDriftMonitor(settings.alerts.drift.retrieval, metrics.retrieval_drift)
+    st = IngestStage(settings, metrics, output, retrieval)
+    assert type(st.accounting) is not RecordAccounting  # the compiled twin
     handled = [0]
-    if not account:
+    if not account:  # the reference: every record through `_finish` and the pure-Python `count`
+        st.accounting = RecordAccounting(st.sampler, retrieval, st.accounting.lag)
         st._account = None
     else:
         compiled = st._account
@@ -162,19 +169,19 @@ def state(st: IngestStage, output: KafkaOutput) -> dict[str, Any]:
             list(s.extra),
             [(f.floor_p, f.median, f.bound, f.mults) for f in (s.cur, s.prev, s.unknown)],
         )
-        for qt, s in st.sampler._slices.items()
+        for qt, s in st.sampler.slices.items()
     }
     drift = {
         qt: (
             d.frozen,
             d.counts_seen,
             d.scores_seen,
-            d._count_bins,
-            d._score_bins,
-            d._count_ring,
-            d._score_ring,
-            d._pos,
-            d._until_check,
+            d.count_bins,
+            d.score_bins,
+            d.count_ring,
+            d.score_ring,
+            d.pos,
+            d.until_check,
         )
         for qt, d in st.retrieval_drift.slices.items()
     }
@@ -228,19 +235,15 @@ async def test_a_record_off_the_common_path_is_left_untouched(collecting: bool) 
     now = batches[-1][0]
     if collecting:
         drift = st.retrieval_drift
+        assert isinstance(drift, RetrievalDriftMonitor)
         drift.slices["lookup"] = SliceDrift(drift.policy, [3, 1, 2], [0.5, None, 0.7])
     tid = next(t for t in (f"{i:032x}" for i in range(10_000)) if trace_fraction(t) < 0.01)
     chunks = [Chunk("c1", "x", 0.8)]
     record = RagRecord(tid, "0" * 16, "svc-a", "q", "lookup", chunks, "a", start_ns=int(now * 1e9))
     ref = MessageRef(TP, 0)
-    assert st._account is not None and ("svc-a", "lookup") in st._labels
+    assert st._account is not None and ("svc-a", "lookup") in st.accounting.labels
     before = state(st, output)
-    assert (
-        st._account(
-            [Finished(tid, record, None, [ref])], 0, now, st._labels, st.sampler, st.retrieval_drift, st._lag
-        )
-        == 0
-    )
+    assert st._account([Finished(tid, record, None, [ref])], 0, now) == 0
     assert state(st, output) == before
     assert record.query_type == "lookup" and ref.holds == 1
     st._finish_all([Finished(tid, record, None, [ref])], now)  # `_finish` samples it
@@ -255,7 +258,7 @@ def test_compiled_holds_are_the_references(seed: int) -> None:
     gaps, repeats and a bound or none; a run stops at a message whose offset is not an int."""
     from types import SimpleNamespace
 
-    from monitor.ingest.stage import NEW_REFS
+    from monitor.ingest.accounting import NEW_REFS
     from monitor.kafka.offsets import new_refs
 
     assert NEW_REFS is not new_refs
