@@ -36,9 +36,11 @@ from fake_llm import (
 )
 
 from monitor.judge import create_judge
-from monitor.judge.base import SYSTEM_PROMPT, TOOL_NAME, output_schema
-from monitor.judge.model import Judgement, JudgeOutcome
-from monitor.judge.openai_judge import _retry_after
+from monitor.judge.model import Judgement
+from monitor.judge.output import output_schema
+from monitor.judge.prompt import SYSTEM_PROMPT, TOOL_NAME
+from monitor.llm.outcome import JudgeOutcome
+from monitor.llm.retry import retry_after as _retry_after
 from monitor.model import Chunk
 
 # -- Anthropic ----------------------------------------------------------------------------------------
