@@ -262,7 +262,7 @@ class JudgeConfig(_Section):
     budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
-    # prices... (monitor/judge/base.py LLMJudgeConfig). Prefer api_key_file or the environment
+    # prices... (monitor/judge/llm_judge.py LLMJudgeConfig). Prefer api_key_file or the environment
     # variable over a key in this file.
     options: dict[str, Any] = Field(default_factory=dict)
 

@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.cli import app
 from monitor.golden.gauges import GoldenGauges
-from monitor.judge.batches import BatchCollector, BatchStats
+from monitor.judge.batches import BatchCollector
+from monitor.llm.batches import BatchStats
 from monitor.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent

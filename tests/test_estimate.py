@@ -22,7 +22,8 @@ from monitor.estimate import (
     wilson,
 )
 from monitor.ingest.sampler import Sampler, SamplingPolicy
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import Judgement
+from monitor.llm.outcome import JudgeOutcome
 from monitor.model import Chunk, RagRecord
 
 Z95 = 1.959963984540054

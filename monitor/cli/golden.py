@@ -521,6 +521,7 @@ def synthesize_cmd(
     unless the estimate is within --max-usd or --yes is given. Exit 0 rows written, 1 none kept
     (the drops say why), 2 bad input or cost refused (nothing written)."""
     from monitor.golden.synthesize import (
+        LLM_GENERATORS,
         make_generator,
         plan,
         quotas_for,
@@ -529,6 +530,7 @@ def synthesize_cmd(
         synthesize,
         write_rows,
     )
+    from monitor.judge import llm_judge_config
 
     if rows is not None and per_type is not None:
         _err("--rows and --per-type exclude each other")
@@ -558,7 +560,8 @@ def synthesize_cmd(
             raise typer.Exit(2)
         known = list(check.rows)
     try:
-        gen = make_generator(generator, cfg.judge_options, read.chunks)
+        llm = llm_judge_config(generator, cfg.judge_options) if generator in LLM_GENERATORS else None
+        gen = make_generator(generator, read.chunks, llm)
     except (ValueError, ValidationError) as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

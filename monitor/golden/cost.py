@@ -4,13 +4,13 @@ what it did cost.
 The estimate is an **upper bound of a run in which every judged row takes one request** (no
 retry, no repair), from what each request sends — the judge's own prompt for that row, built as
 it will be sent (escaped, clipped), the fixed instructions and the output definition — by the
-judge budget's rule (`LLMJudgeBase.cost_bound`): Claude's and OpenAI's tokenizers are byte-level
-BPE, so a text never costs more tokens than its UTF-8 bytes, plus the same allowance for what the
-API wraps around a request. Output is bounded by `max_tokens`, where the API stops. USD prices
-input at the dearer of plain input and cache write, so the bound holds whatever the prompt cache
-does. Retries (429/5xx/timeouts) and the repair of an invalid output are not in it: the worst case
-with every one of them (what the budget reserves) is shown beside it, and the actual, measured
-afterwards, includes whatever happened.
+judge budget's rule (`monitor.llm.usage`, as `LLMJudgeBase.cost_bound` uses it): Claude's and
+OpenAI's tokenizers are byte-level BPE, so a text never costs more tokens than its UTF-8 bytes,
+plus the same allowance for what the API wraps around a request. Output is bounded by
+`max_tokens`, where the API stops. USD prices input at the dearer of plain input and cache write,
+so the bound holds whatever the prompt cache does. Retries (429/5xx/timeouts) and the repair of an
+invalid output are not in it: the worst case with every one of them (what the budget reserves) is
+shown beside it, and the actual, measured afterwards, includes whatever happened.
 
 How tight: on English prompts a token is 3–4 bytes, so input is over-estimated ≈ 3–4×; output
 is `max_tokens` per row against the few hundred tokens a claim list takes, and dominates the USD
@@ -25,16 +25,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from monitor.judge.base import (
-    _MESSAGE_OVERHEAD_TOKENS,
-    _REQUEST_OVERHEAD_TOKENS,
-    Judge,
-    LLMJudgeBase,
-    LLMJudgeConfig,
-    Price,
-    price_for,
-)
+from monitor.judge import Judge
+from monitor.judge.llm_judge import LLMJudgeBase
 from monitor.judge.metered import MeteredJudge
+from monitor.llm.config import ClientConfig
+from monitor.llm.usage import Price, input_bound, price_for, usd_bound
 from monitor.metrics import JudgeMetrics
 from monitor.model import RagRecord
 
@@ -127,15 +122,14 @@ def estimate_cost(records: Sequence[RagRecord], judge: Judge) -> CostEstimate | 
     sent = []
     worst = 0.0
     for record in records:
-        prompt = llm._prompt(record)
-        sent.append(len(prompt.system.encode()) + len(prompt.user.encode()) + llm._format_bytes)
+        sent.append(llm.sent_bytes(record))
         worst += llm.cost_bound(record).usd or 0.0  # None only without a price: no worst then
     return estimate_requests(llm.name, llm.config, sent, worst_usd=worst)
 
 
 def estimate_requests(
     backend: str,
-    config: LLMJudgeConfig,
+    config: ClientConfig,
     sent_bytes: Sequence[int],
     *,
     worst_usd: float | None = None,
@@ -147,12 +141,12 @@ def estimate_requests(
 
     `worst_usd`: the caller's bound with every retry and repair; None: every request tried
     1 + max_retries times, no repair."""
-    tokens_in = sum(s + _REQUEST_OVERHEAD_TOKENS + 2 * _MESSAGE_OVERHEAD_TOKENS for s in sent_bytes)
+    tokens_in = sum(input_bound(s) for s in sent_bytes)
     tokens_out = len(sent_bytes) * config.max_tokens
     price = price_for(config.model, config.prices)
     usd = worst = None
     if price is not None:
-        usd = (tokens_in * max(price.input, price.cache_write) + tokens_out * price.output) / 1e6
+        usd = usd_bound(tokens_in, tokens_out, price)
         worst = worst_usd if worst_usd is not None else usd * (1 + config.max_retries)
     n = len(sent_bytes)
     return CostEstimate(

@@ -37,7 +37,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
@@ -48,20 +48,17 @@ from monitor.golden.baselines import STOP_WORDS
 from monitor.golden.cost import CostActual, CostEstimate, estimate_requests
 from monitor.golden.schema import ChunkText, GoldenRow, Issue
 from monitor.golden.targets import Target, TargetError
-from monitor.judge.base import (
-    LLMJudgeConfig,
-    Redactor,
-    cost_usd,
-    escape_data,
-    json_bytes,
-    price_for,
-)
-from monitor.judge.model import TokenUsage
+from monitor.llm.chat import ChatFailed, OpenAIClientConfig, chat_client, chat_payload, chat_usage, post_chat
+from monitor.llm.config import ClientConfig
+from monitor.llm.fence import escape_data
+from monitor.llm.redact import Redactor
+from monitor.llm.usage import TokenUsage, cost_usd, json_bytes, price_for
 
 if TYPE_CHECKING:
     from anthropic.types import ToolParam
 
 __all__ = [
+    "LLM_GENERATORS",
     "REASONS",
     "SYNTHETIC",
     "UNANSWERABLE",
@@ -497,15 +494,16 @@ class LLMGenerator:
 
     query_types = ("lookup", "exact_match", "abstractive", "comparison", "multi_hop", UNANSWERABLE)
 
-    def __init__(self, backend: Literal["anthropic", "openai"], options: Mapping[str, Any]) -> None:
-        self.name = backend
-        self.config: LLMJudgeConfig
+    def __init__(self, config: ClientConfig) -> None:
+        """`config`: an `OpenAIClientConfig` calls an OpenAI-compatible server, any other the
+        Anthropic Messages API."""
+        self.config = config
+        self.name = "openai" if isinstance(config, OpenAIClientConfig) else "anthropic"
         key: str | None
-        if backend == "anthropic":
-            from monitor.judge.anthropic_judge import AnthropicJudgeConfig, messages_client
+        if not isinstance(config, OpenAIClientConfig):
+            from monitor.llm.messages import messages_client
 
-            self.config = AnthropicJudgeConfig.model_validate(dict(options))
-            key, self._anthropic = messages_client(self.config)
+            key, self._anthropic = messages_client(config)
             self._tool: ToolParam = {
                 "name": TOOL_NAME,
                 "description": _TOOL_DESCRIPTION,
@@ -513,10 +511,7 @@ class LLMGenerator:
             }
             self._format: dict[str, Any] = dict(self._tool)
         else:
-            from monitor.judge.openai_judge import OpenAIJudgeConfig, chat_client
-
-            cfg = OpenAIJudgeConfig.model_validate(dict(options))
-            self.config = self._openai = cfg
+            cfg = self._openai = config
             key = cfg.resolve_api_key("OPENAI_API_KEY")
             self._http = chat_client(cfg, key)
             self._format = {
@@ -615,20 +610,12 @@ class LLMGenerator:
         return tool.input
 
     async def _ask_openai(self, task: Task) -> Any:
-        from monitor.judge.openai_judge import ChatFailed, chat_usage, post_chat
-
         cfg = self._openai
-        payload: dict[str, Any] = {
-            "model": cfg.model,
-            "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": self.prompt(task)},
-            ],
-            "response_format": self._format,
-            cfg.max_tokens_field: cfg.max_tokens,
-        }
-        if cfg.temperature is not None:
-            payload["temperature"] = cfg.temperature
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": self.prompt(task)},
+        ]
+        payload = chat_payload(cfg, messages, self._format)
         try:
             body = await post_chat(self._http, cfg, payload)
         except ChatFailed as exc:
@@ -653,13 +640,19 @@ class LLMGenerator:
             await self._http.aclose()
 
 
-def make_generator(kind: str, options: Mapping[str, Any], chunks: Sequence[SourceChunk]) -> Generator:
-    """`template` (offline), `anthropic` or `openai` (options: the judge's, `judge_options`).
-    ValueError for an unknown kind, a bad option or a missing key: before anything is sent."""
+LLM_GENERATORS = ("anthropic", "openai")
+
+
+def make_generator(kind: str, chunks: Sequence[SourceChunk], llm: ClientConfig | None = None) -> Generator:
+    """`template` (offline), or one of `LLM_GENERATORS` configured by `llm` (the judge's settings,
+    `judge_options`, validated by the caller as that judge takes them). ValueError for an unknown
+    kind or a missing key: before anything is sent."""
     if kind == "template":
         return TemplateGenerator(chunks)
-    if kind in ("anthropic", "openai"):
-        return LLMGenerator("anthropic" if kind == "anthropic" else "openai", options)
+    if kind in LLM_GENERATORS:
+        if llm is None or isinstance(llm, OpenAIClientConfig) != (kind == "openai"):
+            raise ValueError(f"the {kind} generator needs the {kind} client's settings")
+        return LLMGenerator(llm)
     raise ValueError(f"unknown generator {kind!r}: expected template, anthropic or openai")
 
 

@@ -7,22 +7,25 @@ The LLM backends are imported lazily by `create_judge`, so the offline judge nee
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
-from monitor.judge.base import Judge, skip_reason
 from monitor.judge.lexical import LexicalJudge
-from monitor.judge.model import CHECKS, Claim, Judgement, JudgeOutcome, TokenUsage
+from monitor.judge.model import CHECKS, Claim, Judgement
+from monitor.judge.protocol import Judge, skip_reason
+
+if TYPE_CHECKING:
+    from monitor.judge.llm_judge import LLMJudgeConfig
 
 __all__ = [
     "CHECKS",
     "Claim",
     "Judge",
     "JudgeKind",
-    "JudgeOutcome",
     "Judgement",
     "LexicalJudge",
-    "TokenUsage",
     "create_judge",
+    "llm_judge_config",
     "skip_reason",
 ]
 
@@ -47,3 +50,18 @@ def create_judge(kind: JudgeKind | str, config: dict[str, Any] | None = None) ->
 
         return OpenAIJudge(OpenAIJudgeConfig.model_validate(config))
     raise ValueError(f"unknown judge {kind!r}: expected lexical, anthropic or openai")
+
+
+def llm_judge_config(kind: str, options: Mapping[str, Any]) -> LLMJudgeConfig:
+    """`options` validated as the LLM judge `kind` takes them (pydantic's ValidationError for a bad
+    one), without creating the judge: for callers configured like the judge (``judge_options``)
+    that build their own calls, such as the golden-set synthesizer."""
+    if kind == "anthropic":
+        from monitor.judge.anthropic_judge import AnthropicJudgeConfig
+
+        return AnthropicJudgeConfig.model_validate(dict(options))
+    if kind == "openai":
+        from monitor.judge.openai_judge import OpenAIJudgeConfig
+
+        return OpenAIJudgeConfig.model_validate(dict(options))
+    raise ValueError(f"no LLM judge {kind!r}: expected anthropic or openai")

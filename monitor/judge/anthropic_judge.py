@@ -11,91 +11,41 @@ expect ``cache_read`` to stay 0 unless the instructions grow — the marker then
 Retries of 408/409/429/5xx and timeouts are the SDK's (``max_retries``; it honours ``retry-after``
 and ``retry-after-ms``); a per-judgement deadline bounds the total, including those waits. Each try
 is an API request the provider counts against its rate limits, so a request hook on the SDK's HTTP
-client counts every one in `Judgement.requests` (`base.count_request`). A tool input that fails
+client counts every one in `Judgement.requests` (`llm_judge.count_request`). A tool input that fails
 validation gets one repair request (the model's own tool call answered with an ``is_error`` tool
 result naming the problem) before the judgement is ``invalid_output``; so does a valid one whose
-claims leave part of the answer out (`base.LLMJudgeBase._coverage_problem`; one repair in all).
+claims leave part of the answer out (`prompt.coverage_problem`; one repair in all). The client, its
+error outcomes and the Message Batches client are `monitor.llm`'s.
 """
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any
 
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam, ToolUseBlock
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from pydantic import Field, model_validator
 
-from monitor.judge.base import (
-    TOOL_DESCRIPTION,
-    TOOL_NAME,
-    CallState,
-    LLMJudgeBase,
-    LLMJudgeConfig,
-    RecordMeta,
-    Redactor,
-    count_request,
-    json_bytes,
-    outcome_for_error,
-    output_schema,
-    parse_output,
-    repair_message,
-    system_prompt,
-)
-from monitor.judge.batches import (
-    BATCH_DEADLINE_SECONDS,
-    RETRYABLE,
-    Batcher,
-    BatchOptions,
-    BatchStats,
-    MissingResult,
-    batch_price,
-    error_detail,
-)
-from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
+from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig, count_request
+from monitor.judge.model import Judgement, JudgeOutput
+from monitor.judge.output import output_schema, parse_output
+from monitor.judge.prompt import TOOL_DESCRIPTION, TOOL_NAME, coverage_problem, repair_message, system_prompt
+from monitor.judge.protocol import RecordMeta
+from monitor.llm.batches import RETRYABLE, Batcher, BatchStats, MissingResult, batch_price, error_detail
+from monitor.llm.messages import AnthropicClientConfig, error_outcome, messages_client
+from monitor.llm.outcome import JudgeOutcome
+from monitor.llm.redact import Redactor
+from monitor.llm.usage import TokenUsage, json_bytes
 from monitor.model import RagRecord
 
-__all__ = ["DEFAULT_ANTHROPIC_MODEL", "AnthropicJudge", "AnthropicJudgeConfig"]
-
-DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
+__all__ = ["AnthropicJudge", "AnthropicJudgeConfig"]
 
 
-class AnthropicJudgeConfig(LLMJudgeConfig):
-    """`base_url` None: the SDK's choice (``ANTHROPIC_BASE_URL``, else the public API).
-    Key: `api_key`, else `api_key_file`, else ``ANTHROPIC_API_KEY``."""
-
-    model: str = DEFAULT_ANTHROPIC_MODEL
-    batch: BatchOptions = Field(default_factory=BatchOptions)
-
-    @model_validator(mode="after")
-    def _batch_defaults(self) -> Self:
-        """Batch mode's own defaults for what was not set: a deadline the API's 24 hours fit in,
-        and room in flight for a full batch."""
-        if self.batch.enabled:
-            if "deadline_seconds" not in self.model_fields_set:
-                self.deadline_seconds = BATCH_DEADLINE_SECONDS
-            if "max_concurrency" not in self.model_fields_set:
-                self.max_concurrency = self.batch.max_requests
-        return self
-
-
-def messages_client(config: LLMJudgeConfig, **kwargs: Any) -> tuple[str, anthropic.AsyncAnthropic]:
-    """The configured key (ValueError without one) and an SDK client using it."""
-    key = config.resolve_api_key("ANTHROPIC_API_KEY")
-    if key is None:
-        raise ValueError("no Anthropic API key: set ANTHROPIC_API_KEY, or api_key / api_key_file")
-    # An explicit key: the SDK then consults no other credential source (profiles, federation).
-    client = anthropic.AsyncAnthropic(
-        api_key=key,
-        base_url=config.base_url,
-        timeout=config.timeout_seconds,
-        max_retries=config.max_retries,
-        # No SDK spans of our own calls: a monitor whose process exports traces to the topic it
-        # reads would otherwise ingest its judge (or generator) as gen_ai traffic.
-        open_telemetry=False,
-        **kwargs,
-    )
-    return key, client
+class AnthropicJudgeConfig(AnthropicClientConfig, LLMJudgeConfig):
+    """The Anthropic client's settings (`monitor.llm.messages.AnthropicClientConfig`: model, base
+    URL, key from `api_key`, `api_key_file` or ``ANTHROPIC_API_KEY``, Message Batches) and the
+    judge's (`LLMJudgeConfig`). The client comes first in the bases: its defaults (the model) win
+    over the judge's inherited required fields."""
 
 
 class AnthropicJudge(LLMJudgeBase):
@@ -173,7 +123,7 @@ class AnthropicJudge(LLMJudgeBase):
                 else:
                     output, problem = parse_output(tool.input, prompt.chunk_ids, cfg.query_types)
                     if output is not None:
-                        problem = "" if attempt else self._coverage_problem(output, prompt)
+                        problem = "" if attempt else coverage_problem(output, prompt)
                         if not problem:
                             return self._ok(output, meta, state, prompt, coverage_asked=pending is not None)
                         pending = (output, state.raw)
@@ -223,26 +173,8 @@ class AnthropicJudge(LLMJudgeBase):
 
     def _failure(self, exc: anthropic.AnthropicError, meta: RecordMeta, state: CallState) -> Judgement:
         """The failed judgement of an SDK error (never its text beyond the API's own message)."""
-        cfg = self.config
-        if isinstance(exc, anthropic.APITimeoutError):
-            return self._fail(
-                JudgeOutcome.TIMEOUT,
-                f"request timed out after {cfg.timeout_seconds:g}s ({cfg.max_retries} retries)",
-                meta,
-                state,
-            )
-        if isinstance(exc, anthropic.APIStatusError):
-            outcome = outcome_for_error(exc.status_code, f"{exc.type} {exc.api_message}")
-            detail = f"HTTP {exc.status_code}"
-            if exc.type:
-                detail += f" {exc.type}"
-            if exc.api_message:
-                detail += f": {exc.api_message[:200]}"
-            return self._fail(outcome, detail, meta, state)
-        if isinstance(exc, anthropic.APIConnectionError):
-            return self._fail(JudgeOutcome.CONNECTION_ERROR, type(exc).__name__, meta, state)
-        # credentials, response validation: never the text
-        return self._fail(JudgeOutcome.CLIENT_ERROR, type(exc).__name__, meta, state)
+        outcome, detail = error_outcome(exc, self.config)
+        return self._fail(outcome, detail, meta, state)
 
     @staticmethod
     def _repair(user: str, tool: ToolUseBlock | None, problem: str) -> list[MessageParam]:

@@ -19,7 +19,7 @@ from enum import StrEnum
 from prometheus_client import Gauge
 
 from monitor.config import BreakerConfig
-from monitor.judge.model import JudgeOutcome
+from monitor.llm.outcome import JudgeOutcome
 
 log = logging.getLogger(__name__)
 

@@ -41,15 +41,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from monitor.judge.model import Judgement
+from monitor.judge.protocol import Judge
 from monitor.model import RagRecord
-
-if TYPE_CHECKING:  # base imports Cost from here
-    from monitor.judge.base import Judge
 
 __all__ = [
     "DEFAULT_USD_PER_DAY",

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.ingest.decode import Encoding, decode
-from monitor.judge.base import Judge
 from monitor.judge.model import Judgement
+from monitor.judge.protocol import Judge
 from monitor.model import RagRecord
 
 __all__ = [

@@ -70,8 +70,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-from monitor.judge.base import MAX_CHUNK_CHARS, MAX_CHUNKS, clip_record
 from monitor.judge.model import Claim, Judgement, Quote, Verdict
+from monitor.judge.prompt import MAX_CHUNK_CHARS, MAX_CHUNKS, clip_record
 from monitor.model import RagRecord
 
 __all__ = ["ABBREVIATIONS", "SENTENCE_END", "LexicalJudge", "is_refusal", "split_claims"]
@@ -599,7 +599,7 @@ class LexicalJudge:
         supported when the sentence holding it scores at least `terse_alignment` of the best
         sentence's question score (weighted question words in the sentence and near the answer).
         `max_chunks` and `max_chunk_chars` clip what is read as an LLM judge's prompt is clipped
-        (`base.clip_record`; the judgement's `raw.clipped` says what was cut): the work grows
+        (`prompt.clip_record`; the judgement's `raw.clipped` says what was cut): the work grows
         faster than the text, and a 150 KB answer would otherwise hold the CPU for longer than a
         Kafka session lasts. `query_types` is accepted so one `judge.options` section serves every
         backend, and ignored: word overlap has no label of its own to give, so `judged_query_type` stays None

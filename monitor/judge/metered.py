@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from monitor.judge.base import Judge, RecordMeta
 from monitor.judge.budget import Cost, JudgeBudget, cost_bound
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import Judgement
+from monitor.judge.protocol import Judge, RecordMeta
+from monitor.llm.outcome import JudgeOutcome
 from monitor.metrics import JudgeMetrics
 from monitor.model import RagRecord
 

@@ -5,7 +5,7 @@ Two layers, on purpose:
 - `JudgeOutput` / `ClaimVerdict` (pydantic): the boundary. An LLM judge's structured output is
   untrusted input; it is validated here (and against the record: a cited chunk must exist, every
   shown chunk is rated once) before anything is scored. Its JSON schema is what the LLM is asked
-  to produce (`base.output_schema`), minus the field descriptions: they document the fields here,
+  to produce (`output.output_schema`), minus the field descriptions: they document the fields here,
   and the numbered steps of the system prompt are what tell the model what each field means.
 - `LabelledJudgeOutput`: the same plus the judge's own query-type label, asked for only when an
   allow-list is configured; `labelled_output_model` narrows the label to that list, so a label
@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from monitor.judge.evidence import EvidenceFailure, check_evidence
+from monitor.llm.outcome import JudgeOutcome
+from monitor.llm.usage import TokenUsage
 
 if TYPE_CHECKING:
-    from anthropic.types import Usage as AnthropicUsage
-
     from monitor.judge.citations import CitationReport
 
 log = logging.getLogger(__name__)
@@ -52,13 +52,11 @@ __all__ = [
     "Claim",
     "ClaimVerdict",
     "Evidence",
-    "JudgeOutcome",
     "JudgeOutput",
     "Judgement",
     "LabelledJudgeOutput",
     "Quote",
     "SelfEvaluationGuard",
-    "TokenUsage",
     "Verdict",
     "is_self_judged",
     "labelled_output_model",
@@ -73,23 +71,6 @@ MAX_CLAIMS = 40
 MAX_CLAIM_CHARS = 1000
 MAX_QUOTES = 4  # per claim: a comparison or multi-hop claim cites two or three chunks
 MAX_QUOTE_CHARS = 1000
-
-
-class JudgeOutcome(StrEnum):
-    """How a judgement ended: the `outcome` label of ragmon_judge_requests_total (closed set)."""
-
-    OK = "ok"
-    RATE_LIMITED = "rate_limited"  # HTTP 429 after the client's retries
-    OVERLOADED = "overloaded"  # HTTP 529 (Anthropic's "overloaded_error")
-    SERVER_ERROR = "server_error"  # other 5xx
-    TIMEOUT = "timeout"  # request timeout or the per-judgement deadline
-    INVALID_OUTPUT = "invalid_output"  # schema-invalid / truncated output, also after one repair
-    CLIENT_ERROR = "client_error"  # other 4xx: bad model, bad request
-    AUTH_ERROR = "auth_error"  # HTTP 401/403: the key is wrong, revoked or lacks permission
-    BILLING_ERROR = "billing_error"  # 402, or a refusal for credit or quota: the account, not the record
-    CONNECTION_ERROR = "connection_error"  # refused, reset, DNS
-    INTERNAL_ERROR = "internal_error"  # a bug on our side, caught so the pipeline goes on
-    BUDGET_EXHAUSTED = "budget_exhausted"  # the judge budget had no room: nothing sent or counted
 
 
 class Verdict(StrEnum):
@@ -366,44 +347,6 @@ class Claim:
             return cls(verdict.text, Verdict.NOT_IN_CONTEXT, evidence=quotes, note=failure.value)
         ids = list(dict.fromkeys(c for c, _ in pairs))
         return cls(verdict.text, said, chunk_ids=ids, evidence=quotes)
-
-
-@dataclass(slots=True)
-class TokenUsage:
-    """Tokens billed for one judgement, over all its API calls.
-
-    `input` excludes cached tokens in every backend (Anthropic reports it that way; the OpenAI
-    judge subtracts `cached_tokens`), so the four add up to what was sent and received.
-    """
-
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-
-    @classmethod
-    def of_anthropic(cls, usage: AnthropicUsage) -> TokenUsage:
-        """A Messages API response's `usage` (cache counts may be null)."""
-        return cls(
-            input=usage.input_tokens,
-            output=usage.output_tokens,
-            cache_read=usage.cache_read_input_tokens or 0,
-            cache_write=usage.cache_creation_input_tokens or 0,
-        )
-
-    def add(self, other: TokenUsage) -> None:
-        self.input += other.input
-        self.output += other.output
-        self.cache_read += other.cache_read
-        self.cache_write += other.cache_write
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "input": self.input,
-            "output": self.output,
-            "cache_read": self.cache_read,
-            "cache_write": self.cache_write,
-        }
 
 
 @dataclass(slots=True)

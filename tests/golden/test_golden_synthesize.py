@@ -288,6 +288,21 @@ def test_llm_cost_over_the_limit_sends_nothing(service: str, api: FakeAPI, tmp_p
     assert api.requests == [] and not (tmp_path / "llm.jsonl").exists()
 
 
+def test_llm_options_are_read_as_the_judge_reads_them(service: str, api: FakeAPI, tmp_path: Path) -> None:
+    """`judge_options` hold the judge's settings: its own (what of a record it shows) pass, though
+    the generator has no use for them; a misspelt one stops the run before anything is sent."""
+    config = tmp_path / "synth.yaml"
+    base = {"base_url": f"{api.url}/v1", "api_key": api.key}
+    args = ("--corpus", str(CORPUS), "--generator", "openai", "--config", str(config))
+    config.write_text(json.dumps({"judge_options": {**base, "max_chunks": 3, "query_types": ["lookup"]}}))
+    judges = synthesize(service, tmp_path / "a.jsonl", *args)
+    assert judges.exit_code == 2 and "an LLM synthesis costs money" in judges.output, judges.output
+    config.write_text(json.dumps({"judge_options": {**base, "max_tokns": 256}}))
+    typo = synthesize(service, tmp_path / "b.jsonl", *args, "--yes")
+    assert typo.exit_code == 2 and "max_tokns" in typo.output and "costs money" not in typo.output
+    assert api.requests == []
+
+
 def test_openai_compatible_backend(service: str, api: FakeAPI, tmp_path: Path) -> None:
     writer = Writer()
     api.default = lambda path, body: Reply(body=openai_completion(json.dumps(writer.good(body))))

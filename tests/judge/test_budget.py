@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from monitor.judge import LexicalJudge
 from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
-from monitor.judge.base import LLMJudgeBase, build_prompt, escape_data
 from monitor.judge.budget import OFFLINE_COST, BudgetPolicy, Cost, Grant, JudgeBudget, cost_bound
+from monitor.judge.llm_judge import LLMJudgeBase
 from monitor.judge.openai_judge import OpenAIJudge, OpenAIJudgeConfig
+from monitor.judge.prompt import build_prompt
+from monitor.llm.fence import escape_data
 from monitor.model import Chunk, RagRecord
 
 T0 = 1_700_000_000.0

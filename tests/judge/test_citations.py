@@ -260,7 +260,7 @@ def test_a_chunk_the_judge_never_saw_is_unchecked() -> None:
 def test_no_citations_or_a_failed_judgement_give_none() -> None:
     claims = [Claim("Paris is the capital.", Verdict.SUPPORTED, chunk_ids=["doc-1"])]
     assert check_citations(CHUNKS, "Paris is the capital.", judgement(claims)) is None
-    from monitor.judge.model import JudgeOutcome
+    from monitor.llm.outcome import JudgeOutcome
 
     failed = Judgement.failed(
         JudgeOutcome.TIMEOUT, "t", trace_id="a", query_type="q", service="s", backend="b", model="m"

@@ -29,12 +29,14 @@ from fake_llm import (
 from prometheus_client import CollectorRegistry
 
 from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
-from monitor.judge.base import TOOL_NAME
-from monitor.judge.batches import BATCH_DEADLINE_SECONDS, BatchCollector
+from monitor.judge.batches import BatchCollector
 from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
 from monitor.judge.metered import MeteredJudge
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import Judgement
+from monitor.judge.prompt import TOOL_NAME
 from monitor.judge.stage import JudgeStage
+from monitor.llm.batches import BATCH_DEADLINE_SECONDS
+from monitor.llm.outcome import JudgeOutcome
 from monitor.metrics import JudgeMetrics
 
 # An entry's result, as the server builds it: (custom_id, params, how many entries with the same

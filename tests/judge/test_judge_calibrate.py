@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support import workload_labels
 
-from monitor.judge import Judgement, JudgeOutcome, LexicalJudge
+from monitor.judge import Judgement, LexicalJudge
 from monitor.judge.calibrate import (
     Confusion,
     Labels,
@@ -23,6 +23,7 @@ from monitor.judge.calibrate import (
     self_agreement,
 )
 from monitor.judge.model import Claim
+from monitor.llm.outcome import JudgeOutcome
 
 META: dict[str, Any] = {"query_type": "lookup", "service": "s", "backend": "t", "model": "m"}
 

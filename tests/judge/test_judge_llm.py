@@ -36,9 +36,11 @@ from fake_llm import (
 )
 
 from monitor.judge import create_judge
-from monitor.judge.base import SYSTEM_PROMPT, TOOL_NAME, output_schema
-from monitor.judge.model import Judgement, JudgeOutcome
-from monitor.judge.openai_judge import _retry_after
+from monitor.judge.model import Judgement
+from monitor.judge.output import output_schema
+from monitor.judge.prompt import SYSTEM_PROMPT, TOOL_NAME
+from monitor.llm.outcome import JudgeOutcome
+from monitor.llm.retry import retry_after
 from monitor.model import Chunk
 
 # -- Anthropic ----------------------------------------------------------------------------------------
@@ -638,12 +640,12 @@ async def test_openai_truncated_twice_is_invalid_output(api: FakeAPI) -> None:
 def test_retry_after_parsing() -> None:
     import httpx
 
-    assert _retry_after(httpx.Headers({"retry-after-ms": "250"})) == 0.25
-    assert _retry_after(httpx.Headers({"retry-after": "3"})) == 3.0
+    assert retry_after(httpx.Headers({"retry-after-ms": "250"})) == 0.25
+    assert retry_after(httpx.Headers({"retry-after": "3"})) == 3.0
     future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
-    assert 25 < (_retry_after(httpx.Headers({"retry-after": future})) or 0) <= 31
-    assert _retry_after(httpx.Headers({"retry-after": "soon"})) is None
-    assert _retry_after(httpx.Headers({})) is None
+    assert 25 < (retry_after(httpx.Headers({"retry-after": future})) or 0) <= 31
+    assert retry_after(httpx.Headers({"retry-after": "soon"})) is None
+    assert retry_after(httpx.Headers({})) is None
 
 
 # -- the API key never leaks ---------------------------------------------------------------------------

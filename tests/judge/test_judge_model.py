@@ -9,38 +9,24 @@ from typing import Any
 
 import pytest
 
-from monitor.judge import CHECKS, Judge, Judgement, JudgeOutcome, LexicalJudge, create_judge, skip_reason
-from monitor.judge.base import (
-    DEFAULT_PRICES,
-    SKIP_NO_ANSWER,
-    SKIP_NO_CONTEXT_CONTENT,
-    SYSTEM_PROMPT,
-    CallState,
-    LLMJudgeBase,
-    LLMJudgeConfig,
-    Price,
-    RecordMeta,
-    Redactor,
-    build_prompt,
-    cost_usd,
-    escape_data,
-    outcome_for_error,
-    outcome_for_status,
-    output_schema,
-    parse_output,
-    price_for,
-    system_prompt,
-)
+from monitor.judge import CHECKS, Judge, Judgement, LexicalJudge, create_judge, skip_reason
 from monitor.judge.evidence import content_words, coverage
+from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig
 from monitor.judge.model import (
     Claim,
     ClaimVerdict,
     Evidence,
     JudgeOutput,
     Quote,
-    TokenUsage,
     Verdict,
 )
+from monitor.judge.output import output_schema, parse_output
+from monitor.judge.prompt import SYSTEM_PROMPT, build_prompt, system_prompt
+from monitor.judge.protocol import SKIP_NO_ANSWER, SKIP_NO_CONTEXT_CONTENT, RecordMeta
+from monitor.llm.fence import escape_data
+from monitor.llm.outcome import JudgeOutcome, outcome_for_error, outcome_for_status
+from monitor.llm.redact import Redactor
+from monitor.llm.usage import DEFAULT_PRICES, Price, TokenUsage, cost_usd, price_for
 from monitor.model import Chunk, RagRecord
 
 META: dict[str, Any] = {

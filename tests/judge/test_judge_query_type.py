@@ -33,8 +33,11 @@ from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
 from monitor.ingest.classify import classify_query
 from monitor.judge import create_judge
-from monitor.judge.base import SYSTEM_PROMPT, LLMJudgeConfig, build_prompt, output_schema, parse_output
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.llm_judge import LLMJudgeConfig
+from monitor.judge.model import Judgement
+from monitor.judge.output import output_schema, parse_output
+from monitor.judge.prompt import SYSTEM_PROMPT, build_prompt
+from monitor.llm.outcome import JudgeOutcome
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,
