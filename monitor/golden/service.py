@@ -21,8 +21,10 @@ from collections.abc import Callable
 
 from monitor.config import GoldenConfig
 from monitor.golden.change import Change
+from monitor.golden.comparison import BaselineError, load_baseline
 from monitor.golden.gauges import GoldenGauges
-from monitor.golden.run import BaselineError, ReplayFailed, ReplayReport, load_baseline, run_replay
+from monitor.golden.replay import ReplayFailed, run_replay
+from monitor.golden.report import ReplayReport
 from monitor.golden.schema import load_golden
 from monitor.golden.targets import make_target
 from monitor.golden.trigger import PATH, GoldenRunner, TriggerEndpoint, load_token
