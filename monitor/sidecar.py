@@ -9,6 +9,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
@@ -26,6 +27,9 @@ from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.outputs.http import Readiness, Route
 from monitor.progress import StageProgress
+
+if TYPE_CHECKING:
+    from monitor.golden.service import GoldenService
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,28 @@ def load_drift_baseline(settings: Settings, metrics: Metrics) -> DriftBaseline |
     baseline = load_baseline(path) if path is not None else None
     metrics.drift.baseline.labels(version=baseline.version if baseline is not None else "none").set(1)
     return baseline
+
+
+def build_golden(settings: Settings, metrics: Metrics, judge_stage: JudgeStage) -> GoldenService | None:
+    """The golden replay beside the judge stage, when `golden.file` and `golden.target` are set:
+    it judges with the stage's judge (same budget, same cost metrics) and runs on the member that
+    owns partition 0 of the samples topic. ValueError: a bad trigger token or replay secret."""
+    golden = settings.golden
+    if golden.file is None or not golden.target:
+        return None
+    # Imported here: a sidecar without a golden set does without the replay's modules.
+    from monitor.golden.gauges import GoldenGauges
+    from monitor.golden.service import GoldenService, load_replay_secret
+
+    return GoldenService(
+        golden,
+        judge_stage.judge,
+        GoldenGauges(metrics.registry),
+        lambda: judge_stage.owns(0),
+        replay_secret=load_replay_secret(golden),
+        samples_topic=settings.pipeline.samples_topic,
+        generator_model=lambda: judge_stage.self_judged_model,
+    )
 
 
 def tune_gc() -> None:
@@ -104,6 +130,9 @@ class Sidecar:
         self.judge_stage = None
         if role in ("all", "judge"):
             self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
+        self.golden = None
+        if self.judge_stage is not None:
+            self.golden = build_golden(settings, self.metrics, self.judge_stage)
 
         self.stages = [s.progress for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
         for stage in self.stages:
@@ -116,12 +145,7 @@ class Sidecar:
     def http_routes(self) -> dict[str, Route]:
         """Routes for the metrics server beside /metrics, /healthz, /readyz: `POST /golden/replay`
         on a judge member with a golden set and a trigger token."""
-        trigger = self.judge_stage.golden_trigger if self.judge_stage is not None else None
-        if trigger is None:
-            return {}
-        from monitor.golden.trigger import PATH
-
-        return {PATH: trigger.handle}
+        return {} if self.golden is None else self.golden.routes()
 
     async def wait_assigned(self) -> None:
         """Until every stage's consumer holds partitions (tests, the demo)."""
@@ -190,7 +214,13 @@ class Sidecar:
                 after_ingest = self._stop_judge_after_ingest(tasks[-1], judge_stop, left)
                 tasks.append(asyncio.create_task(after_ingest, name="judge catch-up"))
         if self.judge_stage is not None:
-            tasks.append(asyncio.create_task(self.judge_stage.run(judge_stop, left), name="judge"))
+            stage_stop = judge_stop
+            if self.golden is not None:
+                # It judges with the stage's judge: it stops first, then the stage (which closes it).
+                golden = asyncio.create_task(self.golden.run(judge_stop), name="golden")
+                stage_stop = asyncio.Event()
+                tasks += [golden, asyncio.create_task(_after(golden, stage_stop), name="judge after golden")]
+            tasks.append(asyncio.create_task(self.judge_stage.run(stage_stop, left), name="judge"))
         if self.drift is not None:
             # Last to stop when here with the judge: it alerts on what the judge just wrote.
             drift_stop = stop if self.judge_stage is None else asyncio.Event()

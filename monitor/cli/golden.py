@@ -32,6 +32,7 @@ from rich.console import Console
 from monitor.files import write_atomic
 from monitor.golden.baselines import BaselineMode, parse_modes
 from monitor.golden.change import Change, parse_change
+from monitor.golden.comparison import BaselineError, GateConfig, load_baseline
 from monitor.golden.cost import (
     CostEstimate,
     CostRefused,
@@ -43,14 +44,8 @@ from monitor.golden.cost import (
 from monitor.golden.cost import approve as approve_cost
 from monitor.golden.gauges import GoldenGauges, last_change_gauge
 from monitor.golden.intervals import IntervalConfig
-from monitor.golden.run import (
-    BaselineError,
-    GateConfig,
-    ReplayFailed,
-    ReplayReport,
-    load_baseline,
-    run_replay,
-)
+from monitor.golden.replay import ReplayFailed, run_replay
+from monitor.golden.report import ReplayReport
 from monitor.golden.schema import GoldenCheck, load_golden
 from monitor.golden.targets import HttpTargetConfig, make_target
 from monitor.judge import Judge

@@ -6,14 +6,10 @@ for the overall group, `metric` from a fixed set, `kind` from the closed set of 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry, Gauge
 
 from monitor.golden.change import CHANGE_KINDS
-
-if TYPE_CHECKING:
-    from monitor.golden.run import ReplayReport
+from monitor.golden.report import ReplayReport
 
 __all__ = ["GAUGE_METRICS", "GoldenGauges", "last_change_gauge"]
 

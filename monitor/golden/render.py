@@ -13,8 +13,10 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from monitor.golden.baselines import Baselines
+from monitor.golden.comparison import MetricChange, Regression
 from monitor.golden.intervals import Interval
-from monitor.golden.run import ALL, MetricChange, Regression, ReplayReport
+from monitor.golden.report import ReplayReport
+from monitor.golden.scores import ALL
 
 __all__ = ["render_report"]
 

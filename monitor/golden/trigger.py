@@ -33,17 +33,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from monitor.files import write_atomic
 from monitor.golden.change import Change, parse_change
+from monitor.golden.report import ReplayReport
 from monitor.outputs.http import Request, Response
-
-if TYPE_CHECKING:
-    from monitor.golden.run import ReplayReport
 
 __all__ = [
     "MIN_TOKEN_BYTES",

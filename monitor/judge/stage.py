@@ -18,11 +18,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from aiokafka import TopicPartition
 
-from monitor.config import GoldenConfig, Settings
+from monitor.config import Settings
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sampler import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
@@ -40,15 +39,9 @@ from monitor.model import Chunk, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
-from monitor.replay_mark import load_secret, secret_from_env
 from monitor.samples import BadSample, decode_sample
 from monitor.slices import BoundedLabel
 from monitor.tasks import cancel_all
-
-if TYPE_CHECKING:
-    from monitor.golden import GoldenGauges, ReplayReport
-    from monitor.golden.change import Change
-    from monitor.golden.trigger import GoldenRunner, TriggerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +127,8 @@ class JudgeStage:
         self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
         self._repeat = jc.repeat_fraction
         self.self_evaluation = SelfEvaluationGuard()
-        # The generator model of the last production record its own model judged: the golden
-        # replay of the same service is then self-judged too (its answers name no model).
+        # The generator model of the last production record its own model judged: a replay of
+        # the same service's answers (which name no model) is then self-judged too.
         self.self_judged_model: str | None = None
         self._queue: asyncio.Queue[_Sample] = asyncio.Queue()  # bounded by pausing: see _admit
         self._judged: asyncio.Queue[_Sample] = asyncio.Queue()
@@ -150,27 +143,6 @@ class JudgeStage:
         self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
         self.judged_seen = 0
         self.written = 0  # samples whose results are written (judged, skipped or failed)
-        self.golden_gauges: GoldenGauges | None = None
-        self.golden_runner: GoldenRunner | None = None
-        self.golden_trigger: TriggerEndpoint | None = None  # POST /golden/replay, with a token
-        self._replay_secret: bytes | None = None  # signs the golden requests' X-RAG-Replay mark
-        golden = settings.golden
-        if golden.file is not None and golden.target:
-            from monitor.golden import GoldenGauges
-            from monitor.golden.trigger import GoldenRunner, TriggerEndpoint, load_token
-
-            self.golden_gauges = GoldenGauges(metrics.registry)
-            leader = TopicPartition(pc.samples_topic, 0)
-            self.golden_runner = GoldenRunner(
-                self._golden_once, lambda: self.source.owns(leader), report_dir=golden.report_dir
-            )
-            secret = golden.trigger_token.get_secret_value() if golden.trigger_token else None
-            self._replay_secret = _golden_replay_secret(golden)
-            token = load_token(golden.trigger_token_file, secret)
-            if token is not None:
-                self.golden_trigger = TriggerEndpoint(
-                    self.golden_runner, token, samples_topic=pc.samples_topic
-                )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -186,9 +158,6 @@ class JudgeStage:
         ]
         tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
         tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
-        if self.golden_runner is not None:
-            self.golden_runner.attach(asyncio.get_running_loop())
-            tasks.append(asyncio.create_task(self._golden_loop(), name="ragmon-golden"))
         try:
             await self.source.consume(stop, self._admit)
             # Samples not yet started are left for the next owner; those being judged finish.
@@ -198,14 +167,18 @@ class JudgeStage:
                 log.warning("shutdown: %d judgements unfinished; their samples are re-read", self._held)
         finally:
             await cancel_all(tasks)
-            if self.golden_runner is not None:
-                await self.golden_runner.aclose()
             if self.judge is not None:
                 await self.judge.aclose()
             await self.source.stop(grace_seconds=3.0)
             await self._close_outputs()
             self.metrics.inflight.set(self._held)
             log.info("judge stage stopped; %d samples judged", self.judged_seen)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this member holds `partition` of the samples topic now (plain attribute reads:
+        safe from the HTTP thread). Ownership follows the judge group, so the wiring can elect
+        by it the one replica that does what only one may, and failover comes free."""
+        return self.source.owns(TopicPartition(self.source.spec.topic, partition))
 
     def workers(self) -> int:
         """`judge.workers`, raised to what the judge prefers in flight (batch mode: a full batch),
@@ -512,58 +485,6 @@ class JudgeStage:
                     else:
                         gauge.labels(query_type=qt, bound=bound).set(getattr(est, bound))
 
-    async def _golden_loop(self) -> None:
-        """Replay the golden set every interval, on exactly one replica: the owner of partition 0
-        of the samples topic (ownership follows the judge group, so failover is free). Its judge
-        calls go through the budget and count in the judge cost metrics like any other. A replay
-        triggered by a change (`POST /golden/replay`) runs on the same member through the same
-        runner, so the two never overlap."""
-        assert self.golden_runner is not None
-        while True:
-            await asyncio.sleep(self.settings.golden.interval_seconds)
-            await self.golden_runner.run_scheduled()
-
-    async def _golden_once(self, change: Change | None) -> ReplayReport | None:
-        """One replay of the configured golden set (None: it failed, and the log says why)."""
-        from monitor.golden import (
-            BaselineError,
-            ReplayFailed,
-            load_baseline,
-            load_golden,
-            make_target,
-            run_replay,
-        )
-
-        cfg = self.settings.golden
-        assert cfg.file is not None and cfg.target is not None
-        try:
-            check = await asyncio.to_thread(load_golden, cfg.file)
-            if not check.ok:
-                log.error("golden file %s has errors: %s", cfg.file, "; ".join(map(str, check.errors[:3])))
-                return None
-            baseline = await asyncio.to_thread(load_baseline, cfg.baseline) if cfg.baseline else None
-            target = make_target(cfg.target, concurrency=cfg.concurrency, replay_secret=self._replay_secret)
-            try:
-                return await run_replay(
-                    check.rows,
-                    target,
-                    k=cfg.k,
-                    judge=self.judge,
-                    concurrency=cfg.concurrency,
-                    baseline=baseline,
-                    golden_sha256=check.sha256,
-                    golden_path=str(cfg.file),
-                    gauges=self.golden_gauges,
-                    baselines=cfg.baselines,
-                    change=change,
-                    generator_model=self.self_judged_model,
-                )
-            finally:
-                await target.aclose()
-        except (ReplayFailed, BaselineError, OSError, ValueError) as exc:
-            log.error("golden replay failed: %s", exc)
-            return None
-
     def _on_assigned(self, owned: int, total: int) -> None:
         """Budgets are group-wide: this member takes the share its partitions carry."""
         if self.budget is not None:
@@ -571,14 +492,3 @@ class JudgeStage:
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._drop_queued(lambda s: s.partition in revoked)
-
-
-def _golden_replay_secret(golden: GoldenConfig) -> bytes | None:
-    """The replay secret: golden.replay_secret_file, golden.replay_secret, else the environment
-    (`RAGMON_REPLAY_SECRET(_FILE)`, as the service reads it). Read once, at start-up: a missing
-    file fails start-up rather than every replay."""
-    if golden.replay_secret_file is not None and golden.replay_secret is not None:
-        raise ValueError("golden.replay_secret_file and golden.replay_secret are both set: choose one")
-    value = golden.replay_secret.get_secret_value() if golden.replay_secret else None
-    secret = load_secret(golden.replay_secret_file, value, "golden replay secret")
-    return secret if secret is not None else secret_from_env()

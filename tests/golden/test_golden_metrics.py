@@ -9,7 +9,7 @@ import pytest
 import pytrec_eval
 
 from monitor.golden import RowResult, aggregate, score_ranking
-from monitor.golden.run import ALL
+from monitor.golden.scores import ALL
 
 K = 5
 MEASURES = {f"recall.{K}", f"P.{K}", "recip_rank", f"ndcg_cut.{K}", f"success.{K}"}

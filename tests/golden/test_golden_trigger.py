@@ -27,6 +27,7 @@ from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.golden import GoldenGauges, ReplayReport, load_golden, run_replay
 from monitor.golden.change import Change
 from monitor.golden.trigger import PATH, GoldenRunner, TriggerEndpoint
+from monitor.judge.metered import BUDGET_EXHAUSTED
 from monitor.outputs.http import MetricsServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +86,16 @@ def _gauge(text: str, name: str) -> dict[str, float]:
         for s in f.samples
         if s.name == name
     }
+
+
+def _total(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include `labels`."""
+    return sum(
+        s.value
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
 
 
 async def _post(url: str, body: Any = None, token: str | None = TOKEN, **headers: str) -> httpx.Response:
@@ -247,3 +258,44 @@ async def test_the_sidecar_serves_the_trigger_on_the_replay_member(
         finally:
             server.stop()
     assert TOKEN not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_the_sidecars_replays_spend_the_judge_stages_budget_and_stop_with_it(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """The golden service beside the judge stage judges with the stage's judge: its calls take
+    the stage's budget (5 calls a minute: 5 rows judged, the others not) and count in the judge request
+    metrics, never in the verdict metrics. Once the sidecar has stopped, triggers get 503."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    settings = settings_for(
+        broker.bootstrap_servers,
+        topic,
+        None,
+        pipeline={"role": "judge"},
+        judge={"budget": {"calls_per_minute": 5}},
+        golden={
+            "file": str(_golden(tmp_path / "golden.jsonl")),
+            "target": "support:oracle_target",
+            "interval_seconds": 0.5,
+            "trigger_token_file": str(token_file),
+            "report_dir": str(tmp_path / "reports"),
+        },
+    )
+    async with running(settings) as sidecar:
+        await eventually(lambda: any((tmp_path / "reports").glob("replay-*.json")), within=30)
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "reports").glob("replay-*.json"))]
+    first = [row["judge_error"] for row in reports[0]["rows"]]
+    assert first.count(None) == 5 and first.count(BUDGET_EXHAUSTED) == len(first) - 5 > 0
+    judged = sum(row["judge_error"] is None for report in reports for row in report["rows"])
+    registry = sidecar.metrics.registry
+    assert _total(registry, "ragmon_judge_requests_total", backend="lexical", outcome="ok") == judged
+    assert _total(registry, "ragmon_judge_latency_seconds_count") == judged
+    assert _total(registry, "ragmon_judged_total") == 0  # no production sample; replays are not counted
+    server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", 0, routes=sidecar.http_routes())
+    try:
+        r = await _post(f"http://127.0.0.1:{server.start()}", {"kind": "deploy", "ref": "v2"})
+    finally:
+        server.stop()
+    assert r.status_code == 503, r.text
