@@ -16,7 +16,7 @@ distribution of a mean over a few dozen rows is skewed; BCa corrects the percent
 that skew (acceleration, from the leave-one-row-out jackknife, in closed form for means) and for
 the median bias of the resamples (ties at the estimate count half, so a drop that most resamples
 put at exactly 0 is handled). It is second-order accurate where the percentile interval is first
-order, for the cost of one pass over the rows. In simulation (1,000 golden sets each, README) nominal
+order, for the cost of one pass over the rows. In simulation (1,000 golden sets each, docs/golden.md) nominal
 95 % covered the true mean in 92–95 % of sets of 20–100 skewed continuous or recall-like rows
 (percentile: 91–94 %), and 97–99 % of binary ones. Where every row agrees (all at 1, all at 0, a
 drop no row moved) the bootstrap has nothing to resample and an exact bound stands in for it.

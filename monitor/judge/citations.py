@@ -294,7 +294,7 @@ class CitationReport:
         return {v.value: self.count(v) for v in CitationVerdict}
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The `citations` object of a results line (docs/contract.md, Judgement output; README,
+        """The `citations` object of a results line (docs/contract.md, Judgement output; docs/judges.md,
         "Citation accuracy")."""
         return {
             "count": len(self.citations),

@@ -52,7 +52,7 @@ runs in well under a millisecond: the demo and the tests can judge every record.
 What it cannot do: synonyms beyond its table, inference, coreference beyond "the subject of the
 previous or the chunk's first sentence", the type of a question's slot (a place for "who?"), yes/no
 answers, or knowing whether a chunk *answers* the query. On
-public QA data (`bench/lexical_judge.py`, README "Judges") it separates grounded from edited
+public QA data (`bench/lexical_judge.py`, docs/judges.md) it separates grounded from edited
 answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your traffic.
 """
 
