@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from monitor.config import Settings
 from monitor.drift.reference import DriftBaseline, load_baseline
+from monitor.drift.retrieval import RetrievalDriftMonitor
 from monitor.drift.stage import DriftStage
 from monitor.ingest.stage import IngestStage
 from monitor.judge import Judge, create_judge
@@ -60,6 +61,58 @@ def load_drift_baseline(settings: Settings, metrics: Metrics) -> DriftBaseline |
     return baseline
 
 
+def ingest_stage(
+    settings: Settings, metrics: Metrics, output: KafkaOutput, baseline: DriftBaseline | None = None
+) -> IngestStage:
+    """The ingest stage, from its sections; its retrieval drift monitor pinned to `baseline`
+    (`alerts.drift.baseline_file` as loaded, None: no retrieval reference is pinned)."""
+    retrieval_drift = RetrievalDriftMonitor.from_baseline(
+        settings.alerts.drift.retrieval, metrics.retrieval_drift, baseline
+    )
+    return IngestStage(
+        metrics,
+        output,
+        kafka=settings.kafka,
+        assembly=settings.assembly,
+        slices=settings.slices,
+        sampling=settings.sampling,
+        limits=settings.pipeline.ingest_limits(),
+        retrieval_drift=retrieval_drift,
+    )
+
+
+def judge_stage(settings: Settings, metrics: Metrics, output: KafkaOutput, judge: Judge | None) -> JudgeStage:
+    """The judge stage, from its sections."""
+    return JudgeStage(
+        metrics,
+        output,
+        judge,
+        kafka=settings.kafka,
+        config=settings.judge,
+        queue=settings.pipeline.judge_queue(),
+        slices=settings.slices,
+        estimates=settings.estimates,
+        results=settings.results,
+        events=settings.events,
+        golden=settings.golden,
+    )
+
+
+def drift_stage(
+    settings: Settings, metrics: Metrics, topic: str, baseline: DriftBaseline | None
+) -> DriftStage:
+    """The drift stage on the results topic `topic`, from its sections."""
+    return DriftStage(
+        metrics,
+        topic,
+        baseline,
+        kafka=settings.kafka,
+        group_id=settings.pipeline.drift_group_id,
+        alerts=settings.alerts,
+        slices=settings.slices,
+    )
+
+
 def tune_gc() -> None:
     """Per-span objects are short-lived and acyclic (reference counting frees them); the default
     thresholds made collections ~9% of the drain. Long-lived start-up objects are frozen out of
@@ -89,16 +142,16 @@ class Sidecar:
         self.drift = None
         if role in ("all", "drift"):
             if results_topic:
-                self.drift = DriftStage(settings, self.metrics, results_topic, baseline)
+                self.drift = drift_stage(settings, self.metrics, results_topic, baseline)
             else:
                 log.warning("results.topic is not set: no drift detection")
         self.output = KafkaOutput(settings.kafka)
         self.ingest = None
         if role in ("all", "ingest"):
-            self.ingest = IngestStage(settings, self.metrics, self.output, baseline)
+            self.ingest = ingest_stage(settings, self.metrics, self.output, baseline)
         self.judge_stage = None
         if role in ("all", "judge"):
-            self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
+            self.judge_stage = judge_stage(settings, self.metrics, self.output, judge)
 
         self.stages = [s.progress for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
         for stage in self.stages:

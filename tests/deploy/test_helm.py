@@ -38,8 +38,8 @@ from helm_python import _native
 from support import REPO
 
 from monitor.cli import app
-from monitor.cli.golden import ReplayConfig
 from monitor.config import Settings, load_settings
+from monitor.golden.config import ReplayConfig
 
 CHART = REPO / "helm" / "rag-monitor"
 KUBE_VERSION = kubernetes_validate.latest_version()  # the newest schemas it ships

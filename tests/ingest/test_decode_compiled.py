@@ -32,13 +32,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.trace import SpanKind
 from support import sdk_trace
 
-from monitor.config import AssemblyConfig
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.compiled import slots_layout
-from monitor.ingest.decode import Decoded, Encoding
+from monitor.ingest.config import AssemblyConfig
+from monitor.ingest.decode import Decoded
+from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 

@@ -32,6 +32,7 @@ from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord, Reject
+from monitor.sidecar import ingest_stage
 
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 PURE = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")
@@ -83,7 +84,7 @@ def make_stage(account: bool) -> tuple[IngestStage, KafkaOutput, list[int]]:
         },
     )
     output = KafkaOutput(settings.kafka)  # never started: samples stay queued
-    st = IngestStage(settings, Metrics(), output)
+    st = ingest_stage(settings, Metrics(), output)
     handled = [0]
     if not account:
         st._account = None

@@ -30,10 +30,9 @@ from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
 from support import eventually, read_topic, result_lines, running, settings_for
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.ingest.assemble import build_record
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
 from monitor.instrument import (
     ContentPolicy,
     KafkaSpanExporter,
@@ -55,6 +54,7 @@ from monitor.instrument import (
 )
 from monitor.instrument import spans as spans_mod
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import Encoding, KafkaConfig
 from monitor.model import RagRecord
 from monitor.replay_mark import sign
 
