@@ -1,7 +1,10 @@
 """Sidecar configuration: a YAML file, then `RAGMON_` environment variables, then CLI flags.
 
 Pydantic validates it once at start-up, so a bad value fails fast with the field's name instead of
-surfacing as a strange error deep in the pipeline.
+surfacing as a strange error deep in the pipeline. Each section's model lives with its feature
+(`monitor/kafka/config.py`, `monitor/ingest/config.py`, `monitor/judge/config.py`...); this module
+assembles them into `Settings`, holds the wiring section (`pipeline`), and prints (redacted) what is
+in effect for `rag-monitor config show`.
 """
 
 from __future__ import annotations
@@ -13,15 +16,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    model_validator,
-)
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
