@@ -1,7 +1,8 @@
 """Bounded label values: whatever spans say, a metric label takes one of a fixed, small set.
 
 Prometheus keeps one series per label combination; one service writing a request id into
-`rag.query_type` would otherwise create a series per request and take the TSDB down.
+`rag.query_type` would otherwise create a series per request and take the TSDB down. The `slices`
+config section, which sets those lists, is here too: every stage bounds the same labels.
 """
 
 from __future__ import annotations
