@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy monitor
+	$(BIN)/lint-imports
 
 # The whole suite on the compiled otlp_proto decoder, trace assembler and record accounting
 # (monitor/ingest/_wire.c, _assembly.c, _accounting.c, rebuilt here when a source is newer than its

@@ -403,9 +403,9 @@ def _counted(pairs: Iterator[tuple[bytes | None, bytes]], fill: Fill) -> Iterato
 
 async def fill_topic(bootstrap: str, topic: str, args: argparse.Namespace) -> Fill:
     """Create the topic and produce the workload into it, generating as it sends."""
-    from monitor.config import KafkaConfig
     from monitor.demo.workload import produce
     from monitor.kafka.client import ensure_topics
+    from monitor.kafka.config import KafkaConfig
 
     await ensure_topics(KafkaConfig(bootstrap_servers=bootstrap), [topic], partitions=args.partitions)
     fill = Fill()

@@ -99,9 +99,9 @@ def messages(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes]]:
 
 
 async def fill(args: argparse.Namespace) -> tuple[int, int]:
-    from monitor.config import KafkaConfig
     from monitor.demo.workload import produce
     from monitor.kafka.client import ensure_topics
+    from monitor.kafka.config import KafkaConfig
 
     await ensure_topics(
         KafkaConfig(bootstrap_servers=args.bootstrap), [args.topic], partitions=args.partitions
@@ -245,9 +245,10 @@ def held_by(spans_per_trace: int, spans: int, how: str) -> tuple[int, int, int]:
 
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from monitor.config import AssemblyConfig
     from monitor.ingest.assemble import Assembler
-    from monitor.ingest.decode import Encoding, decode
+    from monitor.ingest.config import AssemblyConfig
+    from monitor.ingest.decode import decode
+    from monitor.kafka.config import Encoding
     from monitor.kafka.offsets import MessageRef
 
     args = parse_args(["--spans", str(spans), "--spans-per-message", "500", "--message-bytes", "200000"])

@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from monitor.ingest.sampler import Sampler, SamplingPolicy, trace_fraction
+from monitor.ingest.config import SamplingPolicy
+from monitor.ingest.sampler import Sampler, trace_fraction
 from monitor.model import Chunk, RagRecord
 
 TYPES = ("lookup", "comparison", "multi_hop", "exact_match", "abstractive", "out_of_corpus")

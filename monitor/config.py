@@ -1,32 +1,22 @@
 """Sidecar configuration: a YAML file, then `RAGMON_` environment variables, then CLI flags.
 
 Pydantic validates it once at start-up, so a bad value fails fast with the field's name instead of
-surfacing as a strange error deep in the pipeline.
+surfacing as a strange error deep in the pipeline. Each section's model lives with its feature
+(`monitor/kafka/config.py`, `monitor/ingest/config.py`, `monitor/judge/config.py`...); this module
+assembles them into `Settings`, holds the wiring section (`pipeline`), and prints (redacted) what is
+in effect for `rag-monitor config show`.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    ValidationInfo,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -36,381 +26,21 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from monitor.drift import DriftPolicy
+from monitor.drift.config import AlertsConfig
 from monitor.estimate import EstimatePolicy
-from monitor.ingest.decode import Encoding
-from monitor.ingest.sampler import SamplingPolicy
-from monitor.judge.budget import BudgetPolicy
-from monitor.judge.lexical import LexicalJudge
-from monitor.outputs.alerts import AlertSinksConfig
+from monitor.golden.config import GoldenConfig
+from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
+from monitor.judge.config import JudgeConfig, JudgeQueue
+from monitor.kafka.config import KafkaConfig
+from monitor.outputs.config import MetricsConfig, ResultsConfig
 from monitor.outputs.evaluation_events import EventsConfig
-
-DEFAULT_QUERY_TYPES = (
-    "lookup",
-    "comparison",
-    "multi_hop",
-    "exact_match",
-    "abstractive",
-    "out_of_corpus",
-    "other",
-    "unknown",
-)
-
+from monitor.slices import SlicesConfig
 
 # The CLI flags of the `load_settings` call under way: the source that beats the environment.
 _FLAGS: ContextVar[dict[str, Any] | None] = ContextVar("_FLAGS", default=None)
 
 SECRET_MASK = "**********"  # how pydantic prints a SecretStr
 _SECRET_NAME = re.compile("key|password|secret|token|credential", re.IGNORECASE)
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class KafkaConfig(_Section):
-    bootstrap_servers: str = "127.0.0.1:9092"
-    topic: str = "otlp_spans"
-    group_id: str = "rag-monitor"
-    client_id: str = "rag-monitor"
-    encoding: Encoding = Encoding.AUTO
-    dead_letter_topic: str | None = None
-    auto_offset_reset: Literal["earliest", "latest"] = Field(
-        "latest",
-        description="where a group with no committed offset starts: latest (now: a first deployment on "
-        "a busy topic does not judge its backlog) or earliest; a committed offset always wins",
-    )
-    # Messages above this are rejected as too_large (and dead-lettered); fetch limits follow it so a
-    # large message can never wedge a partition.
-    max_message_bytes: int = Field(8 * 1024 * 1024, gt=0)
-    max_poll_records: int = Field(2000, gt=0)
-    commit_interval_seconds: float = Field(2.0, gt=0)
-    session_timeout_ms: int = Field(30_000, gt=0)
-    reconnect_backoff_max_seconds: float = Field(10.0, gt=0)
-    fetch_watchdog_seconds: float = Field(
-        120.0,
-        ge=0,
-        description="restart the consumer when no fetch returns this long while assigned (0 = off)",
-    )
-    dead_letter_max_inflight: int = Field(100, gt=0, description="dead-letter copies awaiting their ack")
-    # Passed unchanged to aiokafka, for its settings without a field here; security has its fields.
-    extra: dict[str, Any] = Field(default_factory=dict)
-    # Security, in aiokafka's own names (docs/contract.md, Kafka connection). Files are checked here and read
-    # when the clients start (monitor/kafka/client.py). security_protocol comes last: its validator
-    # checks the fields above together.
-    ssl_cafile: Path | None = Field(None, description="CA bundle for the brokers; default: system CAs")
-    ssl_certfile: Path | None = Field(None, description="client certificate (mutual TLS)")
-    ssl_keyfile: Path | None = Field(None, description="client private key (mutual TLS)")
-    ssl_keyfile_password: SecretStr | None = None
-    ssl_keyfile_password_file: Path | None = None
-    ssl_check_hostname: bool = True
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    sasl_password_file: Path | None = Field(None, description="e.g. a mounted Kubernetes secret")
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT", validate_default=True
-    )
-
-    # Pydantic prints a failed model's input in its errors; here that input holds the secrets.
-    model_config = ConfigDict(hide_input_in_errors=True)
-
-    @field_validator(
-        "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password_file", "sasl_password_file"
-    )
-    @classmethod
-    def _readable(cls, path: Path | None) -> Path | None:
-        """A missing certificate fails start-up, not the first connection minutes later."""
-        if path is not None:
-            try:
-                with path.open("rb") as f:
-                    empty = not f.read(1)
-            except OSError as exc:
-                raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-            if empty:
-                raise ValueError(f"{path} is empty")
-        return path
-
-    @field_validator("security_protocol")
-    @classmethod
-    def _security_is_consistent(cls, protocol: str, info: ValidationInfo) -> str:
-        """Options the protocol would silently ignore are errors, as are half-given credentials.
-
-        A field validator, not a model validator: the error then shows this field's value, never the
-        section's input with its passwords, even where `hide_input_in_errors` does not reach.
-        """
-        got = info.data
-        if _CHECKED - got.keys():
-            return protocol  # one of them failed already, with its own error
-        for key in got["extra"]:
-            if key in ("security_protocol", "ssl_context") or key.startswith("sasl_"):
-                raise ValueError(
-                    f"extra.{key} is not passed to aiokafka: use kafka.{_EXTRA_FIELDS.get(key, 'sasl_*')}"
-                )
-        tls, sasl = protocol in ("SSL", "SASL_SSL"), protocol.startswith("SASL_")
-        tls_set = [n for n in _TLS_OPTIONS if got[n] is not None]
-        tls_set += [] if got["ssl_check_hostname"] else ["ssl_check_hostname"]
-        sasl_set = [n for n in _SASL_OPTIONS if got[n] is not None]
-        sasl_set += [] if got["sasl_mechanism"] == "PLAIN" else ["sasl_mechanism"]
-        if tls_set and not tls:
-            raise ValueError(f"{', '.join(tls_set)}: only used with SSL or SASL_SSL, ignored with {protocol}")
-        if sasl_set and not sasl:
-            raise ValueError(
-                f"{', '.join(sasl_set)}: only used with SASL_PLAINTEXT or SASL_SSL, ignored with {protocol}"
-            )
-        if sasl and not got["sasl_username"]:
-            raise ValueError(f"{protocol} needs sasl_username")
-        if sasl and got["sasl_password"] is None and got["sasl_password_file"] is None:
-            raise ValueError(f"{protocol} needs sasl_password or sasl_password_file")
-        if sasl and None not in (got["sasl_password"], got["sasl_password_file"]):
-            raise ValueError("give sasl_password or sasl_password_file, not both")
-        if (got["ssl_certfile"] is None) != (got["ssl_keyfile"] is None):
-            raise ValueError("ssl_certfile and ssl_keyfile go together (mutual TLS)")
-        key_passwords = [got["ssl_keyfile_password"], got["ssl_keyfile_password_file"]]
-        if key_passwords != [None, None] and got["ssl_keyfile"] is None:
-            raise ValueError("ssl_keyfile_password(_file) given without ssl_keyfile")
-        if None not in key_passwords:
-            raise ValueError("give ssl_keyfile_password or ssl_keyfile_password_file, not both")
-        return protocol
-
-
-_TLS_OPTIONS = (
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_keyfile_password",
-    "ssl_keyfile_password_file",
-)
-_SASL_OPTIONS = ("sasl_username", "sasl_password", "sasl_password_file")
-_CHECKED = frozenset({"extra", "ssl_check_hostname", "sasl_mechanism", *_TLS_OPTIONS, *_SASL_OPTIONS})
-# aiokafka argument -> the field that now sets it
-_EXTRA_FIELDS = {
-    "security_protocol": "security_protocol",
-    "ssl_context": "ssl_cafile, ssl_certfile and ssl_keyfile",
-    "sasl_mechanism": "sasl_mechanism",
-    "sasl_plain_username": "sasl_username",
-    "sasl_plain_password": "sasl_password or sasl_password_file",
-}
-
-
-class AssemblyConfig(_Section):
-    grace_seconds: float = Field(1.0, ge=0, description="wait after the root span for late children")
-    timeout_seconds: float = Field(30.0, gt=0, description="emit or drop a trace whose root never came")
-    max_open_traces: int = Field(50_000, gt=0)
-    max_open_bytes: int = Field(
-        128 * 1024 * 1024,
-        gt=0,
-        description="bytes of the messages open traces hold, each message charged whole once",
-    )
-    max_spans_per_trace: int = Field(
-        10_000, gt=0, description="spans taken per trace; later ones are dropped (too_many_spans)"
-    )
-    recent_trace_ids: int = Field(100_000, ge=0, description="emitted ids remembered to drop late spans")
-
-
-class SlicesConfig(_Section):
-    query_types: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERY_TYPES))
-    services: list[str] | None = Field(None, description="allow-list; default: first max_services seen")
-    max_services: int = Field(20, gt=0)
-    classify: Literal["rules", "judge", "off"] = Field(
-        "rules",
-        description="query type when spans carry no rag.query_type: rules, rules then the LLM judge's "
-        "label for judged records, or off (unknown)",
-    )
-
-    @field_validator("classify", mode="before")
-    @classmethod
-    def _from_bool(cls, v: Any) -> Any:
-        # `classify: true/false` was the first form of this setting.
-        return {True: "rules", False: "off"}.get(v, v) if isinstance(v, bool) else v
-
-    @field_validator("query_types")
-    @classmethod
-    def _needs_fallbacks(cls, v: list[str]) -> list[str]:
-        for required in ("other", "unknown"):
-            if required not in v:
-                v = [*v, required]
-        return v
-
-
-class BreakerConfig(_Section):
-    """The judge circuit breaker: consecutive outage errors (connection refused, 429, 5xx, 529,
-    timeout) open it; judging then pauses, one probe at a time, instead of burning samples as
-    failed judgements."""
-
-    failures: int = Field(5, gt=0, description="consecutive outage errors that open the breaker")
-    min_pause_seconds: float = Field(1.0, gt=0)
-    max_pause_seconds: float = Field(60.0, gt=0)
-    max_attempts: int = Field(
-        5,
-        gt=0,
-        description="outage errors of one sample before it is written failed, provided other samples "
-        "(or a canary record) were judged since its first (the sample is the trouble); in an outage "
-        "nothing is given up",
-    )
-
-
-class JudgeConfig(_Section):
-    backend: Literal["lexical", "anthropic", "openai", "none"] = "lexical"
-    workers: int = Field(8, gt=0, description="judgements in flight at once")
-    repeat_fraction: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="share of judged records judged a second time to expose judge instability",
-    )
-    budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
-    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
-    # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
-    # prices... (monitor/judge/llm_judge.py LLMJudgeConfig). Prefer api_key_file or the environment
-    # variable over a key in this file.
-    options: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _money_is_bounded(self) -> JudgeConfig:
-        """An LLM judge with no USD limit configured gets the default daily cap, so a wrong
-        sampling rate or a flood of traffic costs a bounded sum (`judge.budget.usd_per_day: null`
-        lifts it)."""
-        if self.backend in ("anthropic", "openai"):
-            self.budget = self.budget.with_default_cap()
-        return self
-
-    @field_validator("options")
-    @classmethod
-    def _options_of_the_backend(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Options the backend does not have stop start-up: LLM options on the lexical judge mean the
-        operator believes an LLM judges. Checked with the backend's own option model, without
-        creating the judge, so no API key is needed to validate (or show) a configuration."""
-        backend = info.data.get("backend")
-        if backend is None or not options:  # a bad backend has its own error
-            return options
-        if backend == "none":
-            raise ValueError("no option applies: the judge is off (judge.backend none)")
-        model = _judge_options_model(backend)
-        try:
-            model.model_validate(options)
-        except ValidationError as exc:
-            raise ValueError(
-                _option_problems(exc, f"the {backend} judge", sorted(model.model_fields))
-            ) from None
-        return options
-
-
-def _option_problems(exc: ValidationError, owner: str, known: list[str]) -> str:
-    """One line: the unknown options together, with the list of known ones, then bad values."""
-    errors = exc.errors()
-    unknown = [e for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
-    problems = [_error_line(e) for e in errors if e not in unknown]
-    if unknown:
-        names = ", ".join(repr(e["loc"][0]) for e in unknown)
-        verb = "is not an option" if len(unknown) == 1 else "are not options"
-        problems.insert(0, f"{names} {verb} of {owner} (options: {', '.join(known)})")
-    return "; ".join(problems)
-
-
-@functools.cache
-def _judge_options_model(backend: str) -> type[BaseModel]:
-    """The model `create_judge` validates `judge.options` with. The LLM modules are imported for
-    their own backend only: they pull in their SDKs."""
-    if backend == "anthropic":
-        from monitor.judge.anthropic_judge import AnthropicJudgeConfig
-
-        return AnthropicJudgeConfig
-    if backend == "openai":
-        from monitor.judge.openai_judge import OpenAIJudgeConfig
-
-        return OpenAIJudgeConfig
-    # The lexical judge takes its options as keyword arguments: the model is its signature.
-    hints = get_type_hints(LexicalJudge.__init__)
-    fields: dict[str, Any] = {
-        name: (hints[name], param.default)
-        for name, param in inspect.signature(LexicalJudge).parameters.items()
-    }
-    return create_model("LexicalJudgeOptions", __config__=ConfigDict(extra="forbid"), **fields)
-
-
-class GoldenConfig(_Section):
-    """Scheduled golden replay inside `rag-monitor run`; off unless `file` and `target` are set."""
-
-    file: Path | None = None
-    target: str | None = Field(None, description="http(s) URL of the RAG service, or module:function")
-    interval_seconds: float = Field(3600.0, gt=0)
-    k: int = Field(5, gt=0)
-    baseline: Path | None = None
-    concurrency: int = Field(8, gt=0)
-    baselines: list[Literal["oracle", "no_context"]] = Field(
-        default_factory=list,
-        description="also replay with the labelled chunks as context (oracle) and with none (no_context)",
-    )
-    report_dir: Path | None = Field(None, description="write each replay's JSON report here")
-    trigger_token_file: Path | None = Field(
-        None, description="bearer token for POST /golden/replay on the metrics port (unset: no endpoint)"
-    )
-    trigger_token: SecretStr | None = Field(
-        None, description="the token itself, for RAGMON_GOLDEN__TRIGGER_TOKEN (prefer the file)"
-    )
-    replay_secret_file: Path | None = Field(
-        None,
-        description="shared secret signing the X-RAG-Replay mark, so the service keeps replays out of "
-        "production metrics (unset: replay_secret, else $RAGMON_REPLAY_SECRET(_FILE), else unmarked)",
-    )
-    replay_secret: SecretStr | None = Field(
-        None, description="the secret itself, for RAGMON_GOLDEN__REPLAY_SECRET (prefer the file)"
-    )
-
-    @model_validator(mode="after")
-    def _trigger_needs_a_replay(self) -> GoldenConfig:
-        if (self.trigger_token_file is not None or self.trigger_token) and not (self.file and self.target):
-            raise ValueError("a golden trigger token needs golden.file and golden.target (what to replay)")
-        return self
-
-
-class SamplingConfig(SamplingPolicy):
-    """Per-query-type rates, priority signals and per-window floors (monitor/ingest/sampler.py)."""
-
-
-class AlertsConfig(AlertSinksConfig):
-    """Where alerts go (monitor/outputs/alerts.py) and the drift detectors that raise them
-    (monitor/drift.py)."""
-
-    drift: DriftPolicy = Field(default_factory=DriftPolicy)
-
-
-class MetricsConfig(_Section):
-    host: str = Field(
-        "0.0.0.0",
-        description="bind address of /metrics, /healthz, /readyz and the golden trigger: all interfaces, "
-        "for Prometheus and the kubelet in another network namespace; 127.0.0.1 keeps it local",
-    )
-    port: int = Field(9612, ge=0, le=65535)
-    timeout_seconds: float = Field(
-        5.0, gt=0, description="a client that has not sent its whole request by then is dropped"
-    )
-    workers: int = Field(4, gt=0, description="threads that answer requests (idle clients hold none)")
-    max_connections: int = Field(
-        4096,
-        gt=0,
-        description="open connections; beyond, the longest-waiting is closed (at most half the fd limit)",
-    )
-
-
-class ResultsConfig(_Section):
-    file: Path | None = None
-    file_max_bytes: int = Field(
-        100 * 1024 * 1024, ge=0, description="rotate the results file past this size (0: never)"
-    )
-    file_keep: int = Field(5, ge=0, description="rotated results files kept: file.1 (newest) .. file.N")
-    topic: str | None = Field(
-        "rag-monitor-judgements",
-        description="keyed by query type; the drift stage reads it. Unset: <kafka.group_id>-judgements; "
-        'null or "": no results topic (and no drift)',
-    )
-
-    @field_validator("topic")
-    @classmethod
-    def _empty_is_off(cls, topic: str | None) -> str | None:
-        """`RAGMON_RESULTS__TOPIC=` (an environment variable cannot be null) turns it off too."""
-        return topic or None
 
 
 Role = Literal["all", "ingest", "judge", "drift"]
@@ -423,8 +53,10 @@ DERIVED_NAMES: dict[str, dict[str, str]] = {
 }
 
 
-class PipelineConfig(_Section):
+class PipelineConfig(BaseModel):
     """The two stages and the durable samples topic between them (docs/contract.md, Pipeline)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     role: Role = Field("all", description="run every stage in this process, or one of them")
     samples_topic: str = Field(
@@ -497,6 +129,27 @@ class PipelineConfig(_Section):
         gt=0,
         description="SIGTERM to exit, everything included (Kubernetes' default grace period is 30 s)",
     )
+
+    # The section holds wiring (role, topics, groups, stall and shutdown times: the sidecar's) and,
+    # beside the topics they bound, two stages' limits, which each stage is handed on its own.
+
+    def ingest_limits(self) -> IngestLimits:
+        return IngestLimits(
+            samples_topic=self.samples_topic,
+            max_inflight_produces=self.max_inflight_produces,
+            max_message_bytes=self.max_message_bytes,
+            sample_max_chunks=self.sample_max_chunks,
+            sample_max_chunk_chars=self.sample_max_chunk_chars,
+        )
+
+    def judge_queue(self) -> JudgeQueue:
+        return JudgeQueue(
+            samples_topic=self.samples_topic,
+            group_id=self.judge_group_id,
+            queue_size=self.queue_size,
+            queue_bytes=self.queue_bytes,
+            max_message_bytes=self.max_message_bytes,
+        )
 
 
 class Settings(BaseSettings):

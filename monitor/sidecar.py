@@ -65,7 +65,58 @@ def load_drift_baseline(settings: Settings, metrics: Metrics) -> DriftBaseline |
     return baseline
 
 
-def build_golden(settings: Settings, metrics: Metrics, judge_stage: JudgeStage) -> GoldenService | None:
+def ingest_stage(
+    settings: Settings, metrics: Metrics, output: KafkaOutput, baseline: DriftBaseline | None = None
+) -> IngestStage:
+    """The ingest stage, from its sections; its retrieval drift monitor pinned to `baseline`
+    (`alerts.drift.baseline_file` as loaded, None: no retrieval reference is pinned)."""
+    retrieval_drift = RetrievalDriftMonitor.from_baseline(
+        settings.alerts.drift.retrieval, metrics.retrieval_drift, baseline
+    )
+    return IngestStage(
+        metrics,
+        output,
+        kafka=settings.kafka,
+        assembly=settings.assembly,
+        slices=settings.slices,
+        sampling=settings.sampling,
+        limits=settings.pipeline.ingest_limits(),
+        retrieval_drift=retrieval_drift,
+    )
+
+
+def judge_stage(settings: Settings, metrics: Metrics, output: KafkaOutput, judge: Judge | None) -> JudgeStage:
+    """The judge stage, from its sections."""
+    return JudgeStage(
+        metrics,
+        output,
+        judge,
+        kafka=settings.kafka,
+        config=settings.judge,
+        queue=settings.pipeline.judge_queue(),
+        slices=settings.slices,
+        estimates=settings.estimates,
+        results=settings.results,
+        events=settings.events,
+    )
+
+
+def drift_stage(
+    settings: Settings, metrics: Metrics, topic: str, baseline: DriftBaseline | None
+) -> DriftStage:
+    """The drift stage on the results topic `topic`, from its sections."""
+    return DriftStage(
+        metrics,
+        topic,
+        baseline,
+        kafka=settings.kafka,
+        group_id=settings.pipeline.drift_group_id,
+        alerts=settings.alerts,
+        slices=settings.slices,
+    )
+
+
+def build_golden(settings: Settings, metrics: Metrics, stage: JudgeStage) -> GoldenService | None:
     """The golden replay beside the judge stage, when `golden.file` and `golden.target` are set:
     it judges with the stage's judge (same budget, same cost metrics) and runs on the member that
     owns partition 0 of the samples topic. ValueError: a bad trigger token or replay secret."""
@@ -78,12 +129,12 @@ def build_golden(settings: Settings, metrics: Metrics, judge_stage: JudgeStage) 
 
     return GoldenService(
         golden,
-        judge_stage.judge,
+        stage.judge,
         GoldenGauges(metrics.registry),
-        lambda: judge_stage.owns(0),
+        lambda: stage.owns(0),
         replay_secret=load_replay_secret(golden),
         samples_topic=settings.pipeline.samples_topic,
-        generator_model=lambda: judge_stage.self_judged_model,
+        generator_model=lambda: stage.self_judged_model,
     )
 
 
@@ -116,20 +167,16 @@ class Sidecar:
         self.drift = None
         if role in ("all", "drift"):
             if results_topic:
-                self.drift = DriftStage(settings, self.metrics, results_topic, baseline)
+                self.drift = drift_stage(settings, self.metrics, results_topic, baseline)
             else:
                 log.warning("results.topic is not set: no drift detection")
         self.output = KafkaOutput(settings.kafka)
         self.ingest = None
         if role in ("all", "ingest"):
-            # The drift stage's retrieval monitor, fed every record by the ingest stage.
-            retrieval = RetrievalDriftMonitor.from_baseline(
-                settings.alerts.drift.retrieval, self.metrics.retrieval_drift, baseline
-            )
-            self.ingest = IngestStage(settings, self.metrics, self.output, retrieval)
+            self.ingest = ingest_stage(settings, self.metrics, self.output, baseline)
         self.judge_stage = None
         if role in ("all", "judge"):
-            self.judge_stage = JudgeStage(settings, self.metrics, self.output, judge)
+            self.judge_stage = judge_stage(settings, self.metrics, self.output, judge)
         self.golden = None
         if self.judge_stage is not None:
             self.golden = build_golden(settings, self.metrics, self.judge_stage)

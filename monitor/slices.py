@@ -1,12 +1,55 @@
 """Bounded label values: whatever spans say, a metric label takes one of a fixed, small set.
 
 Prometheus keeps one series per label combination; one service writing a request id into
-`rag.query_type` would otherwise create a series per request and take the TSDB down.
+`rag.query_type` would otherwise create a series per request and take the TSDB down. The `slices`
+config section, which sets those lists, is here too: every stage bounds the same labels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# The query types every stage bounds its labels to unless `slices.query_types` says otherwise.
+DEFAULT_QUERY_TYPES = (
+    "lookup",
+    "comparison",
+    "multi_hop",
+    "exact_match",
+    "abstractive",
+    "out_of_corpus",
+    "other",
+    "unknown",
+)
+
+
+class SlicesConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query_types: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERY_TYPES))
+    services: list[str] | None = Field(None, description="allow-list; default: first max_services seen")
+    max_services: int = Field(20, gt=0)
+    classify: Literal["rules", "judge", "off"] = Field(
+        "rules",
+        description="query type when spans carry no rag.query_type: rules, rules then the LLM judge's "
+        "label for judged records, or off (unknown)",
+    )
+
+    @field_validator("classify", mode="before")
+    @classmethod
+    def _from_bool(cls, v: Any) -> Any:
+        # `classify: true/false` was the first form of this setting.
+        return {True: "rules", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    @field_validator("query_types")
+    @classmethod
+    def _needs_fallbacks(cls, v: list[str]) -> list[str]:
+        for required in ("other", "unknown"):
+            if required not in v:
+                v = [*v, required]
+        return v
 
 
 class BoundedLabel:

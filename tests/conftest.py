@@ -12,9 +12,9 @@ import pytest_asyncio
 from fake_llm import FakeAPI
 from support import Webhook
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,8 @@ from monitor.estimate import (
     weighted_rate,
     wilson,
 )
-from monitor.ingest.sampler import Sampler, SamplingPolicy
+from monitor.ingest.config import SamplingPolicy
+from monitor.ingest.sampler import Sampler
 from monitor.judge.model import Judgement
 from monitor.llm.outcome import JudgeOutcome
 from monitor.model import Chunk, RagRecord

@@ -33,10 +33,10 @@ from support import (
     start_sidecar,
 )
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from support import committed_total, eventually, result_ids, running, sample, settings_for, start_sidecar
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.outputs.http import MetricsServer
 from monitor.sidecar import Sidecar
 

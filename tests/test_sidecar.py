@@ -17,10 +17,10 @@ from support import (
     to_otlp_json,
 )
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 
 GOLDEN = Path(__file__).resolve().parent.parent / "examples" / "golden.jsonl"
 

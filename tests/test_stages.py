@@ -29,10 +29,10 @@ from support import (
     start_sidecar,
 )
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.samples import decode_sample
 
 

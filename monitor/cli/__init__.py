@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from monitor.config import ConfigError, Role, Settings, load_settings
-from monitor.ingest.decode import Encoding
+from monitor.kafka.config import Encoding
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
 DemoSource = Literal["auto", "service", "synthetic"]

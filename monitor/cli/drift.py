@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from monitor.drift.config import RetrievalDriftPolicy
 from monitor.drift.reference import (
     BaselineFileError,
     DriftBaseline,
@@ -23,7 +24,6 @@ from monitor.drift.reference import (
     pin,
     retrieval_from_results,
 )
-from monitor.drift.retrieval import RetrievalDriftPolicy
 from monitor.files import write_atomic
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Pin the references drift detectors compare with.")

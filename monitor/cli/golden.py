@@ -26,13 +26,14 @@ import typer
 import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import basic_auth_handler, default_handler, push_to_gateway
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from rich.console import Console
 
 from monitor.files import write_atomic
 from monitor.golden.baselines import BaselineMode, parse_modes
 from monitor.golden.change import Change, parse_change
-from monitor.golden.comparison import BaselineError, GateConfig, load_baseline
+from monitor.golden.comparison import BaselineError, load_baseline
+from monitor.golden.config import DEFAULT_PUSH_JOB, PushgatewayConfig, ReplayConfig
 from monitor.golden.cost import (
     CostEstimate,
     CostRefused,
@@ -43,55 +44,14 @@ from monitor.golden.cost import (
 )
 from monitor.golden.cost import approve as approve_cost
 from monitor.golden.gauges import GoldenGauges, last_change_gauge
-from monitor.golden.intervals import IntervalConfig
 from monitor.golden.replay import ReplayFailed, run_replay
 from monitor.golden.report import ReplayReport
 from monitor.golden.schema import GoldenCheck, load_golden
-from monitor.golden.targets import HttpTargetConfig, make_target
+from monitor.golden.targets import make_target
 from monitor.judge import Judge
 from monitor.model import RagRecord
 
-__all__ = ["DEFAULT_PUSH_JOB", "PushgatewayConfig", "ReplayConfig", "register"]
-
-DEFAULT_PUSH_JOB = "rag-monitor-replay"
-
-
-class PushgatewayConfig(BaseModel):
-    """Where `replay` pushes its `ragmon_golden_*` gauges: a batch job (a CronJob pod) is gone
-    before Prometheus could scrape it, so its results go to a Pushgateway, which Prometheus scrapes
-    with `honor_labels: true` (the pushed `job` and `instance` labels are kept)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    url: str | None = Field(
-        None, description="Pushgateway base URL, e.g. http://pushgateway:9091 (unset: no push)"
-    )
-    job: str = Field(DEFAULT_PUSH_JOB, min_length=1, description="`job` label of the pushed group")
-    instance: str | None = Field(
-        None,
-        min_length=1,
-        description="`instance` label of the pushed group (default: the golden file's name)",
-    )
-    auth_env: str | None = Field(
-        None, min_length=1, description="environment variable holding basic auth as user:password"
-    )
-    timeout_seconds: float = Field(10.0, gt=0, description="seconds for the push request")
-
-
-class ReplayConfig(BaseModel):
-    """`--config` file of `replay`: how to talk to the target, the gate, the intervals, the
-    baselines, the judge's options (each flag given on the command line wins over the file)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    target: HttpTargetConfig = Field(default_factory=HttpTargetConfig)
-    gate: GateConfig = Field(default_factory=GateConfig)
-    intervals: IntervalConfig = Field(default_factory=IntervalConfig)
-    baselines: list[Literal["oracle", "no_context"]] = Field(
-        default_factory=list, description="as golden.baselines in the sidecar's config"
-    )
-    judge_options: dict[str, Any] = Field(default_factory=dict)
-    pushgateway: PushgatewayConfig = Field(default_factory=PushgatewayConfig)
+__all__ = ["register"]
 
 
 def _err(message: str) -> None:

@@ -3,20 +3,19 @@ they start from (`baseline`), and the stage that feeds them every judgement of a
 (`stage`); label-free retrieval drift on every record, fed by the ingest stage (`retrieval`), its
 references pinned in the same baseline file (`RetrievalDriftMonitor.from_baseline`)."""
 
+from monitor.drift.config import DriftPolicy, RetrievalDriftPolicy
 from monitor.drift.detector import (
     BAD_DIRECTION,
     RATES,
     Detector,
     DriftMetrics,
     DriftMonitor,
-    DriftPolicy,
     Reference,
 )
 from monitor.drift.reference import BaselineFileError, DriftBaseline, load_baseline
 from monitor.drift.retrieval import (
     RetrievalDriftMetrics,
     RetrievalDriftMonitor,
-    RetrievalDriftPolicy,
     RetrievalReference,
 )
 

@@ -38,14 +38,11 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from prometheus_client import Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from monitor.drift.retrieval import RetrievalDriftPolicy
-from monitor.estimate import ESTIMATE_METRICS
+from monitor.drift.config import DriftPolicy
 
 Direction = Literal[1, -1]
 
@@ -59,59 +56,6 @@ BAD_DIRECTION: dict[str, Direction] = {
     "context_relevance": -1,
 }
 RATES = frozenset({"hallucination", "refusal", "false_refusal"})
-MIN_EFFECT = {
-    "faithfulness": 0.03,
-    "hallucination": 0.05,
-    "refusal": 0.05,
-    "false_refusal": 0.03,
-    "relevance": 0.15,
-    "context_relevance": 0.15,
-}
-
-
-class DriftPolicy(BaseModel):
-    """The `alerts.drift` config section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    baseline_file: Path | None = Field(
-        None, description="pinned references (rag-monitor baseline pin); else each slice's first records"
-    )
-    arl0: float = Field(
-        10_000.0, ge=100, description="judged records of a slice between false alarms, on average"
-    )
-    reference_records: int = Field(500, ge=50, description="judged records that make a slice's reference")
-    min_records: int = Field(50, ge=1, description="judged records after the reference before any alarm")
-    release: float = Field(0.25, ge=0, lt=1, description="an alarm clears when S falls to this share of h")
-    min_effect: dict[str, float] = Field(
-        default_factory=lambda: dict(MIN_EFFECT),
-        description="the smallest shift worth a page, per metric, in the metric's units "
-        "(keys given override the defaults; the others keep theirs)",
-    )
-    retrieval: RetrievalDriftPolicy = Field(
-        default_factory=RetrievalDriftPolicy,
-        description="label-free retrieval drift on every record (chunk count, top score; PSI)",
-    )
-
-    @field_validator("min_effect", mode="after")
-    @classmethod
-    def _over_defaults(cls, given: dict[str, float]) -> dict[str, float]:
-        """Setting one metric's effect must not leave the others without one."""
-        return {**MIN_EFFECT, **given}
-
-    def model_post_init(self, _context: object) -> None:
-        unknown = set(self.min_effect) - set(ESTIMATE_METRICS)
-        if unknown:
-            raise ValueError(
-                f"min_effect: unknown metrics {sorted(unknown)} (known: {list(ESTIMATE_METRICS)})"
-            )
-        if any(v <= 0 for v in self.min_effect.values()):
-            raise ValueError("min_effect values must be > 0")
-
-    @property
-    def threshold(self) -> float:
-        """h for equal weights; a detector scales it by its reference's design effect."""
-        return math.log(self.arl0)
 
 
 @dataclass(slots=True)

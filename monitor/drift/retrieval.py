@@ -61,7 +61,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.drift.config import RetrievalDriftPolicy
 
 if TYPE_CHECKING:  # the file format imports this module's references
     from monitor.drift.reference import DriftBaseline
@@ -71,38 +72,6 @@ log = logging.getLogger(__name__)
 Feature = Literal["chunk_count", "top_score"]
 MAX_COUNT_BIN = 20  # counts above the reference's largest (capped here) share the "more" bin
 EPSILON = 1e-4
-
-
-class RetrievalDriftPolicy(BaseModel):
-    """The `alerts.drift.retrieval` config section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    reference_records: int = Field(
-        2000, ge=10, description="records of a slice (per ingest replica) that make its frozen reference"
-    )
-    window_records: int = Field(
-        1000,
-        ge=10,
-        description="recent records compared with the reference; PSI on stable traffic is about "
-        "(bins - 1) x (1/reference_records + 1/window_records): keep that well below threshold",
-    )
-    min_records: int = Field(
-        500, ge=1, description="records in the window (after the reference) before any alarm"
-    )
-    check_every: int = Field(
-        100, ge=1, description="records of a slice between PSI computations (never per record)"
-    )
-    threshold: float = Field(0.25, gt=0, description="PSI that raises the alarm (0.25: a major shift)")
-    release: float = Field(0.1, ge=0, description="PSI at or below which a raised alarm clears")
-
-    def model_post_init(self, _context: object) -> None:
-        if self.release >= self.threshold:
-            raise ValueError(f"release ({self.release}) must be below threshold ({self.threshold})")
-        if self.min_records > self.window_records:
-            raise ValueError(
-                f"min_records ({self.min_records}) cannot exceed window_records ({self.window_records})"
-            )
 
 
 @dataclass(slots=True)

@@ -22,15 +22,16 @@ import logging
 
 from aiokafka import TopicPartition
 
-from monitor.config import Settings
+from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
 from monitor.drift.reference import DriftBaseline, judged_values
+from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
 from monitor.progress import StageProgress
-from monitor.slices import BoundedLabel
+from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -43,31 +44,38 @@ def slice_key(query_type: str) -> bytes:
 
 class DriftStage:
     def __init__(
-        self, settings: Settings, metrics: Metrics, topic: str, baseline: DriftBaseline | None
+        self,
+        metrics: Metrics,
+        topic: str,
+        baseline: DriftBaseline | None,
+        *,
+        kafka: KafkaConfig,
+        group_id: str,
+        alerts: AlertsConfig,
+        slices: SlicesConfig,
     ) -> None:
-        """`baseline`: `alerts.drift.baseline_file` as loaded (once, by the sidecar: the ingest
-        stage pins from it too), None without one."""
-        self.settings = settings
+        """Reads `topic` (the results topic) in group `group_id`, built from its own sections (the
+        sidecar picks them from the configuration). `baseline`: `alerts.drift.baseline_file` as
+        loaded (once, by the sidecar: the ingest stage pins from it too), None without one."""
+        self.kafka = kafka
         self.metrics = metrics
-        policy = settings.alerts.drift
+        self.policy = policy = alerts.drift
         self.baseline = baseline
         self.monitor = DriftMonitor(
             policy, metrics.drift, self.baseline.references() if self.baseline else None
         )
-        self.alerts = AlertDispatcher(settings.alerts, metrics.alerts_sent)
+        self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.tracker = OffsetTracker()
-        spec = SourceSpec(
-            topic, settings.pipeline.drift_group_id, "earliest", settings.kafka.max_poll_records, replay=True
-        )
+        spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
-            settings.kafka,
+            kafka,
             spec,
             self.tracker,
             ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
             self._on_revoked,
         )
         self.progress = StageProgress("drift", (self.source.input,))
-        self.query_types = BoundedLabel.query_types(settings.slices.query_types)
+        self.query_types = BoundedLabel.query_types(slices.query_types)
         self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
@@ -79,7 +87,7 @@ class DriftStage:
             log.warning(
                 "drift: no pinned baseline; each slice's reference is its first %d judgements in %s "
                 "(pin one: rag-monitor baseline pin)",
-                self.settings.alerts.drift.reference_records,
+                self.policy.reference_records,
                 self.source.spec.topic,
             )
         else:
@@ -185,7 +193,7 @@ class DriftStage:
         return self.baseline is not None and metric in self.baseline.slices.get(query_type, {})
 
     async def _housekeeping(self) -> None:
-        interval = self.settings.kafka.commit_interval_seconds
+        interval = self.kafka.commit_interval_seconds
         while True:
             await asyncio.sleep(interval)
             await self.source.commit()

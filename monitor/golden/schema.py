@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from monitor.config import DEFAULT_QUERY_TYPES
+from monitor.slices import DEFAULT_QUERY_TYPES
 
 __all__ = [
     "ChunkText",

@@ -19,9 +19,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from monitor.config import GoldenConfig
 from monitor.golden.change import Change
 from monitor.golden.comparison import BaselineError, load_baseline
+from monitor.golden.config import GoldenConfig
 from monitor.golden.gauges import GoldenGauges
 from monitor.golden.replay import ReplayFailed, run_replay
 from monitor.golden.report import ReplayReport

@@ -2,8 +2,8 @@
 
 from collections.abc import Callable, Mapping, Sequence
 
-from monitor.config import AssemblyConfig
 from monitor.ingest.assemble import Finished
+from monitor.ingest.config import AssemblyConfig
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 

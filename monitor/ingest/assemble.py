@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from monitor.config import AssemblyConfig
 from monitor.ingest.compiled import choose, slots_layout
+from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.dialects import is_inert
 from monitor.kafka.offsets import MessageRef
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole

@@ -26,7 +26,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -34,16 +33,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from monitor.ingest import dialects
 from monitor.ingest.compiled import choose, slots_layout
+from monitor.kafka.config import Encoding
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
-__all__ = ["OTLP_PROTO_DECODER", "Decoded", "Encoding", "compiled_feed", "decode"]
-
-
-class Encoding(StrEnum):
-    AUTO = "auto"
-    OTLP_PROTO = "otlp_proto"
-    OTLP_JSON = "otlp_json"
-    JSON = "json"
+__all__ = ["OTLP_PROTO_DECODER", "Decoded", "compiled_feed", "decode"]
 
 
 @dataclass(slots=True)

@@ -18,15 +18,13 @@ import math
 from collections.abc import Callable
 from hashlib import blake2b
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from monitor.ingest.compiled import choose
+from monitor.ingest.config import SamplingPolicy
 from monitor.model import RagRecord
 
 __all__ = [
     "FrozenWindow",
     "Sampler",
-    "SamplingPolicy",
     "SliceState",
     "blake2b_fraction",
     "looks_like_refusal",
@@ -114,44 +112,6 @@ def _compiled_fraction() -> Callable[[str], float] | None:
 # fifth of a record's accounting in the ingest stage.
 _compiled, _ = choose("trace hash", "monitor.ingest._accounting", _compiled_fraction)
 trace_fraction: Callable[[str], float] = _compiled or blake2b_fraction
-
-
-class SamplingPolicy(BaseModel):
-    """The `sampling` config section. Multipliers of 1 switch a signal off; `p` is capped at 1."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rate: float = Field(0.05, ge=0, le=1, description="default inclusion probability")
-    rates: dict[str, float] = Field(
-        default_factory=dict, description="per query type; 0 = never judge that type (no floor either)"
-    )
-    min_per_window: int = Field(
-        20, ge=0, description="stratified floor: judged records per query type per window (0 = off)"
-    )
-    window_seconds: float = Field(3600.0, gt=0, description="floor window, aligned to the epoch")
-    no_chunks_multiplier: float = Field(4.0, ge=1, description="retriever returned nothing")
-    low_score_threshold: float | None = Field(
-        None,
-        description="top retrieval score below this is suspicious (scale is the retriever's; None = off)",
-    )
-    low_score_multiplier: float = Field(3.0, ge=1)
-    refusal_multiplier: float = Field(3.0, ge=1, description="answer looks like a refusal")
-    unusual_length_factor: float = Field(
-        3.0, gt=1, description="answer length above factor x or below 1/factor x the slice's median"
-    )
-    unusual_length_multiplier: float = Field(2.0, ge=1)
-    signal_max_share: float = Field(
-        0.5,
-        gt=0,
-        lt=1,
-        description="most of a slice's judgements one priority signal may add (past what the rate "
-        "gives): a producer that sends nothing but chunkless records cannot take the budget",
-    )
-
-    def model_post_init(self, _context: object) -> None:
-        for qt, r in self.rates.items():
-            if not 0.0 <= r <= 1.0:
-                raise ValueError(f"rates[{qt!r}] must be within [0, 1], got {r}")
 
 
 # The priority signals, as indices into `FrozenWindow.mults` and `SliceState.extra`.

@@ -17,12 +17,13 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from monitor.config import Settings
 from monitor.ingest.accounting import ACCOUNTING, NEW_REFS, Accounting, Labels, RetrievalObserver
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
-from monitor.ingest.decode import OTLP_PROTO_DECODER, Encoding, compiled_feed, decode
+from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingPolicy
+from monitor.ingest.decode import OTLP_PROTO_DECODER, compiled_feed, decode
 from monitor.ingest.sampler import Sampler
+from monitor.kafka.config import Encoding, KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
@@ -32,7 +33,7 @@ from monitor.model import Reject
 from monitor.progress import StageProgress
 from monitor.rejects import Rejections
 from monitor.samples import TextLimits, TypeSource, encode_sample
-from monitor.slices import BoundedLabel
+from monitor.slices import BoundedLabel, SlicesConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +44,29 @@ _MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their 
 class IngestStage:
     def __init__(
         self,
-        settings: Settings,
         metrics: Metrics,
         output: KafkaOutput,
-        retrieval_drift: RetrievalObserver | None = None,
+        *,
+        kafka: KafkaConfig,
+        assembly: AssemblyConfig,
+        slices: SlicesConfig,
+        sampling: SamplingPolicy,
+        limits: IngestLimits,
+        retrieval_drift: RetrievalObserver | None,
     ) -> None:
-        """`retrieval_drift`: where every record's retrieval goes (the drift stage's monitor, built
-        by the wiring); None: no retrieval drift is watched."""
-        self.settings = settings
+        """Built from its own sections (the sidecar picks them from the configuration);
+        `retrieval_drift`: where every record's retrieval goes (the drift stage's label-free
+        monitor, built by the sidecar with the drift section's policy and the pinned baseline);
+        None: no retrieval drift is watched."""
+        self.kafka = kafka
         self.metrics = metrics
-        kafka = settings.kafka
         self.tracker = OffsetTracker(NEW_REFS)
-        self.assembler = Assembler(settings.assembly)
+        self.assembler = Assembler(assembly)
         self.rejections = Rejections(metrics)
-        self.query_types = BoundedLabel.query_types(settings.slices.query_types)
-        self.services = BoundedLabel.services(settings.slices.services, settings.slices.max_services)
-        self.classifier = (
-            QueryClassifier(settings.slices.query_types) if settings.slices.classify != "off" else None
-        )
-        self.sampler = Sampler(settings.sampling)
+        self.query_types = BoundedLabel.query_types(slices.query_types)
+        self.services = BoundedLabel.services(slices.services, slices.max_services)
+        self.classifier = QueryClassifier(slices.query_types) if slices.classify != "off" else None
+        self.sampler = Sampler(sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
         self.retrieval_drift = retrieval_drift
         spec = SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
@@ -76,15 +81,13 @@ class IngestStage:
         produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending, metrics.produce_dropped)
         self.samples = Delivery(
             output,
-            settings.pipeline.samples_topic,
+            limits.samples_topic,
             "samples",
-            settings.pipeline.max_inflight_produces,
+            limits.max_inflight_produces,
             produced,
-            settings.pipeline.max_message_bytes,
+            limits.max_message_bytes,
         )
-        self._text_limits = TextLimits(
-            settings.pipeline.sample_max_chunks, settings.pipeline.sample_max_chunk_chars
-        )
+        self._text_limits = TextLimits(limits.sample_max_chunks, limits.sample_max_chunk_chars)
         self.dead_letters = (
             Delivery(output, kafka.dead_letter_topic, "dead_letter", kafka.dead_letter_max_inflight, produced)
             if kafka.dead_letter_topic
@@ -145,7 +148,7 @@ class IngestStage:
         """Decode and assemble one fetched batch (possibly empty), then emit what is due."""
         now = time.monotonic()
         wall_ns = time.time_ns()
-        max_bytes = self.settings.kafka.max_message_bytes
+        max_bytes = self.kafka.max_message_bytes
         add_spans = self.assembler.add_spans
         feed = self._feed
         auto = self._encoding is Encoding.AUTO
@@ -186,7 +189,7 @@ class IngestStage:
             self._reject_message(Reject.EMPTY, "message has no value", tp, msg, ref)
             return
         size = len(value)
-        max_bytes = self.settings.kafka.max_message_bytes
+        max_bytes = self.kafka.max_message_bytes
         if size > max_bytes:
             detail = f"{size} bytes > max_message_bytes {max_bytes}"
             self._reject_message(Reject.TOO_LARGE, detail, tp, msg, ref)
@@ -300,7 +303,7 @@ class IngestStage:
     # -- housekeeping ----------------------------------------------------------------------
 
     async def _housekeeping(self) -> None:
-        interval = self.settings.kafka.commit_interval_seconds
+        interval = self.kafka.commit_interval_seconds
         while True:
             await asyncio.sleep(interval)
             self.metrics.open_traces.set(self.assembler.open_traces)

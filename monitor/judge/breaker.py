@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from prometheus_client import Gauge
 
-from monitor.config import BreakerConfig
+from monitor.judge.config import BreakerConfig
 from monitor.llm.outcome import JudgeOutcome
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
 from monitor.judge.model import Judgement
 from monitor.judge.protocol import Judge
+from monitor.kafka.config import Encoding
 from monitor.model import RagRecord
 
 __all__ = [

@@ -21,26 +21,28 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
-from monitor.config import Settings
-from monitor.estimate import WindowEstimator
+from monitor.estimate import EstimatePolicy, WindowEstimator
 from monitor.ingest.sampler import trace_fraction
 from monitor.judge import Judge, Judgement, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
 from monitor.judge.citations import check_citations, read_citations
+from monitor.judge.config import JudgeConfig, JudgeQueue
 from monitor.judge.metered import MeteredJudge
 from monitor.judge.model import SelfEvaluationGuard
+from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
-from monitor.outputs.evaluation_events import EvaluationEventSink
+from monitor.outputs.config import ResultsConfig
+from monitor.outputs.evaluation_events import EvaluationEventSink, EventsConfig
 from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
 from monitor.samples import BadSample, decode_sample
-from monitor.slices import BoundedLabel
+from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -78,24 +80,39 @@ class _Sample:
 
 class JudgeStage:
     def __init__(
-        self, settings: Settings, metrics: Metrics, output: KafkaOutput, judge: Judge | None
+        self,
+        metrics: Metrics,
+        output: KafkaOutput,
+        judge: Judge | None,
+        *,
+        kafka: KafkaConfig,
+        config: JudgeConfig,
+        queue: JudgeQueue,
+        slices: SlicesConfig,
+        estimates: EstimatePolicy,
+        results: ResultsConfig,
+        events: EventsConfig,
     ) -> None:
-        self.settings = settings
+        """Built from its own sections (the sidecar picks them from the configuration): `config`
+        is the `judge` section, `queue` what the stage takes from `pipeline`."""
+        self.kafka = kafka
+        self.config = config
+        self.queue = queue
+        self._results = results
+        self._events_config = events
         self.metrics = metrics
         self._output = output
-        jc = settings.judge
-        pc = settings.pipeline
         self.tracker = OffsetTracker()
         spec = SourceSpec(
-            pc.samples_topic,
-            pc.judge_group_id,
+            queue.samples_topic,
+            queue.group_id,
             "earliest",
             # Half the queue a fetch: the next fetch is in flight while one is admitted, so what
             # is held stays under twice the queue whenever the pause comes.
-            min(settings.kafka.max_poll_records, max(1, pc.queue_size // 2)),
+            min(kafka.max_poll_records, max(1, queue.queue_size // 2)),
         )
         self.source = KafkaSource(
-            settings.kafka,
+            kafka,
             spec,
             self.tracker,
             ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
@@ -103,18 +120,18 @@ class JudgeStage:
             self._on_assigned,
         )
         # Labels read back from the samples topic are bounded again: anything may write to it.
-        self.query_types = BoundedLabel.query_types(settings.slices.query_types)
-        self.services = BoundedLabel.services(settings.slices.services, settings.slices.max_services)
-        self._judge_labels = settings.slices.classify == "judge"
-        self.budget = JudgeBudget(jc.budget) if jc.budget.enabled else None
-        if judge is not None and jc.budget.default_cap:
+        self.query_types = BoundedLabel.query_types(slices.query_types)
+        self.services = BoundedLabel.services(slices.services, slices.max_services)
+        self._judge_labels = slices.classify == "judge"
+        self.budget = JudgeBudget(config.budget) if config.budget.enabled else None
+        if judge is not None and config.budget.default_cap:
             log.warning(
                 "judge %s: no judge.budget.usd_per_day configured; capping spend at the default %g USD "
                 "a day (set usd_per_day to change it, null to lift it)",
                 judge.name,
-                jc.budget.usd_per_day,
+                config.budget.usd_per_day,
             )
-        elif judge is not None and judge.name != "lexical" and jc.budget.usd_per_day is None:
+        elif judge is not None and judge.name != "lexical" and config.budget.usd_per_day is None:
             log.warning("judge %s: no USD limit (judge.budget.usd_per_day: null)", judge.name)
         self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
         batch_stats = getattr(judge, "batch_stats", None)
@@ -123,9 +140,9 @@ class JudgeStage:
             from monitor.judge.batches import BatchCollector
 
             metrics.registry.register(BatchCollector(batch_stats))
-        self.breaker = CircuitBreaker(jc.breaker, metrics.judge_circuit_open)
-        self.estimator = WindowEstimator(settings.estimates, settings.slices.query_types)
-        self._repeat = jc.repeat_fraction
+        self.breaker = CircuitBreaker(config.breaker, metrics.judge_circuit_open)
+        self.estimator = WindowEstimator(estimates, slices.query_types)
+        self._repeat = config.repeat_fraction
         self.self_evaluation = SelfEvaluationGuard()
         # The generator model of the last production record its own model judged: a replay of
         # the same service's answers (which name no model) is then self-judged too.
@@ -183,10 +200,10 @@ class JudgeStage:
     def workers(self) -> int:
         """`judge.workers`, raised to what the judge prefers in flight (batch mode: a full batch),
         within the samples held (`pipeline.queue_size`): a worker waiting on a batch is one task."""
-        workers = self.settings.judge.workers
+        workers = self.config.workers
         wanted = None if self.judge is None else self.judge.preferred_concurrency
         if wanted is not None and wanted > workers:
-            workers = min(wanted, max(workers, self.settings.pipeline.queue_size))
+            workers = min(wanted, max(workers, self.queue.queue_size))
             log.info("judge stage: %d workers, to fill the judge's batches", workers)
         return workers
 
@@ -214,7 +231,7 @@ class JudgeStage:
             await asyncio.sleep(0.05)
 
     def _open_outputs(self) -> None:
-        results = self.settings.results
+        results = self._results
         if results.file is not None:
             self._sinks.append(
                 FileSink(
@@ -227,11 +244,11 @@ class JudgeStage:
                 TopicSink(
                     self._output,
                     results.topic,
-                    self.settings.pipeline.max_message_bytes,
+                    self.queue.max_message_bytes,
                     self.metrics.produce_dropped,
                 )
             )
-        self.events = EvaluationEventSink.from_config(self.settings.events)
+        self.events = EvaluationEventSink.from_config(self._events_config)
 
     async def _close_outputs(self) -> None:
         for sink in self._sinks:
@@ -244,7 +261,7 @@ class JudgeStage:
 
     async def _admit(self, batch: Batch) -> None:
         tracker = self.tracker
-        limit_bytes = self.settings.pipeline.queue_bytes
+        limit_bytes = self.queue.queue_bytes
         read = read_bytes = 0
         for tp, messages in batch.items():
             generation = tracker.generation(tp)
@@ -289,7 +306,7 @@ class JudgeStage:
         # Pausing, not blocking, bounds what is held: the fetch loop keeps polling, so the
         # member stays in its group however long the judge takes. Count or bytes, whichever is
         # reached first: a few large samples weigh as much as many.
-        limit = self.settings.pipeline.queue_size
+        limit = self.queue.queue_size
         if not self.source.paused and (self._held >= limit or self._held_bytes >= limit_bytes):
             self.source.pause()
         elif self.source.paused and self._held <= limit // 2 and self._held_bytes <= limit_bytes // 2:
@@ -362,7 +379,7 @@ class JudgeStage:
                 # Written failed only when the judge has worked for other samples since: then
                 # this sample, not the judge, is the trouble. In an outage nothing is given up.
                 served_others = self.breaker.successes > item.successes_before
-                spent = item.attempts >= self.settings.judge.breaker.max_attempts
+                spent = item.attempts >= self.config.breaker.max_attempts
                 if spent and not served_others:
                     # No other sample since (a quiet topic, or this one came last): ask the judge
                     # something it can answer rather than hold the partition until traffic comes.
@@ -446,7 +463,7 @@ class JudgeStage:
     # -- housekeeping ----------------------------------------------------------------------
 
     async def _housekeeping(self) -> None:
-        interval = self.settings.kafka.commit_interval_seconds
+        interval = self.kafka.commit_interval_seconds
         while True:
             await asyncio.sleep(interval)
             m = self.metrics

@@ -21,7 +21,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 
-from monitor.config import KafkaConfig
+from monitor.kafka.config import KafkaConfig
 
 _CLIENTS = (AIOKafkaConsumer, AIOKafkaProducer, AIOKafkaAdminClient)
 

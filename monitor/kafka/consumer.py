@@ -25,8 +25,8 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import Counter, Gauge
 
-from monitor.config import KafkaConfig
 from monitor.kafka.client import client_kwargs
+from monitor.kafka.config import KafkaConfig
 from monitor.kafka.offsets import OffsetTracker
 from monitor.progress import Progress
 

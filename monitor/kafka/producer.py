@@ -18,8 +18,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
-from monitor.config import KafkaConfig
 from monitor.kafka.client import client_kwargs
+from monitor.kafka.config import KafkaConfig
 
 Message = tuple[bytes | None, bytes]  # (key, value)
 

@@ -21,23 +21,12 @@ from typing import Any
 
 import httpx
 from prometheus_client import Counter
-from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.outputs.config import AlertSinksConfig
 
 log = logging.getLogger(__name__)
 
 _MAX_TRANSITIONS = 1000  # webhook transitions waiting; beyond, the oldest are dropped (and counted)
-
-
-class AlertSinksConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    alertmanager_url: str | None = Field(None, description="Alertmanager base URL (API v2 is used)")
-    webhook_url: str | None = Field(None, description="POSTed a JSON object per transition")
-    dashboard_url: str | None = Field(None, description="put in every alert's annotations")
-    generator_url: str | None = Field(None, description="the alerts' generatorURL; default: dashboard_url")
-    resend_seconds: float = Field(60.0, gt=0)
-    timeout_seconds: float = Field(5.0, gt=0)
-    attempts: int = Field(3, ge=1, description="tries per send before it counts as failed")
 
 
 @dataclass(slots=True)

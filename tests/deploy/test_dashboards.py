@@ -44,12 +44,12 @@ from support import (
     workload_labels,
 )
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.golden import GoldenGauges
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.outputs.http import MetricsServer

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from support import eventually, read_topic, result_ids, running, settings_for
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 
 
 async def test_two_deployments_on_one_cluster_judge_only_their_own_traces(

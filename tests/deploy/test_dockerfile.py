@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 from typer.main import get_command
 
 from monitor.cli import app
-from monitor.config import MetricsConfig
+from monitor.outputs.config import MetricsConfig
 from monitor.outputs.http import MetricsServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from helm_cases import (
     render_error,
 )
 
-from monitor.cli.golden import ReplayConfig
+from monitor.golden.config import ReplayConfig
 
 
 def test_replay_cronjob_runs_the_real_cli() -> None:

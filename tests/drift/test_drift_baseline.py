@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry
 from support import REPO, Webhook, eventually, running, settings_for
 from test_drift_stage import drifted, line
 
-from monitor.config import KafkaConfig
 from monitor.demo.workload import produce
 from monitor.drift import DriftMonitor, DriftPolicy, RetrievalDriftMonitor
 from monitor.drift.reference import BaselineFileError, load_baseline, retrieval_values
 from monitor.judge.model import Judgement
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.sidecar import Sidecar

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from support import Webhook, eventually, running, sample, settings_for
 
-from monitor.config import KafkaConfig, Settings
+from monitor.config import Settings
 from monitor.demo.workload import produce
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 
 pytestmark = pytest.mark.kafka
 

@@ -26,7 +26,8 @@ from support import sdk_trace
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
-from monitor.ingest.decode import Decoded, Encoding
+from monitor.ingest.decode import Decoded
+from monitor.kafka.config import Encoding
 from monitor.model import Chunk, SpanFacts
 
 WIRE = decode_mod.compiled_decoder()

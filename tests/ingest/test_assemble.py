@@ -9,11 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from monitor.config import AssemblyConfig
 from monitor.ingest import assemble
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST, Assembler, Finished, build_record
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.config import AssemblyConfig
+from monitor.ingest.decode import decode
 from monitor.ingest.stage import NEW_REFS
+from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
 from monitor.metrics import Metrics
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole

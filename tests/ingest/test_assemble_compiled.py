@@ -27,11 +27,12 @@ from typing import Any
 import pytest
 import test_assemble as cases
 
-from monitor.config import AssemblyConfig
 from monitor.demo.workload import trace_messages
 from monitor.ingest import assemble as assemble_mod
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST, Finished, PyAssembler
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.config import AssemblyConfig
+from monitor.ingest.decode import decode
+from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import MessageRef, new_refs
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 

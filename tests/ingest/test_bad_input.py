@@ -23,11 +23,11 @@ from support import (
     settings_for,
 )
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.model import RagRecord
 from monitor.sidecar import build_judge
 

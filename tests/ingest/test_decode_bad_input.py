@@ -24,7 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
+from monitor.kafka.config import Encoding
 from monitor.model import Reject, SpanRole
 
 

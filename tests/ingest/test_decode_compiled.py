@@ -44,13 +44,14 @@ from decode_compare import (
     taken,
 )
 
-from monitor.config import AssemblyConfig
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.compiled import slots_layout
-from monitor.ingest.decode import Decoded, Encoding
+from monitor.ingest.config import AssemblyConfig
+from monitor.ingest.decode import Decoded
+from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 

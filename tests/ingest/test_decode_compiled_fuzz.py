@@ -20,7 +20,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from monitor.demo.workload import generate
 from monitor.ingest import dialects
-from monitor.ingest.decode import Encoding
+from monitor.kafka.config import Encoding
 from monitor.model import Reject
 
 

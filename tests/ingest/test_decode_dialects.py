@@ -24,7 +24,8 @@ from decode_cases import (
 )
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
+from monitor.kafka.config import Encoding
 from monitor.model import Chunk, RagRecord, Reject, SpanRole
 
 

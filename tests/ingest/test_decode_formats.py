@@ -18,7 +18,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
+from monitor.kafka.config import Encoding
 from monitor.model import Chunk, RagRecord, Reject, SpanRole
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from monitor.ingest.decode import Decoded, Encoding, decode
+from monitor.ingest.decode import Decoded, decode
+from monitor.kafka.config import Encoding
 from monitor.model import Reject, SpanRole
 
 hex_or_junk = st.one_of(

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import python_child
 
+from monitor.ingest.config import SamplingPolicy
 from monitor.ingest.sampler import (
     Sampler,
-    SamplingPolicy,
     blake2b_fraction,
     looks_like_refusal,
     trace_fraction,
@@ -70,7 +70,8 @@ def no_signal_policy(rate: float, **kw: float) -> SamplingPolicy:
 _CHILD = """
 import json, sys
 from monitor.model import Chunk, RagRecord
-from monitor.ingest.sampler import Sampler, SamplingPolicy, trace_fraction
+from monitor.ingest.config import SamplingPolicy
+from monitor.ingest.sampler import Sampler, trace_fraction
 ids = json.loads(sys.stdin.read())
 s = Sampler(SamplingPolicy(rate=0.1, min_per_window=0))
 out = []

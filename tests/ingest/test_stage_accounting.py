@@ -34,6 +34,7 @@ from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord, Reject
+from monitor.sidecar import ingest_stage
 
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 PURE = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")
@@ -86,13 +87,11 @@ def make_stage(account: bool) -> tuple[IngestStage, KafkaOutput, list[int]]:
         },
     )
     output = KafkaOutput(settings.kafka)  # never started: samples stay queued
-    metrics = Metrics()
-    retrieval = RetrievalDriftMonitor(settings.alerts.drift.retrieval, metrics.retrieval_drift)
-    st = IngestStage(settings, metrics, output, retrieval)
+    st = ingest_stage(settings, Metrics(), output)
     assert type(st.accounting) is not RecordAccounting  # the compiled twin
     handled = [0]
     if not account:  # the reference: every record through `_finish` and the pure-Python `count`
-        st.accounting = RecordAccounting(st.sampler, retrieval, st.accounting.lag)
+        st.accounting = RecordAccounting(st.sampler, st.retrieval_drift, st.accounting.lag)
         st._account = None
     else:
         compiled = st._account

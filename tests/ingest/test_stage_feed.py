@@ -23,10 +23,12 @@ from decode_compare import REQUIRED, bad_input_corpus
 from monitor.config import load_settings
 from monitor.demo.workload import trace_messages
 from monitor.ingest.assemble import Finished
-from monitor.ingest.decode import Encoding, compiled_feed
+from monitor.ingest.decode import compiled_feed
 from monitor.ingest.stage import IngestStage
+from monitor.kafka.config import Encoding
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
+from monitor.sidecar import ingest_stage
 
 PURE = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")
 pytestmark = pytest.mark.skipif(
@@ -53,7 +55,7 @@ def stage(encoding: str, feed: bool) -> tuple[IngestStage, KafkaOutput, list[tup
         },
     )
     output = KafkaOutput(settings.kafka)  # never started: nothing is sampled
-    st = IngestStage(settings, Metrics(), output)
+    st = ingest_stage(settings, Metrics(), output)
     st._account = None  # every record through `_finish`, recorded below (the accounting has its own test)
     st.tracker.assign([TP])
     if not feed:

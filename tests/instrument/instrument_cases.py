@@ -10,8 +10,9 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
 from monitor.ingest.assemble import build_record
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
 from monitor.instrument import trace_generator, trace_request, trace_retriever
+from monitor.kafka.config import Encoding
 from monitor.model import RagRecord
 
 HITS = [

@@ -24,8 +24,9 @@ from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import REFUSAL, load_corpus
 from monitor.golden import make_target
 from monitor.ingest.assemble import build_record
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
 from monitor.instrument import configure, shutdown
+from monitor.kafka.config import Encoding
 from monitor.model import RagRecord
 from monitor.replay_mark import sign
 

@@ -23,8 +23,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from monitor.demo.broker import free_port
 from monitor.ingest.assemble import build_record
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
 from monitor.instrument import KafkaSpanExporter, configure, replay_scope, shutdown
+from monitor.kafka.config import Encoding
 
 # --------------------------------------------------------------------------------------------
 # Exporters: BatchSpanProcessor drops and counts instead of blocking

@@ -21,10 +21,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support import eventually, read_topic, result_lines, running, settings_for
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.ingest.assemble import build_record
-from monitor.ingest.decode import Encoding, decode
+from monitor.ingest.decode import decode
 from monitor.instrument import (
     configure,
     default_redactor,
@@ -35,6 +34,7 @@ from monitor.instrument import (
     trace_retriever,
 )
 from monitor.kafka.client import ensure_topics
+from monitor.kafka.config import Encoding, KafkaConfig
 
 HAVE_LANGCHAIN = bool(
     importlib.util.find_spec("langchain_core")

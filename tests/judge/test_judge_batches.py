@@ -402,10 +402,9 @@ def test_the_stage_raises_its_workers_to_fill_batches(api: FakeAPI) -> None:
     assert MeteredJudge(anthropic(api), None, JudgeMetrics(CollectorRegistry())).preferred_concurrency is None
 
     def stage(workers: int, queue_size: int, judge: Any) -> Any:
-        settings = SimpleNamespace(
-            judge=SimpleNamespace(workers=workers), pipeline=SimpleNamespace(queue_size=queue_size)
+        return SimpleNamespace(
+            config=SimpleNamespace(workers=workers), queue=SimpleNamespace(queue_size=queue_size), judge=judge
         )
-        return SimpleNamespace(settings=settings, judge=judge)
 
     assert JudgeStage.workers(stage(8, 1000, metered)) == 300
     assert JudgeStage.workers(stage(8, 100, metered)) == 100  # no more than the samples held

@@ -31,9 +31,10 @@ from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 from support import eventually
 
-from monitor.config import ConfigError, KafkaConfig, Settings, load_settings
+from monitor.config import ConfigError, Settings, load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.kafka.client import client_kwargs, ensure_topics
+from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput

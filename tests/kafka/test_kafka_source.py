@@ -11,8 +11,8 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.conn import AIOKafkaConnection
 
-from monitor.config import KafkaConfig
 from monitor.demo.broker import EmbeddedBroker
+from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics

@@ -17,7 +17,8 @@ from support import Webhook, alertmanager_process, eventually
 
 from monitor.demo.broker import free_port
 from monitor.metrics import Metrics
-from monitor.outputs.alerts import AlertDispatcher, AlertSinksConfig
+from monitor.outputs.alerts import AlertDispatcher
+from monitor.outputs.config import AlertSinksConfig
 
 
 @pytest.fixture

@@ -1,0 +1,92 @@
+"""The golden replay's config: the sidecar's `golden` section (the scheduled replay) and the
+`--config` file of `rag-monitor replay` (the same replay as a batch job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from monitor.golden.comparison import GateConfig
+from monitor.golden.intervals import IntervalConfig
+from monitor.golden.targets import HttpTargetConfig
+
+
+class GoldenConfig(BaseModel):
+    """Scheduled golden replay inside `rag-monitor run`; off unless `file` and `target` are set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: Path | None = None
+    target: str | None = Field(None, description="http(s) URL of the RAG service, or module:function")
+    interval_seconds: float = Field(3600.0, gt=0)
+    k: int = Field(5, gt=0)
+    baseline: Path | None = None
+    concurrency: int = Field(8, gt=0)
+    baselines: list[Literal["oracle", "no_context"]] = Field(
+        default_factory=list,
+        description="also replay with the labelled chunks as context (oracle) and with none (no_context)",
+    )
+    report_dir: Path | None = Field(None, description="write each replay's JSON report here")
+    trigger_token_file: Path | None = Field(
+        None, description="bearer token for POST /golden/replay on the metrics port (unset: no endpoint)"
+    )
+    trigger_token: SecretStr | None = Field(
+        None, description="the token itself, for RAGMON_GOLDEN__TRIGGER_TOKEN (prefer the file)"
+    )
+    replay_secret_file: Path | None = Field(
+        None,
+        description="shared secret signing the X-RAG-Replay mark, so the service keeps replays out of "
+        "production metrics (unset: replay_secret, else $RAGMON_REPLAY_SECRET(_FILE), else unmarked)",
+    )
+    replay_secret: SecretStr | None = Field(
+        None, description="the secret itself, for RAGMON_GOLDEN__REPLAY_SECRET (prefer the file)"
+    )
+
+    @model_validator(mode="after")
+    def _trigger_needs_a_replay(self) -> GoldenConfig:
+        if (self.trigger_token_file is not None or self.trigger_token) and not (self.file and self.target):
+            raise ValueError("a golden trigger token needs golden.file and golden.target (what to replay)")
+        return self
+
+
+DEFAULT_PUSH_JOB = "rag-monitor-replay"
+
+
+class PushgatewayConfig(BaseModel):
+    """Where `replay` pushes its `ragmon_golden_*` gauges: a batch job (a CronJob pod) is gone
+    before Prometheus could scrape it, so its results go to a Pushgateway, which Prometheus scrapes
+    with `honor_labels: true` (the pushed `job` and `instance` labels are kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(
+        None, description="Pushgateway base URL, e.g. http://pushgateway:9091 (unset: no push)"
+    )
+    job: str = Field(DEFAULT_PUSH_JOB, min_length=1, description="`job` label of the pushed group")
+    instance: str | None = Field(
+        None,
+        min_length=1,
+        description="`instance` label of the pushed group (default: the golden file's name)",
+    )
+    auth_env: str | None = Field(
+        None, min_length=1, description="environment variable holding basic auth as user:password"
+    )
+    timeout_seconds: float = Field(10.0, gt=0, description="seconds for the push request")
+
+
+class ReplayConfig(BaseModel):
+    """`--config` file of `replay`: how to talk to the target, the gate, the intervals, the
+    baselines, the judge's options (each flag given on the command line wins over the file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: HttpTargetConfig = Field(default_factory=HttpTargetConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    intervals: IntervalConfig = Field(default_factory=IntervalConfig)
+    baselines: list[Literal["oracle", "no_context"]] = Field(
+        default_factory=list, description="as golden.baselines in the sidecar's config"
+    )
+    judge_options: dict[str, Any] = Field(default_factory=dict)
+    pushgateway: PushgatewayConfig = Field(default_factory=PushgatewayConfig)

@@ -1,0 +1,144 @@
+"""The judge stage's config sections (`judge`, its `breaker` and `budget`), the check of
+`judge.options` against the backend's own option model, and what the stage takes from `pipeline`."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Literal, get_type_hints
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from monitor.judge.budget import BudgetPolicy
+from monitor.judge.lexical import LexicalJudge
+
+
+class BreakerConfig(BaseModel):
+    """The judge circuit breaker: consecutive outage errors (connection refused, 429, 5xx, 529,
+    timeout) open it; judging then pauses, one probe at a time, instead of burning samples as
+    failed judgements."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    failures: int = Field(5, gt=0, description="consecutive outage errors that open the breaker")
+    min_pause_seconds: float = Field(1.0, gt=0)
+    max_pause_seconds: float = Field(60.0, gt=0)
+    max_attempts: int = Field(
+        5,
+        gt=0,
+        description="outage errors of one sample before it is written failed, provided other samples "
+        "(or a canary record) were judged since its first (the sample is the trouble); in an outage "
+        "nothing is given up",
+    )
+
+
+class JudgeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["lexical", "anthropic", "openai", "none"] = "lexical"
+    workers: int = Field(8, gt=0, description="judgements in flight at once")
+    repeat_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of judged records judged a second time to expose judge instability",
+    )
+    budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    # Passed to the backend: model, base_url, api_key_file, max_concurrency, timeout_seconds,
+    # prices... (monitor/judge/llm_judge.py LLMJudgeConfig). Prefer api_key_file or the environment
+    # variable over a key in this file.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _money_is_bounded(self) -> JudgeConfig:
+        """An LLM judge with no USD limit configured gets the default daily cap, so a wrong
+        sampling rate or a flood of traffic costs a bounded sum (`judge.budget.usd_per_day: null`
+        lifts it)."""
+        if self.backend in ("anthropic", "openai"):
+            self.budget = self.budget.with_default_cap()
+        return self
+
+    @field_validator("options")
+    @classmethod
+    def _options_of_the_backend(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Options the backend does not have stop start-up: LLM options on the lexical judge mean the
+        operator believes an LLM judges. Checked with the backend's own option model, without
+        creating the judge, so no API key is needed to validate (or show) a configuration."""
+        backend = info.data.get("backend")
+        if backend is None or not options:  # a bad backend has its own error
+            return options
+        if backend == "none":
+            raise ValueError("no option applies: the judge is off (judge.backend none)")
+        model = _judge_options_model(backend)
+        try:
+            model.model_validate(options)
+        except ValidationError as exc:
+            raise ValueError(
+                _option_problems(exc, f"the {backend} judge", sorted(model.model_fields))
+            ) from None
+        return options
+
+
+def _option_problems(exc: ValidationError, owner: str, known: list[str]) -> str:
+    """One line: the unknown options together, with the list of known ones, then bad values."""
+    errors = exc.errors()
+    unknown = [e for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+    problems = [_error_line(e) for e in errors if e not in unknown]
+    if unknown:
+        names = ", ".join(repr(e["loc"][0]) for e in unknown)
+        verb = "is not an option" if len(unknown) == 1 else "are not options"
+        problems.insert(0, f"{names} {verb} of {owner} (options: {', '.join(known)})")
+    return "; ".join(problems)
+
+
+@functools.cache
+def _judge_options_model(backend: str) -> type[BaseModel]:
+    """The model `create_judge` validates `judge.options` with. The LLM modules are imported for
+    their own backend only: they pull in their SDKs."""
+    if backend == "anthropic":
+        from monitor.judge.anthropic_judge import AnthropicJudgeConfig
+
+        return AnthropicJudgeConfig
+    if backend == "openai":
+        from monitor.judge.openai_judge import OpenAIJudgeConfig
+
+        return OpenAIJudgeConfig
+    # The lexical judge takes its options as keyword arguments: the model is its signature.
+    hints = get_type_hints(LexicalJudge.__init__)
+    fields: dict[str, Any] = {
+        name: (hints[name], param.default)
+        for name, param in inspect.signature(LexicalJudge).parameters.items()
+    }
+    return create_model("LexicalJudgeOptions", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def _error_line(err: ErrorDetails) -> str:
+    """`where: message`, as the configuration's own errors read (monitor/config.py)."""
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeQueue:
+    """What the judge stage takes from the `pipeline` section (kept there in the configuration
+    file, beside the topics): the samples topic and group it reads, what it may hold, and the
+    largest message it may write (the results topic's max.message.bytes)."""
+
+    samples_topic: str
+    group_id: str
+    queue_size: int
+    queue_bytes: int
+    max_message_bytes: int

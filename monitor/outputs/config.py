@@ -1,0 +1,62 @@
+"""The outputs' config sections: `alerts` sinks (the drift section adds its detectors to them),
+the `metrics` server, and the `results` file and topic. (`events` lives beside its sink, in
+monitor/outputs/evaluation_events.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class AlertSinksConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    alertmanager_url: str | None = Field(None, description="Alertmanager base URL (API v2 is used)")
+    webhook_url: str | None = Field(None, description="POSTed a JSON object per transition")
+    dashboard_url: str | None = Field(None, description="put in every alert's annotations")
+    generator_url: str | None = Field(None, description="the alerts' generatorURL; default: dashboard_url")
+    resend_seconds: float = Field(60.0, gt=0)
+    timeout_seconds: float = Field(5.0, gt=0)
+    attempts: int = Field(3, ge=1, description="tries per send before it counts as failed")
+
+
+class MetricsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(
+        "0.0.0.0",
+        description="bind address of /metrics, /healthz, /readyz and the golden trigger: all interfaces, "
+        "for Prometheus and the kubelet in another network namespace; 127.0.0.1 keeps it local",
+    )
+    port: int = Field(9612, ge=0, le=65535)
+    timeout_seconds: float = Field(
+        5.0, gt=0, description="a client that has not sent its whole request by then is dropped"
+    )
+    workers: int = Field(4, gt=0, description="threads that answer requests (idle clients hold none)")
+    max_connections: int = Field(
+        4096,
+        gt=0,
+        description="open connections; beyond, the longest-waiting is closed (at most half the fd limit)",
+    )
+
+
+class ResultsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    file: Path | None = None
+    file_max_bytes: int = Field(
+        100 * 1024 * 1024, ge=0, description="rotate the results file past this size (0: never)"
+    )
+    file_keep: int = Field(5, ge=0, description="rotated results files kept: file.1 (newest) .. file.N")
+    topic: str | None = Field(
+        "rag-monitor-judgements",
+        description="keyed by query type; the drift stage reads it. Unset: <kafka.group_id>-judgements; "
+        'null or "": no results topic (and no drift)',
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _empty_is_off(cls, topic: str | None) -> str | None:
+        """`RAGMON_RESULTS__TOPIC=` (an environment variable cannot be null) turns it off too."""
+        return topic or None
