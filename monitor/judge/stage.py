@@ -38,7 +38,7 @@ from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
-from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
+from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
 from monitor.replay_mark import load_secret, secret_from_env
 from monitor.samples import BadSample, decode_sample

@@ -1,4 +1,5 @@
-"""Outputs: the results file and topic (the HTTP endpoint is in `monitor.outputs.http`).
+"""The sinks of the results lines: the results file and topic (the HTTP endpoint is in
+`monitor.outputs.http`).
 
 A result is written before the offsets behind it may be committed, so the sinks report success
 only once the line is on disk (file, fsynced) or acknowledged by the broker (topic).
