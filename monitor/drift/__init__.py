@@ -7,14 +7,12 @@ from monitor.drift.detector import (
     BAD_DIRECTION,
     RATES,
     Detector,
-    DriftMetrics,
     DriftMonitor,
     DriftPolicy,
     Reference,
 )
 from monitor.drift.reference import BaselineFileError, DriftBaseline, load_baseline
 from monitor.drift.retrieval import (
-    RetrievalDriftMetrics,
     RetrievalDriftMonitor,
     RetrievalDriftPolicy,
     RetrievalReference,
@@ -26,11 +24,9 @@ __all__ = [
     "BaselineFileError",
     "Detector",
     "DriftBaseline",
-    "DriftMetrics",
     "DriftMonitor",
     "DriftPolicy",
     "Reference",
-    "RetrievalDriftMetrics",
     "RetrievalDriftMonitor",
     "RetrievalDriftPolicy",
     "RetrievalReference",

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from monitor.drift.retrieval import RetrievalDriftPolicy
 from monitor.estimate import ESTIMATE_METRICS
+from monitor.metrics import DriftMetrics
 
 Direction = Literal[1, -1]
 
@@ -341,13 +341,3 @@ class DriftMonitor:
             for gauge in (m.statistic, m.threshold, m.active):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*key)
-
-
-@dataclass(frozen=True, slots=True)
-class DriftMetrics:
-    statistic: Gauge
-    threshold: Gauge
-    active: Gauge
-    alarms: Counter
-    baseline: Gauge  # labels: version
-    unreadable: Counter
