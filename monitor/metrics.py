@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.estimate import estimate_values, usable_weight
-from monitor.judge.model import Judgement, Verdict
-from monitor.model import Reject
+from monitor.model import Judgement, Reject, Verdict
 
 PREFIX = "ragmon_"
 

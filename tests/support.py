@@ -22,8 +22,8 @@ from aiokafka.structs import ConsumerRecord
 
 from monitor.config import Settings, load_settings
 from monitor.demo.broker import free_port
-from monitor.judge import Judge, Judgement
-from monitor.model import RagRecord
+from monitor.judge import Judge
+from monitor.model import Judgement, RagRecord
 from monitor.sidecar import Sidecar, build_judge
 
 REPO = Path(__file__).resolve().parent.parent

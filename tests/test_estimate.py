@@ -22,8 +22,8 @@ from monitor.estimate import (
     wilson,
 )
 from monitor.ingest.sampler import Sampler, SamplingPolicy
-from monitor.judge.model import Judgement, JudgeOutcome
-from monitor.model import Chunk, RagRecord
+from monitor.judge.model import JudgeOutcome
+from monitor.model import Chunk, Judgement, RagRecord
 
 Z95 = 1.959963984540054
 

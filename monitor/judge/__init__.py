@@ -11,15 +11,12 @@ from typing import Any, Literal
 
 from monitor.judge.base import Judge, skip_reason
 from monitor.judge.lexical import LexicalJudge
-from monitor.judge.model import CHECKS, Claim, Judgement, JudgeOutcome, TokenUsage
+from monitor.judge.model import JudgeOutcome, TokenUsage
 
 __all__ = [
-    "CHECKS",
-    "Claim",
     "Judge",
     "JudgeKind",
     "JudgeOutcome",
-    "Judgement",
     "LexicalJudge",
     "TokenUsage",
     "create_judge",

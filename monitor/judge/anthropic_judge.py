@@ -52,8 +52,8 @@ from monitor.judge.batches import (
     batch_price,
     error_detail,
 )
-from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
-from monitor.model import RagRecord
+from monitor.judge.model import JudgeOutcome, JudgeOutput, TokenUsage
+from monitor.model import Judgement, RagRecord
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "AnthropicJudge", "AnthropicJudgeConfig"]
 

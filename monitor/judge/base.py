@@ -41,17 +41,14 @@ from monitor.judge.budget import Cost
 from monitor.judge.evidence import coverage
 from monitor.judge.model import (
     MAX_CLAIMS,
-    NOTE_NOT_JUDGED,
-    Claim,
-    Judgement,
     JudgeOutcome,
     JudgeOutput,
     TokenUsage,
-    Verdict,
+    judgement_from_output,
     labelled_output_model,
 )
 from monitor.judge.model import validate_against_record as _validate_against_record
-from monitor.model import RagRecord
+from monitor.model import NOTE_NOT_JUDGED, Claim, Judgement, RagRecord, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -665,7 +662,7 @@ class LLMJudgeBase:
         cov = coverage(prompt.answer, [c.text for c in output.claims])
         extra = [Claim(s, Verdict.NOT_IN_CONTEXT, note=NOTE_NOT_JUDGED) for s in cov.gaps]
         repair = "unrepaired" if extra else "repaired" if coverage_asked else None
-        return Judgement.from_output(
+        return judgement_from_output(
             prompt.to_real_ids(output),
             chunks=prompt.chunks,
             chunk_ids=list(prompt.real_ids.values()),

@@ -45,8 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from monitor.judge.model import Judgement
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 if TYPE_CHECKING:  # base imports Cost from here
     from monitor.judge.base import Judge

@@ -31,8 +31,7 @@ from typing import Any
 
 from monitor.ingest.decode import Encoding, decode
 from monitor.judge.base import Judge
-from monitor.judge.model import Judgement
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = [
     "KAPPA_WARNING",

@@ -71,8 +71,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from monitor.judge.base import MAX_CHUNK_CHARS, MAX_CHUNKS, clip_record
-from monitor.judge.model import Claim, Judgement, Quote, Verdict
-from monitor.model import RagRecord
+from monitor.model import Claim, Judgement, Quote, RagRecord, Verdict
 
 __all__ = ["ABBREVIATIONS", "SENTENCE_END", "LexicalJudge", "is_refusal", "split_claims"]
 

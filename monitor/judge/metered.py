@@ -13,9 +13,9 @@ import logging
 
 from monitor.judge.base import Judge, RecordMeta
 from monitor.judge.budget import Cost, JudgeBudget, cost_bound
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import JudgeOutcome
 from monitor.metrics import JudgeMetrics
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = ["BUDGET_EXHAUSTED", "MeteredJudge"]
 

@@ -40,8 +40,8 @@ from monitor.judge.base import (
     parse_output,
     repair_message,
 )
-from monitor.judge.model import Judgement, JudgeOutcome, JudgeOutput, TokenUsage
-from monitor.model import RagRecord
+from monitor.judge.model import JudgeOutcome, JudgeOutput, TokenUsage
+from monitor.model import Judgement, RagRecord
 
 __all__ = [
     "DEFAULT_OPENAI_MODEL",

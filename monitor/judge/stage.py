@@ -25,7 +25,7 @@ from aiokafka import TopicPartition
 from monitor.config import GoldenConfig, Settings
 from monitor.estimate import WindowEstimator
 from monitor.ingest.sampler import trace_fraction
-from monitor.judge import Judge, Judgement, skip_reason
+from monitor.judge import Judge, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
@@ -36,7 +36,7 @@ from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSp
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
 from monitor.progress import Progress, StageProgress

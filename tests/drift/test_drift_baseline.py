@@ -21,10 +21,9 @@ from monitor.config import KafkaConfig
 from monitor.demo.workload import produce
 from monitor.drift import DriftMonitor, DriftPolicy, RetrievalDriftMonitor
 from monitor.drift.reference import BaselineFileError, load_baseline, retrieval_values
-from monitor.judge.model import Judgement
 from monitor.kafka.client import ensure_topics
 from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord
 from monitor.sidecar import Sidecar
 
 T0 = 1_800_000_000.0

@@ -33,9 +33,10 @@ from monitor.judge.base import TOOL_NAME
 from monitor.judge.batches import BATCH_DEADLINE_SECONDS, BatchCollector
 from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
 from monitor.judge.metered import MeteredJudge
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import JudgeOutcome
 from monitor.judge.stage import JudgeStage
 from monitor.metrics import JudgeMetrics
+from monitor.model import Judgement
 
 # An entry's result, as the server builds it: (custom_id, params, how many entries with the same
 # first user turn it has seen before) -> the ``result`` object of the results line.

@@ -37,9 +37,9 @@ from fake_llm import (
 
 from monitor.judge import create_judge
 from monitor.judge.base import SYSTEM_PROMPT, TOOL_NAME, output_schema
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import JudgeOutcome
 from monitor.judge.openai_judge import _retry_after
-from monitor.model import Chunk
+from monitor.model import Chunk, Judgement
 
 # -- Anthropic ----------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from monitor.judge import CHECKS, Judge, Judgement, JudgeOutcome, LexicalJudge, create_judge, skip_reason
+from monitor.judge import Judge, JudgeOutcome, LexicalJudge, create_judge, skip_reason
 from monitor.judge.base import (
     DEFAULT_PRICES,
     SKIP_NO_ANSWER,
@@ -33,15 +33,14 @@ from monitor.judge.base import (
 )
 from monitor.judge.evidence import content_words, coverage
 from monitor.judge.model import (
-    Claim,
     ClaimVerdict,
     Evidence,
     JudgeOutput,
-    Quote,
     TokenUsage,
-    Verdict,
+    checked_claim,
+    judgement_from_output,
 )
-from monitor.model import Chunk, RagRecord
+from monitor.model import CHECKS, Chunk, Claim, Judgement, Quote, RagRecord, Verdict
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,
@@ -92,7 +91,7 @@ def rec(answer: str = "An answer.", chunks: list[Chunk] | None = None) -> RagRec
 
 
 def judged(out: JudgeOutput, **kw: Any) -> Judgement:
-    return Judgement.from_output(out, chunks=CHUNKS, **{**META, **kw})
+    return judgement_from_output(out, chunks=CHUNKS, **{**META, **kw})
 
 
 def test_faithfulness_is_supported_over_total() -> None:
@@ -175,7 +174,7 @@ def test_unsupported_claim_never_reports_a_chunk() -> None:
 def test_evidence_is_checked_against_the_chunk_text() -> None:
     def claim(verdict: str, text: str, *quotes: tuple[str, str]) -> Claim:
         evidence = [Evidence(chunk_id=c, quote=q) for c, q in quotes]
-        return Claim.checked(ClaimVerdict(text=text, verdict=verdict, evidence=evidence), CHUNKS)  # type: ignore[arg-type]
+        return checked_claim(ClaimVerdict(text=text, verdict=verdict, evidence=evidence), CHUNKS)  # type: ignore[arg-type]
 
     # Case, whitespace, XML escapes and typographic quotes do not matter; the words do.
     ok = claim("supported", "c1 has text", ("c1", "THE  text\nof c1"))
@@ -466,7 +465,7 @@ def test_ordinal_ids_map_back_to_the_real_ids() -> None:
     }
     output, problem = parse_output(raw, p.chunk_ids)
     assert output is not None, problem
-    j = Judgement.from_output(p.to_real_ids(output), chunks=p.chunks, **META)
+    j = judgement_from_output(p.to_real_ids(output), chunks=p.chunks, **META)
     (paris, lyon) = j.claims
     assert paris.supported and paris.chunk_ids == ["https://ex/a#p=1"]
     assert paris.evidence[0].chunk_id == "https://ex/a#p=1" and paris.evidence[0].found

@@ -34,7 +34,7 @@ from monitor.demo.workload import produce
 from monitor.ingest.classify import classify_query
 from monitor.judge import create_judge
 from monitor.judge.base import SYSTEM_PROMPT, LLMJudgeConfig, build_prompt, output_schema, parse_output
-from monitor.judge.model import Judgement, JudgeOutcome
+from monitor.judge.model import JudgeOutcome, judgement_from_output
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,
@@ -202,7 +202,7 @@ def test_parse_output_checks_the_label_only_when_asked() -> None:
     }
     out, problem = parse_output(raw, ["c1"])
     assert out is not None and not problem
-    assert Judgement.from_output(out, **META).judged_query_type is None
+    assert judgement_from_output(out, **META).judged_query_type is None
 
     out, problem = parse_output({**raw, "query_type": "comparison"}, ["c1"])
     assert out is None and "query_type" in problem  # not asked: an extra field is still rejected
@@ -213,7 +213,7 @@ def test_parse_output_checks_the_label_only_when_asked() -> None:
     assert out is None and "query_type" in problem
     out, problem = parse_output(json.dumps({**raw, "query_type": "comparison"}), ["c1"], TYPES)
     assert out is not None, problem
-    assert Judgement.from_output(out, **META).judged_query_type == "comparison"
+    assert judgement_from_output(out, **META).judged_query_type == "comparison"
 
 
 def test_one_type_list_is_still_an_enum() -> None:
