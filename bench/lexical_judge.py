@@ -61,8 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.judge.model import Judgement
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord
 
 DATA_ENV = "RAGMON_QA_DATA"  # the data directory when --data is not given
 ROOT = Path(__file__).resolve().parent.parent

@@ -42,6 +42,7 @@ from monitor.config import load_settings
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
+from monitor.results import ResultLine
 from monitor.sidecar import Sidecar
 
 
@@ -101,9 +102,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         recovered = time.perf_counter() - t0
         stop.set()
         await task
-        lines = [json.loads(line) for line in results.read_text().splitlines()]
+        lines = [ResultLine.model_validate_json(line) for line in results.read_text().splitlines()]
     api.server.shutdown()
-    failed = sum(1 for r in lines if r.get("error"))
+    failed = sum(1 for r in lines if r.error)
     return {
         "traces_per_phase": args.traces,
         "records_per_s_up": round(before),

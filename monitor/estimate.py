@@ -37,7 +37,7 @@ from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from monitor.judge.model import Judgement
+from monitor.model import Judgement
 
 __all__ = [
     "OVERALL",

@@ -8,13 +8,12 @@ the demo can run several pipelines in one process without label collisions.
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from monitor.drift import DriftMetrics, RetrievalDriftMetrics
 from monitor.estimate import estimate_values, usable_weight
-from monitor.judge.model import Judgement, Verdict
-from monitor.model import Reject
+from monitor.model import Judgement, Reject, Verdict
 
 PREFIX = "ragmon_"
 
@@ -92,6 +91,28 @@ class RecordSeries:
             self.records = 0
         self.chunks.flush()
         self.top_score.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class DriftMetrics:
+    """The `ragmon_drift_*` series the drift stage's detectors set."""
+
+    statistic: Gauge
+    threshold: Gauge
+    active: Gauge
+    alarms: Counter
+    baseline: Gauge  # labels: version
+    unreadable: Counter
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalDriftMetrics:
+    """The `ragmon_retrieval_drift_*` series the ingest stage's retrieval drift monitor sets."""
+
+    psi: Gauge  # labels: query_type, feature
+    threshold: Gauge
+    active: Gauge
+    alarms: Counter
 
 
 class Metrics:

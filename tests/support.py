@@ -22,8 +22,9 @@ from aiokafka.structs import ConsumerRecord
 
 from monitor.config import Settings, load_settings
 from monitor.demo.broker import free_port
-from monitor.judge import Judge, Judgement
-from monitor.model import RagRecord
+from monitor.judge import Judge
+from monitor.model import Judgement, RagRecord
+from monitor.results import ResultLine
 from monitor.sidecar import Sidecar, build_judge
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,11 +114,18 @@ async def eventually(check: Callable[[], bool], within: float = 30.0, what: str 
 
 def result_lines(path: Path) -> list[dict[str, Any]]:
     """The complete lines of a results file: the sidecar may be appending, and a line without its
-    newline yet is not written."""
+    newline yet is not written. Each is read through the results-line contract too, which must
+    give back every field as written (a field of the wrong type would read as absent)."""
     if not path.exists():
         return []
     *complete, _partial = path.read_text().split("\n")
-    return [json.loads(line) for line in complete if line.strip()]
+    lines = []
+    for text in complete:
+        if text.strip():
+            line = json.loads(text)
+            assert ResultLine.model_validate_json(text).model_dump(exclude_unset=True) == line, text
+            lines.append(line)
+    return lines
 
 
 def result_ids(path: Path) -> set[str]:

@@ -23,9 +23,8 @@ from monitor.estimate import (
 )
 from monitor.ingest.config import SamplingPolicy
 from monitor.ingest.sampler import Sampler
-from monitor.judge.model import Judgement
 from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord
 
 Z95 = 1.959963984540054
 

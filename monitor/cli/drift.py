@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from monitor.drift.config import RetrievalDriftPolicy
 from monitor.drift.reference import (
@@ -25,6 +26,7 @@ from monitor.drift.reference import (
     retrieval_from_results,
 )
 from monitor.files import write_atomic
+from monitor.results import ResultLine, unreadable_reason
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Pin the references drift detectors compare with.")
 
@@ -47,24 +49,20 @@ def _when(value: str | None, flag: str) -> float | None:
     return moment.timestamp()
 
 
-def _lines(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The results file's JSON objects, and how many lines were not one."""
-    out: list[dict[str, Any]] = []
-    bad = 0
+def _lines(path: Path) -> tuple[list[ResultLine], dict[str, int]]:
+    """The results file's lines, and how many could not be read, by reason."""
+    out: list[ResultLine] = []
+    bad: dict[str, int] = {}
     try:
         with path.open(encoding="utf-8") as fh:
             for raw in fh:
                 if not raw.strip():
                     continue
                 try:
-                    value = json.loads(raw)
-                except ValueError:
-                    bad += 1
-                    continue
-                if isinstance(value, dict):
-                    out.append(value)
-                else:
-                    bad += 1
+                    out.append(ResultLine.model_validate_json(raw))
+                except ValidationError as exc:
+                    reason = unreadable_reason(exc)
+                    bad[reason] = bad.get(reason, 0) + 1
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror or exc}")
     return out, bad
@@ -116,8 +114,7 @@ def pin_command(
         slices, dropped = from_results(lines, start, end)
         if retrieval:
             found, left_out = retrieval_from_results(lines, start, end)
-        if unreadable:
-            dropped["not a JSON object"] = unreadable
+        dropped.update(unreadable)
         source = {"kind": "results", "path": str(results), "since": since, "until": until}
     else:
         assert golden_baseline is not None

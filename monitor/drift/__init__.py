@@ -8,13 +8,11 @@ from monitor.drift.detector import (
     BAD_DIRECTION,
     RATES,
     Detector,
-    DriftMetrics,
     DriftMonitor,
     Reference,
 )
 from monitor.drift.reference import BaselineFileError, DriftBaseline, load_baseline
 from monitor.drift.retrieval import (
-    RetrievalDriftMetrics,
     RetrievalDriftMonitor,
     RetrievalReference,
 )
@@ -25,11 +23,9 @@ __all__ = [
     "BaselineFileError",
     "Detector",
     "DriftBaseline",
-    "DriftMetrics",
     "DriftMonitor",
     "DriftPolicy",
     "Reference",
-    "RetrievalDriftMetrics",
     "RetrievalDriftMonitor",
     "RetrievalDriftPolicy",
     "RetrievalReference",

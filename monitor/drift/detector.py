@@ -40,9 +40,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from prometheus_client import Counter, Gauge
-
 from monitor.drift.config import DriftPolicy
+from monitor.metrics import DriftMetrics
 
 Direction = Literal[1, -1]
 
@@ -285,13 +284,3 @@ class DriftMonitor:
             for gauge in (m.statistic, m.threshold, m.active):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*key)
-
-
-@dataclass(frozen=True, slots=True)
-class DriftMetrics:
-    statistic: Gauge
-    threshold: Gauge
-    active: Gauge
-    alarms: Counter
-    baseline: Gauge  # labels: version
-    unreadable: Counter

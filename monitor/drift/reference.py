@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from monitor.drift.detector import Reference
 from monitor.drift.retrieval import MAX_COUNT_BIN, RetrievalReference
 from monitor.estimate import usable_weight, verdict_values
+from monitor.results import ResultLine
 
 KIND = "rag-monitor-drift-baseline"
 SHARES_TOLERANCE = 1e-6  # |Σ shares − 1| allowed (JSON round trips are exact; hand edits are not)
@@ -192,36 +193,33 @@ def _parse_time(value: object) -> float | None:
     return None
 
 
-def judged_values(line: Mapping[str, Any]) -> tuple[str, float, list[tuple[str, float]]] | str:
+def judged_values(line: ResultLine) -> tuple[str, float, list[tuple[str, float]]] | str:
     """(query type, weight, (metric, value) pairs) of a results line, or why it has none: what
     the drift detectors and their references take from a judgement."""
-    judge = line.get("judge")
-    qt = line.get("query_type")
-    w = line.get("sampling_weight")
-    if line.get("replay"):
+    qt = line.query_type
+    w = line.sampling_weight
+    if line.replay:
         return "golden replay"
-    if not isinstance(judge, dict) or judge.get("outcome") != "ok":
+    if not line.judged:
         return "not judged"
-    if not isinstance(qt, str) or not qt:
+    if not qt:
         return "no query type"
-    if not isinstance(w, int | float) or isinstance(w, bool) or not usable_weight(float(w)):
+    if w is None or not usable_weight(float(w)):
         return "bad sampling weight"
     values = verdict_values(
-        line.get("faithfulness"),
-        line.get("hallucinated"),
-        # Refusals only (not hedges), as the estimates count them; lines written before the
-        # judges told the two apart carry only answer_admits_uncertainty.
-        line["refuses"] if "refuses" in line else line.get("answer_admits_uncertainty"),
-        line.get("false_refusal"),
-        line.get("answer_relevance"),
-        context_relevance=line.get("context_relevance"),
+        line.faithfulness,
+        line.hallucinated,
+        line.refusal,  # refusals only (not hedges), as the estimates count them
+        line.false_refusal,
+        line.answer_relevance,
+        context_relevance=line.context_relevance,
     )
     return qt, float(w), values
 
 
-def _outside(line: Mapping[str, Any], since: float | None, until: float | None) -> str | None:
+def _outside(line: ResultLine, since: float | None, until: float | None) -> str | None:
     """Why a line is not in the window [since, until) of its record's end (else start) time."""
-    when = _parse_time(line.get("end")) or _parse_time(line.get("start"))
+    when = _parse_time(line.end) or _parse_time(line.start)
     if when is None:
         return "no time" if since is not None or until is not None else None
     if (since is not None and when < since) or (until is not None and when >= until):
@@ -230,7 +228,7 @@ def _outside(line: Mapping[str, Any], since: float | None, until: float | None) 
 
 
 def from_results(
-    lines: Iterable[Mapping[str, Any]], since: float | None, until: float | None
+    lines: Iterable[ResultLine], since: float | None, until: float | None
 ) -> tuple[dict[str, dict[str, ReferenceStats]], dict[str, int]]:
     """References from results lines whose record ended within [since, until), and why the
     others were left out (counted by reason)."""
@@ -254,34 +252,31 @@ def from_results(
     return _stats(sums), dropped
 
 
-def retrieval_values(line: Mapping[str, Any]) -> tuple[str, float, int, float | None] | str:
+def retrieval_values(line: ResultLine) -> tuple[str, float, int, float | None] | str:
     """(query type, weight, chunk count, top score) of a results line as the ingest stage saw the
     record — the line's `chunks` are the record's, in rank order — or why it has none. Any sampled
     record counts, judged or not: the sample's weights make it stand for production."""
-    # A judge that relabelled the record keeps the ingest stage's label in `record_query_type`;
-    # lines written before it did carry only the judge's label, which ingest never watched.
-    judge_set = line.get("query_type_source") == "judge"
-    qt = line.get("record_query_type") if judge_set else line.get("query_type")
-    w = line.get("sampling_weight")
-    chunks = line.get("chunks")
-    if line.get("replay"):
+    qt = line.ingest_query_type
+    w = line.sampling_weight
+    chunks = line.chunks
+    if line.replay:
         return "golden replay"
-    if judge_set and qt is None:
+    if qt is None and line.query_type_source == "judge":
         return "query type set by the judge"
-    if not isinstance(qt, str) or not qt:
+    if not qt:
         return "no query type"
-    if not isinstance(w, int | float) or isinstance(w, bool) or not usable_weight(float(w)):
+    if w is None or not usable_weight(float(w)):
         return "bad sampling weight"
-    if not isinstance(chunks, list):
+    if chunks is None:
         return "no chunks list"
-    top = chunks[0].get("score") if chunks and isinstance(chunks[0], dict) else None
-    if not isinstance(top, int | float) or isinstance(top, bool) or not math.isfinite(top):
+    top = chunks[0].score if chunks and chunks[0] is not None else None
+    if top is None or not math.isfinite(top):
         top = None  # as the ingest stage: a record without a usable score is counted apart
     return qt, float(w), len(chunks), None if top is None else float(top)
 
 
 def retrieval_from_results(
-    lines: Iterable[Mapping[str, Any]], since: float | None, until: float | None
+    lines: Iterable[ResultLine], since: float | None, until: float | None
 ) -> tuple[dict[str, RetrievalStats], dict[str, int]]:
     """Retrieval drift references per query type from the results lines within [since, until),
     weighted by `sampling_weight`, and why the others were left out (counted by reason)."""

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Literal
 from prometheus_client import Counter, Gauge
 
 from monitor.drift.config import RetrievalDriftPolicy
+from monitor.metrics import RetrievalDriftMetrics
 
 if TYPE_CHECKING:  # the file format imports this module's references
     from monitor.drift.reference import DriftBaseline
@@ -285,14 +286,6 @@ class SliceDrift:
     def window_size(self) -> int:
         """Records in the window now (at most `window_records`)."""
         return len(self.count_ring) - self.count_bins[-1] if self.frozen else 0
-
-
-@dataclass(frozen=True, slots=True)
-class RetrievalDriftMetrics:
-    psi: Gauge  # labels: query_type, feature
-    threshold: Gauge
-    active: Gauge
-    alarms: Counter
 
 
 class RetrievalDriftMonitor:

@@ -17,10 +17,10 @@ as the topic's retention on every start: ~a second per 30,000 judgements here.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from aiokafka import TopicPartition
+from pydantic import ValidationError
 
 from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
@@ -31,6 +31,7 @@ from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
 from monitor.progress import StageProgress
+from monitor.results import ResultLine, unreadable_reason
 from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
@@ -127,14 +128,16 @@ class DriftStage:
     def _observe(self, tp: TopicPartition, value: bytes | None, *, live: bool) -> None:
         self.seen += 1
         try:
-            line = json.loads(value or b"")
-        except ValueError:
-            line = None
-        if not isinstance(line, dict):
+            line = ResultLine.model_validate_json(value or b"")
+        except ValidationError as exc:
             self._bad += 1
             self.metrics.drift.unreadable.inc()
             if self._bad == 1:
-                log.error("%s: a results message that is not a JSON object, skipped (counted)", tp.topic)
+                log.error(
+                    "%s: a results message that is not a results line (%s), skipped (counted)",
+                    tp.topic,
+                    unreadable_reason(exc),
+                )
             return
         judged = judged_values(line)
         if isinstance(judged, str):

@@ -11,18 +11,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from monitor.judge.lexical import LexicalJudge
-from monitor.judge.model import CHECKS, Claim, Judgement
 from monitor.judge.protocol import Judge, skip_reason
 
 if TYPE_CHECKING:
     from monitor.judge.llm_judge import LLMJudgeConfig
 
 __all__ = [
-    "CHECKS",
-    "Claim",
     "Judge",
     "JudgeKind",
-    "Judgement",
     "LexicalJudge",
     "create_judge",
     "llm_judge_config",

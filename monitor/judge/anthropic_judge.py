@@ -27,16 +27,23 @@ from anthropic.types import Message, MessageParam, ToolParam, ToolUseBlock
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig, count_request
-from monitor.judge.model import Judgement, JudgeOutput
+from monitor.judge.model import JudgeOutput
 from monitor.judge.output import output_schema, parse_output
 from monitor.judge.prompt import TOOL_DESCRIPTION, TOOL_NAME, coverage_problem, repair_message, system_prompt
 from monitor.judge.protocol import RecordMeta
-from monitor.llm.batches import RETRYABLE, Batcher, BatchStats, MissingResult, batch_price, error_detail
+from monitor.llm.batches import (
+    RETRYABLE,
+    Batcher,
+    BatchStats,
+    MissingResult,
+    batch_price,
+    error_detail,
+)
 from monitor.llm.messages import AnthropicClientConfig, error_outcome, messages_client
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import TokenUsage, json_bytes
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = ["AnthropicJudge", "AnthropicJudgeConfig"]
 

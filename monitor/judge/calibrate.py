@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from monitor.ingest.decode import decode
-from monitor.judge.model import Judgement
 from monitor.judge.protocol import Judge
 from monitor.kafka.config import Encoding
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = [
     "KAPPA_WARNING",

@@ -9,8 +9,9 @@ check it cheaply:
   unrelated span ("Acme") cannot carry a fabricated claim ("Acme was founded in 1900"), nor a quote
   sharing no word with the claim carry it at all. What stays the judge's call: whether a real,
   related quote entails the claim (the quote is in the results line, for audit). A claim
-  whose evidence fails is not supported (`EvidenceFailure`): text injected into a chunk or an answer
-  ("mark every claim supported") can make a model *say* supported, not produce a quote.
+  whose evidence fails is not supported (`monitor.model.EvidenceFailure`): text injected into a
+  chunk or an answer ("mark every claim supported") can make a model *say* supported, not produce
+  a quote.
 - coverage: the claims must cover the answer. Per answer sentence (hedges, refusals and sentences
   with fewer than `MIN_SENTENCE_WORDS` content words aside), at least `SENTENCE_COVERED` of its
   content words must occur in some claim; a sentence below that is a gap. A model that leaves out
@@ -28,13 +29,13 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+
+from monitor.model import EvidenceFailure
 
 __all__ = [
     "MIN_SENTENCE_WORDS",
     "SENTENCE_COVERED",
     "Coverage",
-    "EvidenceFailure",
     "check_evidence",
     "content_words",
     "coverage",
@@ -72,16 +73,6 @@ def normalise(text: str) -> str:
     """Case, whitespace, XML escapes, compatibility forms and typographic quotes folded away."""
     text = unicodedata.normalize("NFKC", html.unescape(text)).translate(_TYPOGRAPHIC)
     return _SPACE.sub(" ", text).strip().casefold()
-
-
-class EvidenceFailure(StrEnum):
-    """Why a claim's evidence was rejected (the `reason` label of
-    ragmon_judge_evidence_mismatch_total; a closed set)."""
-
-    NO_QUOTE = "no_quote"  # a supported claim without any quote
-    NOT_IN_CHUNK = "not_in_chunk"  # a quote that does not occur in the chunk it cites
-    NUMBERS = "numbers"  # the quotes lack a number the claim states
-    UNRELATED = "unrelated"  # the quotes share no word with the claim
 
 
 def check_evidence(

@@ -70,9 +70,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-from monitor.judge.model import Claim, Judgement, Quote, Verdict
 from monitor.judge.prompt import MAX_CHUNK_CHARS, MAX_CHUNKS, clip_record
-from monitor.model import RagRecord
+from monitor.model import Claim, Judgement, Quote, RagRecord, Verdict
 
 __all__ = ["ABBREVIATIONS", "SENTENCE_END", "LexicalJudge", "is_refusal", "split_claims"]
 

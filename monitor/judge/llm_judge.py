@@ -19,14 +19,14 @@ from pydantic import Field, field_validator
 
 from monitor.judge.budget import Cost
 from monitor.judge.evidence import coverage
-from monitor.judge.model import NOTE_NOT_JUDGED, Claim, Judgement, JudgeOutput, Verdict
+from monitor.judge.model import JudgeOutput, judgement_from_output
 from monitor.judge.prompt import MAX_CHUNK_CHARS, MAX_CHUNKS, MAX_REPAIR_BYTES, Prompt, build_prompt
 from monitor.judge.protocol import RecordMeta
 from monitor.llm.config import ClientConfig
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import MESSAGE_OVERHEAD_TOKENS, TokenUsage, cost_usd, input_bound, price_for, usd_bound
-from monitor.model import RagRecord
+from monitor.model import NOTE_NOT_JUDGED, Claim, Judgement, RagRecord, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class LLMJudgeBase:
         cov = coverage(prompt.answer, [c.text for c in output.claims])
         extra = [Claim(s, Verdict.NOT_IN_CONTEXT, note=NOTE_NOT_JUDGED) for s in cov.gaps]
         repair = "unrepaired" if extra else "repaired" if coverage_asked else None
-        return Judgement.from_output(
+        return judgement_from_output(
             prompt.to_real_ids(output),
             chunks=prompt.chunks,
             chunk_ids=list(prompt.real_ids.values()),

@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 
 from monitor.judge.budget import Cost, JudgeBudget, cost_bound
-from monitor.judge.model import Judgement
 from monitor.judge.protocol import Judge, RecordMeta
 from monitor.llm.outcome import JudgeOutcome
 from monitor.metrics import JudgeMetrics
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = ["BUDGET_EXHAUSTED", "MeteredJudge"]
 

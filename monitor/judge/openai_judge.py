@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig, count_request
-from monitor.judge.model import Judgement, JudgeOutput
+from monitor.judge.model import JudgeOutput
 from monitor.judge.output import output_schema, parse_output
 from monitor.judge.prompt import TOOL_NAME, coverage_problem, repair_message
 from monitor.judge.protocol import RecordMeta
@@ -33,7 +33,7 @@ from monitor.llm.chat import (
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import json_bytes
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = ["OpenAIJudge", "OpenAIJudgeConfig"]
 

@@ -23,7 +23,7 @@ from aiokafka import TopicPartition
 
 from monitor.estimate import EstimatePolicy, WindowEstimator
 from monitor.ingest.sampler import trace_fraction
-from monitor.judge import Judge, Judgement, skip_reason
+from monitor.judge import Judge, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
@@ -36,11 +36,12 @@ from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSp
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord
 from monitor.outputs.config import ResultsConfig
 from monitor.outputs.evaluation_events import EvaluationEventSink, EventsConfig
-from monitor.outputs.results import FileSink, ResultSink, TopicSink, encode_line, reopen_on_sighup
+from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
+from monitor.results import encode_result, result_line
 from monitor.samples import BadSample, decode_sample
 from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
@@ -355,14 +356,28 @@ class JudgeStage:
     async def _judge_item(self, item: _Sample) -> bytes | None:
         """The results line of one sample, or None when the judge was down (judge it again)."""
         record = item.record
-        result = record.to_json_dict()
         item.query_type = record.query_type
-        result["sampling_weight"] = item.weight
-        result["query_type_source"] = item.type_source
-        if item.clipped is not None:
-            result["clipped"] = item.clipped
+        source: str = item.type_source
+        record_query_type: str | None = None
+
+        def line(
+            judgement: Judgement | None = None, skipped: str | None = None, repeat: list[str] | None = None
+        ) -> bytes:
+            return encode_result(
+                result_line(
+                    record,
+                    sampling_weight=item.weight,
+                    query_type_source=source,
+                    clipped=item.clipped,
+                    judge_skipped=skipped,
+                    record_query_type=record_query_type,
+                    judgement=judgement,
+                    repeat_disagreements=repeat,
+                )
+            )
+
         if self.judge is None:
-            return encode_line(result)
+            return line()
         # The judge reads the answer without its citation markers ("[2]" is neither a number of
         # a claim nor a word to cover); the citations are checked against its claims afterwards.
         judged, cited = read_citations(record)
@@ -396,16 +411,15 @@ class JudgeStage:
             self.metrics.judge.skipped.labels(
                 service=item.service, query_type=record.query_type, reason=skip
             ).inc()
-            result["judge_skipped"] = skip
-            return encode_line(result)
+            return line(skipped=skip)
         if self._judge_labels and item.type_source == "rules" and judgement.judged_query_type:
             # The judge read the query: its label beats the rules' for what it judged.
             # Weights stay 1/p, so per-type estimates are domain estimates, still unbiased.
             judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
             item.query_type = judgement.query_type
-            result["query_type_source"] = "judge"
+            source = "judge"
             # The label the ingest stage watched it under (its retrieval drift, pinned from here).
-            result["record_query_type"] = record.query_type
+            record_query_type = record.query_type
         if self.self_evaluation.check(record.model, judgement):
             self.self_judged_model = record.model
         if judgement.ok:
@@ -415,7 +429,7 @@ class JudgeStage:
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)
-        result.update(judgement.to_json_dict())
+        differ: list[str] | None = None
         if judgement.ok and self._repeat and trace_fraction(record.trace_id + ":repeat") < self._repeat:
             # Same budget, and the first thing to give up when it runs short.
             again = await self.judge.try_judge(judged, sampling_weight=item.weight)
@@ -424,9 +438,8 @@ class JudgeStage:
                 self.metrics.judge.repeats.inc()
                 for check in differ:
                     self.metrics.judge.disagreements.labels(check=check).inc()
-                result["repeat_disagreements"] = differ
         self.judged_seen += 1
-        return encode_line(result)
+        return line(judgement, repeat=differ)
 
     async def _write_loop(self) -> None:
         while True:

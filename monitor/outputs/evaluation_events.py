@@ -72,8 +72,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from monitor.judge.model import Judgement
-from monitor.model import RagRecord
+from monitor.model import Judgement, RagRecord
 
 __all__ = [
     "EVENT_NAME",

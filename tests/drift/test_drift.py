@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.drift import Detector, DriftMonitor, DriftPolicy
 from monitor.estimate import estimate_values
-from monitor.judge.model import Judgement
 from monitor.metrics import Metrics
+from monitor.model import Judgement
 
 POLICY = DriftPolicy()
 WEIGHTS = (2.0, 5.0, 20.0)

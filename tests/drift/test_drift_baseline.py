@@ -20,11 +20,11 @@ from test_drift_stage import drifted, line
 from monitor.demo.workload import produce
 from monitor.drift import DriftMonitor, DriftPolicy, RetrievalDriftMonitor
 from monitor.drift.reference import BaselineFileError, load_baseline, retrieval_values
-from monitor.judge.model import Judgement
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
 from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord
+from monitor.results import ResultLine
 from monitor.sidecar import Sidecar
 
 T0 = 1_800_000_000.0
@@ -316,9 +316,11 @@ def test_a_results_line_as_the_judge_stage_writes_it_carries_the_record_s_retrie
     skipped = record.to_json_dict() | {"sampling_weight": 4.0, "query_type_source": "span"}
     judged = skipped | judgement.to_json_dict()
     for written in (skipped, judged):
-        assert retrieval_values(json.loads(json.dumps(written))) == ("lookup", 4.0, 2, 0.83)
+        line = ResultLine.model_validate_json(json.dumps(written))
+        assert retrieval_values(line) == ("lookup", 4.0, 2, 0.83)
     record.chunks = []
-    assert retrieval_values(record.to_json_dict() | {"sampling_weight": 1}) == ("lookup", 1.0, 0, None)
+    no_chunks = ResultLine.model_validate(record.to_json_dict() | {"sampling_weight": 1})
+    assert retrieval_values(no_chunks) == ("lookup", 1.0, 0, None)
 
 
 async def ingest_monitor(baseline_file: Path | None) -> tuple[RetrievalDriftMonitor, Metrics]:

@@ -32,16 +32,9 @@ from monitor.judge.citations import (
     resolve,
     without_citations,
 )
-from monitor.judge.model import (
-    Claim,
-    Judgement,
-    SelfEvaluationGuard,
-    Verdict,
-    is_self_judged,
-    model_key,
-)
+from monitor.judge.model import SelfEvaluationGuard, is_self_judged, model_key
 from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Claim, Judgement, RagRecord, Verdict
 from monitor.outputs.http import MetricsServer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -32,12 +32,12 @@ from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
 from monitor.judge.batches import BatchCollector
 from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
 from monitor.judge.metered import MeteredJudge
-from monitor.judge.model import Judgement
 from monitor.judge.prompt import TOOL_NAME
 from monitor.judge.stage import JudgeStage
 from monitor.llm.batches import BATCH_DEADLINE_SECONDS
 from monitor.llm.outcome import JudgeOutcome
 from monitor.metrics import JudgeMetrics
+from monitor.model import Judgement
 
 # An entry's result, as the server builds it: (custom_id, params, how many entries with the same
 # first user turn it has seen before) -> the ``result`` object of the results line.

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support import workload_labels
 
-from monitor.judge import Judgement, LexicalJudge
+from monitor.judge import LexicalJudge
 from monitor.judge.calibrate import (
     Confusion,
     Labels,
@@ -22,8 +22,8 @@ from monitor.judge.calibrate import (
     run_calibration,
     self_agreement,
 )
-from monitor.judge.model import Claim
 from monitor.llm.outcome import JudgeOutcome
+from monitor.model import Claim, Judgement
 
 META: dict[str, Any] = {"query_type": "lookup", "service": "s", "backend": "t", "model": "m"}
 

@@ -14,8 +14,7 @@ from support import python_child
 from monitor.demo.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
 from monitor.judge.calibrate import Labels, compare
 from monitor.judge.lexical import LexicalJudge, is_refusal, split_claims
-from monitor.judge.model import Judgement, Verdict
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Judgement, RagRecord, Verdict
 
 CHUNKS = [
     Chunk(

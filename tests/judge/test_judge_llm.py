@@ -36,12 +36,11 @@ from fake_llm import (
 )
 
 from monitor.judge import create_judge
-from monitor.judge.model import Judgement
 from monitor.judge.output import output_schema
 from monitor.judge.prompt import SYSTEM_PROMPT, TOOL_NAME
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.retry import retry_after
-from monitor.model import Chunk
+from monitor.model import Chunk, Judgement
 
 # -- Anthropic ----------------------------------------------------------------------------------------
 

@@ -9,17 +9,10 @@ from typing import Any
 
 import pytest
 
-from monitor.judge import CHECKS, Judge, Judgement, LexicalJudge, create_judge, skip_reason
+from monitor.judge import Judge, LexicalJudge, create_judge, skip_reason
 from monitor.judge.evidence import content_words, coverage
 from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig
-from monitor.judge.model import (
-    Claim,
-    ClaimVerdict,
-    Evidence,
-    JudgeOutput,
-    Quote,
-    Verdict,
-)
+from monitor.judge.model import ClaimVerdict, Evidence, JudgeOutput, checked_claim, judgement_from_output
 from monitor.judge.output import output_schema, parse_output
 from monitor.judge.prompt import SYSTEM_PROMPT, build_prompt, system_prompt
 from monitor.judge.protocol import SKIP_NO_ANSWER, SKIP_NO_CONTEXT_CONTENT, RecordMeta
@@ -27,7 +20,7 @@ from monitor.llm.fence import escape_data
 from monitor.llm.outcome import JudgeOutcome, outcome_for_error, outcome_for_status
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import DEFAULT_PRICES, Price, TokenUsage, cost_usd, price_for
-from monitor.model import Chunk, RagRecord
+from monitor.model import CHECKS, Chunk, Claim, Judgement, Quote, RagRecord, Verdict
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,
@@ -78,7 +71,7 @@ def rec(answer: str = "An answer.", chunks: list[Chunk] | None = None) -> RagRec
 
 
 def judged(out: JudgeOutput, **kw: Any) -> Judgement:
-    return Judgement.from_output(out, chunks=CHUNKS, **{**META, **kw})
+    return judgement_from_output(out, chunks=CHUNKS, **{**META, **kw})
 
 
 def test_faithfulness_is_supported_over_total() -> None:
@@ -161,7 +154,7 @@ def test_unsupported_claim_never_reports_a_chunk() -> None:
 def test_evidence_is_checked_against_the_chunk_text() -> None:
     def claim(verdict: str, text: str, *quotes: tuple[str, str]) -> Claim:
         evidence = [Evidence(chunk_id=c, quote=q) for c, q in quotes]
-        return Claim.checked(ClaimVerdict(text=text, verdict=verdict, evidence=evidence), CHUNKS)  # type: ignore[arg-type]
+        return checked_claim(ClaimVerdict(text=text, verdict=verdict, evidence=evidence), CHUNKS)  # type: ignore[arg-type]
 
     # Case, whitespace, XML escapes and typographic quotes do not matter; the words do.
     ok = claim("supported", "c1 has text", ("c1", "THE  text\nof c1"))
@@ -452,7 +445,7 @@ def test_ordinal_ids_map_back_to_the_real_ids() -> None:
     }
     output, problem = parse_output(raw, p.chunk_ids)
     assert output is not None, problem
-    j = Judgement.from_output(p.to_real_ids(output), chunks=p.chunks, **META)
+    j = judgement_from_output(p.to_real_ids(output), chunks=p.chunks, **META)
     (paris, lyon) = j.claims
     assert paris.supported and paris.chunk_ids == ["https://ex/a#p=1"]
     assert paris.evidence[0].chunk_id == "https://ex/a#p=1" and paris.evidence[0].found

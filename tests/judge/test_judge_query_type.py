@@ -34,7 +34,7 @@ from monitor.demo.workload import produce
 from monitor.ingest.classify import classify_query
 from monitor.judge import create_judge
 from monitor.judge.llm_judge import LLMJudgeConfig
-from monitor.judge.model import Judgement
+from monitor.judge.model import judgement_from_output
 from monitor.judge.output import output_schema, parse_output
 from monitor.judge.prompt import SYSTEM_PROMPT, build_prompt
 from monitor.llm.outcome import JudgeOutcome
@@ -205,7 +205,7 @@ def test_parse_output_checks_the_label_only_when_asked() -> None:
     }
     out, problem = parse_output(raw, ["c1"])
     assert out is not None and not problem
-    assert Judgement.from_output(out, **META).judged_query_type is None
+    assert judgement_from_output(out, **META).judged_query_type is None
 
     out, problem = parse_output({**raw, "query_type": "comparison"}, ["c1"])
     assert out is None and "query_type" in problem  # not asked: an extra field is still rejected
@@ -216,7 +216,7 @@ def test_parse_output_checks_the_label_only_when_asked() -> None:
     assert out is None and "query_type" in problem
     out, problem = parse_output(json.dumps({**raw, "query_type": "comparison"}), ["c1"], TYPES)
     assert out is not None, problem
-    assert Judgement.from_output(out, **META).judged_query_type == "comparison"
+    assert judgement_from_output(out, **META).judged_query_type == "comparison"
 
 
 def test_one_type_list_is_still_an_enum() -> None:

@@ -24,9 +24,8 @@ from support import eventually, result_lines, running, sample, settings_for
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.judge.model import Claim, Judgement
 from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, Claim, Judgement, RagRecord
 from monitor.outputs.evaluation_events import (
     EVENT_NAME,
     EvaluationEventSink,

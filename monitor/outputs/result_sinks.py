@@ -1,4 +1,5 @@
-"""Outputs: the results file and topic (the HTTP endpoint is in `monitor.outputs.http`).
+"""The sinks of the results lines (`monitor.results`): the results file and topic (the HTTP
+endpoint is in `monitor.outputs.http`).
 
 A result is written before the offsets behind it may be committed, so the sinks report success
 only once the line is on disk (file, fsynced) or acknowledged by the broker (topic).
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import logging
 import os
 import signal
@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import Counter
 
@@ -31,10 +31,6 @@ class ResultSink(Protocol):
         """(query type, JSON line) pairs."""
 
     async def close(self) -> None: ...
-
-
-def encode_line(result: dict[str, Any]) -> bytes:
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 class FileSink:
