@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any, Literal
 
 import orjson
@@ -146,3 +147,13 @@ def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:
         end_ns=round(msg.end * 1e9) if msg.end else 0,
     )
     return msg, record
+
+
+def blake2b_fraction(trace_id: str) -> float:
+    """A uniform number in [0, 1) fixed by the trace id: its BLAKE2b-64, big-endian, over 2**64.
+    The sampling draw (every replica decides a trace alike) and the judge's repeat draw.
+
+        A hash rather than the id's own bits: some producers put a timestamp in the leading bytes of
+        trace ids (AWS X-Ray) or send sequential ids (flat JSON), which are not uniform.
+    """
+    return int.from_bytes(blake2b(trace_id.encode(), digest_size=8).digest(), "big") / 2.0**64

@@ -162,6 +162,7 @@ def calibrate(
     Exit 0 when every kappa is >= 0.6, 1 when the judge is not reliable, 2 on bad input."""
     from prometheus_client import write_to_textfile
 
+    from monitor.ingest.decode import flat_record
     from monitor.judge import create_judge
     from monitor.judge.calibrate import format_report, load_labels, run_calibration
     from monitor.metrics import Metrics
@@ -173,7 +174,7 @@ def calibrate(
         typer.echo("error: calibrate needs a judge backend", err=True)
         raise typer.Exit(2)
     try:
-        items = load_labels(labels)
+        items = load_labels(labels, flat_record)
         j = create_judge(backend, settings.judge.options)
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -58,15 +58,23 @@ import statistics
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from prometheus_client import Counter, Gauge
 
 from monitor.drift.config import RetrievalDriftPolicy
 from monitor.metrics import RetrievalDriftMetrics
 
-if TYPE_CHECKING:  # the file format imports this module's references
-    from monitor.drift.reference import DriftBaseline
+
+class PinnedBaseline(Protocol):
+    """What the retrieval monitor takes from a pinned baseline file (`reference.DriftBaseline`,
+    which imports this module's references: a protocol keeps the two modules out of a circle)."""
+
+    @property
+    def version(self) -> str: ...
+
+    def retrieval_references(self) -> dict[str, RetrievalReference]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +316,7 @@ class RetrievalDriftMonitor:
 
     @classmethod
     def from_baseline(
-        cls, policy: RetrievalDriftPolicy, metrics: RetrievalDriftMetrics, baseline: DriftBaseline | None
+        cls, policy: RetrievalDriftPolicy, metrics: RetrievalDriftMetrics, baseline: PinnedBaseline | None
     ) -> RetrievalDriftMonitor:
         """The ingest stage's monitor, its slices pinned to the `retrieval` section of `baseline`
         (the loaded `alerts.drift.baseline_file`, None without one); says what it pins, and warns

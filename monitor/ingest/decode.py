@@ -853,3 +853,12 @@ def compiled_feed(encoding: Encoding) -> Callable[..., int] | None:
 
 
 _wire, OTLP_PROTO_DECODER = choose("decoder", "monitor.ingest._wire", compiled_decoder)
+
+
+def flat_record(fields: dict[str, Any]) -> RagRecord:
+    """One record from a flat-JSON object's fields, through this decoder (ValueError: rejected):
+    how tools outside the stream (calibration labels) build a record exactly as ingest would."""
+    decoded = decode(json.dumps(fields).encode(), Encoding.JSON)
+    if decoded.error is not None or not decoded.records:
+        raise ValueError(f"record rejected: {decoded.error} {decoded.detail}".strip())
+    return decoded.records[0]

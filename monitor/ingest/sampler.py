@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from hashlib import blake2b
 
 from monitor.ingest.compiled import choose
 from monitor.ingest.config import SamplingPolicy
 from monitor.model import RagRecord
+from monitor.samples import blake2b_fraction
 
 __all__ = [
     "FrozenWindow",
     "Sampler",
     "SliceState",
-    "blake2b_fraction",
     "looks_like_refusal",
     "trace_fraction",
 ]
 
-_SCALE = float(1 << 64)
 # Slices are bounded by the caller (query types come from an allow-list); this only guards memory.
 _MAX_SLICES = 256
 _OVERFLOW = "\x00overflow"
@@ -89,15 +87,6 @@ def looks_like_refusal(answer: str) -> bool:
                 if mark in text:
                     return True
     return False
-
-
-def blake2b_fraction(trace_id: str) -> float:
-    """A uniform number in [0, 1) fixed by the trace id: its BLAKE2b-64, big-endian, over 2**64.
-
-    A hash rather than the id's own bits: some producers put a timestamp in the leading bytes of
-    trace ids (AWS X-Ray) or send sequential ids (flat JSON), which are not uniform.
-    """
-    return int.from_bytes(blake2b(trace_id.encode(), digest_size=8).digest(), "big") / _SCALE
 
 
 def _compiled_fraction() -> Callable[[str], float] | None:

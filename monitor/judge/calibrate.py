@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.ingest.decode import decode
 from monitor.judge.protocol import Judge
-from monitor.kafka.config import Encoding
 from monitor.model import Judgement, RagRecord
 
 __all__ = [
@@ -78,12 +76,14 @@ def _label_bool(labels: dict[str, Any], key: str) -> bool | None:
     raise ValueError(f"label {key!r} must be true, false or null, not {type(v).__name__}")
 
 
-def parse_labelled(obj: dict[str, Any]) -> LabelledRecord:
-    """One labelled record from its JSON object; ValueError says what is wrong.
+# A record's fields -> the record, as the pipeline assembles it (ValueError: rejected). The wiring
+# passes the ingest stage's flat-JSON decoder (`monitor.ingest.decode.flat_record`), so calibration
+# judges exactly what production would have assembled from the same fields.
+RecordDecoder = Callable[[dict[str, Any]], RagRecord]
 
-    The record goes through the pipeline's own flat-JSON decoder, so calibration judges exactly
-    what production would have assembled from the same fields.
-    """
+
+def parse_labelled(obj: dict[str, Any], to_record: RecordDecoder) -> LabelledRecord:
+    """One labelled record from its JSON object; ValueError says what is wrong."""
     if not isinstance(obj, dict):
         raise ValueError("a labelled record must be a JSON object")
     raw_labels = obj.get("labels")
@@ -92,10 +92,7 @@ def parse_labelled(obj: dict[str, Any]) -> LabelledRecord:
     fields = obj.get("record", {k: v for k, v in obj.items() if k != "labels"})
     if not isinstance(fields, dict):
         raise ValueError('"record" must be an object')
-    decoded = decode(json.dumps(fields).encode(), Encoding.JSON)
-    if decoded.error is not None or not decoded.records:
-        raise ValueError(f"record rejected: {decoded.error} {decoded.detail}".strip())
-    record = decoded.records[0]
+    record = to_record(fields)
     if not record.query_type:
         record.query_type = "unknown"
 
@@ -118,7 +115,7 @@ def parse_labelled(obj: dict[str, Any]) -> LabelledRecord:
     return LabelledRecord(record, labels)
 
 
-def load_labels(path: Path) -> list[LabelledRecord]:
+def load_labels(path: Path, to_record: RecordDecoder) -> list[LabelledRecord]:
     """All labelled records of a JSONL file; ValueError names the first bad line."""
     out = []
     with path.open(encoding="utf-8") as f:
@@ -126,7 +123,7 @@ def load_labels(path: Path) -> list[LabelledRecord]:
             if not line.strip():
                 continue
             try:
-                out.append(parse_labelled(json.loads(line)))
+                out.append(parse_labelled(json.loads(line), to_record))
             except ValueError as exc:
                 raise ValueError(f"{path}:{n}: {exc}") from None
     return out

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from aiokafka import TopicPartition
 
 from monitor.estimate import EstimatePolicy, WindowEstimator
-from monitor.ingest.sampler import trace_fraction
 from monitor.judge import Judge, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
@@ -42,7 +41,7 @@ from monitor.outputs.evaluation_events import EvaluationEventSink, EventsConfig
 from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
 from monitor.results import encode_result, result_line
-from monitor.samples import BadSample, decode_sample
+from monitor.samples import BadSample, blake2b_fraction, decode_sample
 from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
@@ -430,7 +429,7 @@ class JudgeStage:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)
         differ: list[str] | None = None
-        if judgement.ok and self._repeat and trace_fraction(record.trace_id + ":repeat") < self._repeat:
+        if judgement.ok and self._repeat and blake2b_fraction(record.trace_id + ":repeat") < self._repeat:
             # Same budget, and the first thing to give up when it runs short.
             again = await self.judge.try_judge(judged, sampling_weight=item.weight)
             if again is not None and again.ok:

@@ -13,13 +13,9 @@ from hypothesis import strategies as st
 from support import python_child
 
 from monitor.ingest.config import SamplingPolicy
-from monitor.ingest.sampler import (
-    Sampler,
-    blake2b_fraction,
-    looks_like_refusal,
-    trace_fraction,
-)
+from monitor.ingest.sampler import Sampler, looks_like_refusal, trace_fraction
 from monitor.model import Chunk, RagRecord
+from monitor.samples import blake2b_fraction
 
 NOW = 1_700_000_000.0
 TYPES = ("lookup", "comparison", "multi_hop")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from support import workload_labels
 
+from monitor.ingest.decode import flat_record
 from monitor.judge import LexicalJudge
 from monitor.judge.calibrate import (
     Confusion,
@@ -96,7 +97,7 @@ def test_labels_file_parsing(tmp_path: Path) -> None:
     ]
     path = tmp_path / "labels.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
-    items = load_labels(path)
+    items = load_labels(path, flat_record)
     assert len(items) == 3 and items[0].record.chunks[0].content == "text"
     assert items[1].labels == Labels(faithful=False, claims_supported=(True, False))
     assert items[2].labels == Labels()
@@ -109,16 +110,16 @@ def test_labels_file_parsing(tmp_path: Path) -> None:
     ]
     for bad, message in bad_lines:
         with pytest.raises(ValueError, match=message):
-            parse_labelled(bad)
+            parse_labelled(bad, flat_record)
     path.write_text(json.dumps(lines[0]) + "\n" + json.dumps({"record": record}) + "\n")
     with pytest.raises(ValueError, match=r"labels.jsonl:2"):
-        load_labels(path)
+        load_labels(path, flat_record)
 
 
 async def test_run_calibration_lexical_on_workload_truth(tmp_path: Path) -> None:
     """Labels = the workload's ground truth, written as a labels file, judged by the lexical judge."""
     path = workload_labels(tmp_path / "labels.jsonl", 120, seed=99)
-    items = load_labels(path)
+    items = load_labels(path, flat_record)
     report, judgements = await run_calibration(LexicalJudge(), items, concurrency=4)
     print("\n" + format_report(report))
     assert len(judgements) == 120 and report.judged == 120 and report.failed == 0
