@@ -39,7 +39,6 @@ from monitor.judge import create_judge
 from monitor.judge.output import output_schema
 from monitor.judge.prompt import SYSTEM_PROMPT, TOOL_NAME
 from monitor.llm.outcome import JudgeOutcome
-from monitor.llm.retry import retry_after
 from monitor.model import Chunk, Judgement
 
 # -- Anthropic ----------------------------------------------------------------------------------------
@@ -634,17 +633,6 @@ async def test_openai_truncated_twice_is_invalid_output(api: FakeAPI) -> None:
     assert j.outcome is JudgeOutcome.INVALID_OUTPUT and j.requests == 2
     assert_no_scores(j)
     assert j.raw == '{"claims": [{"te' and j.tokens.output == 100
-
-
-def test_retry_after_parsing() -> None:
-    import httpx
-
-    assert retry_after(httpx.Headers({"retry-after-ms": "250"})) == 0.25
-    assert retry_after(httpx.Headers({"retry-after": "3"})) == 3.0
-    future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
-    assert 25 < (retry_after(httpx.Headers({"retry-after": future})) or 0) <= 31
-    assert retry_after(httpx.Headers({"retry-after": "soon"})) is None
-    assert retry_after(httpx.Headers({})) is None
 
 
 # -- the API key never leaks ---------------------------------------------------------------------------
