@@ -17,7 +17,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -27,6 +26,7 @@ from pydantic_settings import (
 )
 
 from monitor.drift.config import AlertsConfig
+from monitor.errors import error_line
 from monitor.estimate import EstimatePolicy
 from monitor.golden.config import GoldenConfig
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
@@ -315,10 +315,4 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe(exc: ValidationError) -> str:
-    return "\n".join(["invalid configuration:", *(f"  {_error_line(err)}" for err in exc.errors())])
-
-
-def _error_line(err: ErrorDetails) -> str:
-    where = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")  # our own validators name their fields
-    return f"{where}: {msg}" if where else msg
+    return "\n".join(["invalid configuration:", *(f"  {error_line(err)}" for err in exc.errors())])

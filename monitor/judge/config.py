@@ -18,8 +18,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 
+from monitor.errors import error_line
 from monitor.judge.budget import BudgetPolicy
 from monitor.judge.lexical import LexicalJudge
 
@@ -95,7 +95,7 @@ def _option_problems(exc: ValidationError, owner: str, known: list[str]) -> str:
     """One line: the unknown options together, with the list of known ones, then bad values."""
     errors = exc.errors()
     unknown = [e for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
-    problems = [_error_line(e) for e in errors if e not in unknown]
+    problems = [error_line(e) for e in errors if e not in unknown]
     if unknown:
         names = ", ".join(repr(e["loc"][0]) for e in unknown)
         verb = "is not an option" if len(unknown) == 1 else "are not options"
@@ -122,13 +122,6 @@ def _judge_options_model(backend: str) -> type[BaseModel]:
         for name, param in inspect.signature(LexicalJudge).parameters.items()
     }
     return create_model("LexicalJudgeOptions", __config__=ConfigDict(extra="forbid"), **fields)
-
-
-def _error_line(err: ErrorDetails) -> str:
-    """`where: message`, as the configuration's own errors read (monitor/config.py)."""
-    where = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
 
 
 @dataclass(frozen=True, slots=True)
