@@ -669,12 +669,10 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
     from aiokafka import TopicPartition
 
     from monitor.config import load_settings
-    from monitor.drift.retrieval import RetrievalDriftMonitor
     from monitor.ingest.assemble import PyAssembler
-    from monitor.ingest.stage import IngestStage
     from monitor.kafka.producer import KafkaOutput
     from monitor.metrics import Metrics
-    from monitor.sidecar import tune_gc
+    from monitor.sidecar import ingest_stage, tune_gc
 
     pairs = trace_messages_for(args)
     msgs = [SimpleNamespace(offset=i, key=k, value=v) for i, (k, v) in enumerate(pairs)]
@@ -684,9 +682,8 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
         settings = load_settings(None, sidecar_overrides(args))
         output = KafkaOutput(settings.kafka)  # never started: sampling is off
         metrics = Metrics()
-        # Every record into the retrieval-drift monitor, as the sidecar wires it.
-        retrieval = RetrievalDriftMonitor(settings.alerts.drift.retrieval, metrics.retrieval_drift)
-        stage = IngestStage(settings, metrics, output, retrieval)
+        # Built as the sidecar builds it: every record also into the retrieval-drift monitor.
+        stage = ingest_stage(settings, metrics, output)
         if args.python_assembler:
             stage.assembler = PyAssembler(settings.assembly)
         tp = TopicPartition(args.topic, 0)
