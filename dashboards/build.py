@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 Json = dict[str, Any]
 
@@ -29,6 +30,22 @@ SCHEMA_VERSION = 39
 TAG = "rag-monitor"
 DATASOURCE: Json = {"type": "prometheus", "uid": "${datasource}"}
 WIDTH = 24  # Grafana's grid
+# The tracing UI exemplars link to: a Tempo data source by default (a Jaeger one when the variable's
+# `query` is set to "jaeger"). An exemplar's own link comes from the Prometheus data source's
+# `exemplarTraceIdDestinations` (docs/dashboards.md); panels showing exemplars link here too.
+TRACING_TYPE = "tempo"
+TRACES_LINK: Json = {
+    "title": "Traces in $tracing_datasource",
+    "url": "/explore?left="
+    + quote(
+        json.dumps(
+            {"datasource": "${tracing_datasource}", "queries": [{"refId": "A"}]}, separators=(",", ":")
+        ),
+        safe="${}",  # the variable stays as Grafana interpolates it
+    )
+    + "&${__url_time_range}",
+    "targetBlank": True,
+}
 
 # Label filters. Only series that carry a label are filtered on it: drift and golden gauges have
 # query_type but no service; judge, cost and Kafka metrics have neither.
@@ -50,9 +67,14 @@ LATEST_GOLDEN_RUN = (
 # -- targets and panels ------------------------------------------------------------------------
 
 
-def target(expr: str, legend: str = "", *, fmt: str = "time_series") -> Json:
-    """One Prometheus query; refIds are assigned by `panel`."""
-    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend or "__auto", "format": fmt}
+def target(expr: str, legend: str = "", *, fmt: str = "time_series", exemplar: bool = False) -> Json:
+    """One Prometheus query; refIds are assigned by `panel`. `exemplar`: Grafana also asks for the
+    exemplars of the series it reads (the judge's verdict series carry a `trace_id`, failing
+    records first) and draws them as points that link to the trace."""
+    out: Json = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend or "__auto", "format": fmt}
+    if exemplar:
+        out["exemplar"] = True
+    return out
 
 
 def by_name(name: str, **props: Any) -> Json:
@@ -85,6 +107,7 @@ def panel(
     options: Json | None = None,
     defaults: Json | None = None,
     repeat: str | None = None,
+    links: Sequence[Json] = (),
 ) -> Json:
     """A panel of any `kind`; gridPos and id are set by `dashboard`."""
     field_defaults: Json = {"unit": unit, **(defaults or {})}
@@ -102,6 +125,8 @@ def panel(
     }
     if repeat:
         out.update(repeat=repeat, repeatDirection="h", maxPerRow=3)
+    if links:
+        out["links"] = list(links)
     return out
 
 
@@ -204,7 +229,8 @@ def band(title: str, description: str, unit: str, metric: str, top: float = 1.0,
 
 
 def variables() -> list[Json]:
-    """$datasource, $service, $query_type: the same on every dashboard, so links keep them."""
+    """$datasource, $tracing_datasource, $service, $query_type: the same on every dashboard, so
+    links keep them."""
 
     def query_var(name: str, label: str, query: str) -> Json:
         return {
@@ -231,6 +257,18 @@ def variables() -> list[Json]:
             "name": "datasource",
             "label": "Data source",
             "query": "prometheus",
+            "current": {},
+            "regex": "",
+            "options": [],
+            "refresh": 1,
+            "hide": 0,
+        },
+        {
+            "type": "datasource",
+            "name": "tracing_datasource",
+            "label": "Traces",
+            "description": "Where exemplars' trace ids open (a Tempo or Jaeger data source)",
+            "query": TRACING_TYPE,
             "current": {},
             "regex": "",
             "options": [],
@@ -444,9 +482,28 @@ def quality() -> Json:
                     f"sum by (query_type) (rate(ragmon_unanswerable_hallucinated_total{{{SVC_QT}}}{RATE}))"
                     f" / (sum by (query_type) (rate(ragmon_unanswerable_total{{{SVC_QT}}}{RATE})) > 0)",
                     "{{query_type}}",
+                    exemplar=True,
                 )
             ],
             defaults={"min": 0, "max": 1},
+            links=[TRACES_LINK],
+        ),
+        timeseries(
+            "Unsupported claims",
+            "Share of the judged answers' claims that their retrieved chunks do not support "
+            "(unweighted judge counts). Exemplars (points) are recent answers with an unsupported "
+            "claim or a hallucination, where there are any; hover one to open its trace.",
+            "percentunit",
+            [
+                target(
+                    f"1 - sum by (query_type) (rate(ragmon_claims_supported_total{{{SVC_QT}}}{RATE}))"
+                    f" / (sum by (query_type) (rate(ragmon_claims_total{{{SVC_QT}}}{RATE})) > 0)",
+                    "{{query_type}}",
+                    exemplar=True,
+                )
+            ],
+            defaults={"min": 0, "max": 1},
+            links=[TRACES_LINK],
         ),
         timeseries(
             "Refusals and false refusals (1 h)",
@@ -468,8 +525,10 @@ def quality() -> Json:
                 target(
                     f'sum by (query_type) (rate(ragmon_judged_total{{check="unanswerable",{SVC_QT}}}{RATE}))',
                     "{{query_type}}",
+                    exemplar=True,
                 )
             ],
+            links=[TRACES_LINK],
         ),
         timeseries(
             "Drift statistic against threshold",

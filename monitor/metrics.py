@@ -7,7 +7,9 @@ the demo can run several pipelines in one process without label collisions.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -320,6 +322,43 @@ RELEVANCE_BUCKETS = (1.0, 2.0, 3.0)
 CONTEXT_RELEVANCE_BUCKETS = (1.0, 1.5, 2.0, 2.5, 3.0)
 
 
+# A passing record's trace id replaces a series' exemplar only once it is this old: a failing one
+# stays the example a dashboard links to for a while, however much good traffic follows it.
+EXEMPLAR_MAX_AGE_SECONDS = 300.0
+# OpenMetrics caps an exemplar's label set at 128 UTF-8 characters: `trace_id` and a W3C id (32
+# hex) fit; an id longer than this is not one, and gets no exemplar rather than a refused scrape.
+MAX_EXEMPLAR_TRACE_ID = 64
+
+
+def failing(j: Judgement) -> bool:
+    """A verdict worth showing first: the answer asserts something its context does not support
+    (faithfulness below 1) or answers an unanswerable query (hallucinated)."""
+    return (j.faithfulness is not None and j.faithfulness < 1.0) or j.hallucinated is True
+
+
+class Exemplars:
+    """Which observation sets its series' OpenMetrics exemplar (`{trace_id}`): a failing record's
+    always, a passing one's only where the series has none yet or its exemplar is older than
+    `max_age` seconds, so a scrape shows a recent bad trace where there is one. A series is a
+    counter child, or a histogram child's bucket (each bucket keeps its own exemplar). Per judged
+    record, on the event loop: a dict look-up per series."""
+
+    __slots__ = ("_max_age", "_set_at")
+
+    def __init__(self, max_age: float = EXEMPLAR_MAX_AGE_SECONDS) -> None:
+        self._max_age = max_age
+        self._set_at: dict[Hashable, float] = {}  # series → when its exemplar was set (monotonic)
+
+    def take(self, series: Hashable, failing: bool, now: float) -> bool:
+        """Whether this observation's exemplar replaces the series' one (and note it if so)."""
+        if not failing:
+            last = self._set_at.get(series)
+            if last is not None and now - last < self._max_age:
+                return False
+        self._set_at[series] = now
+        return True
+
+
 class JudgeMetrics:
     """Judgement-level metrics of docs/contract.md: what the judge said, and what judging cost.
 
@@ -328,8 +367,9 @@ class JudgeMetrics:
     are unweighted counts of judged records; the weighted estimates are `EstimateCounters`'.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, exemplars: Exemplars | None = None) -> None:
         r = registry
+        self.exemplars = exemplars if exemplars is not None else Exemplars()
         sq = ["service", "query_type"]
         sqj = [*sq, "judge"]
         self.judged = Counter(f"{PREFIX}judged", "Records judged, per check", [*sqj, "check"], registry=r)
@@ -475,37 +515,53 @@ class JudgeMetrics:
         if not j.ok:
             return
         labels = {"service": service, "query_type": j.query_type, "judge": j.backend}
+        tid = j.trace_id
+        example = {"trace_id": tid} if 0 < len(tid) <= MAX_EXEMPLAR_TRACE_ID else None
+        bad = failing(j)
+        now = time.monotonic()
+        take = self.exemplars.take
+
+        def inc(counter: Counter, n: float = 1, **extra: str) -> None:
+            """A verdict counter's increment, with this record as its exemplar where it wins."""
+            child = counter.labels(**labels, **extra)
+            child.inc(n, example if example and n and take(child, bad, now) else None)
+
+        def observe(histogram: Histogram, value: float) -> None:
+            child = histogram.labels(**labels)
+            bucket = (child, bisect_left(child._upper_bounds, value))
+            child.observe(value, example if example and take(bucket, bad, now) else None)
+
         for check in j.checks():
-            self.judged.labels(check=check, **labels).inc()
+            inc(self.judged, check=check)
         if j.claims:
-            self.claims.labels(**labels).inc(len(j.claims))
-            self.claims_supported.labels(**labels).inc(sum(c.supported for c in j.claims))
+            inc(self.claims, len(j.claims))
+            inc(self.claims_supported, sum(c.supported for c in j.claims))
             contradicted = sum(c.verdict is Verdict.CONTRADICTED for c in j.claims)
             if contradicted:
-                self.claims_contradicted.labels(**labels).inc(contradicted)
+                inc(self.claims_contradicted, contradicted)
             uncertain = sum(c.verdict is Verdict.UNCERTAIN for c in j.claims)
             if uncertain:
-                self.claims_uncertain.labels(**labels).inc(uncertain)
+                inc(self.claims_uncertain, uncertain)
         for reason in j.evidence_failures():
             self.evidence_mismatch.labels(reason=reason, **labels).inc()
         if j.coverage_repair is not None:
             self.coverage_gaps.labels(outcome=j.coverage_repair, **labels).inc()
         if j.faithfulness is not None:
-            self.faithfulness.labels(**labels).observe(j.faithfulness)
+            observe(self.faithfulness, j.faithfulness)
         if j.answerable_from_context is False:
-            self.unanswerable.labels(**labels).inc()
+            inc(self.unanswerable)
             if j.hallucinated:
-                self.hallucinated.labels(**labels).inc()
+                inc(self.hallucinated)
         if j.refuses:
-            self.refusals.labels(**labels).inc()
+            inc(self.refusals)
             if j.false_refusal:
-                self.false_refusals.labels(**labels).inc()
+                inc(self.false_refusals)
         if j.hedges:
-            self.hedges.labels(**labels).inc()
+            inc(self.hedges)
         if j.answer_relevance is not None:
-            self.relevance.labels(**labels).observe(j.answer_relevance)
+            observe(self.relevance, j.answer_relevance)
         if j.context_relevance is not None:
-            self.context_relevance.labels(**labels).observe(j.context_relevance)
+            observe(self.context_relevance, j.context_relevance)
         if j.citations is not None:
             for verdict, n in j.citations.counts().items():
                 if n:

@@ -366,9 +366,10 @@ def alertmanager_process(config: Path, storage: Path) -> contextlib.AbstractCont
     return _prometheus_daemon("Alertmanager", binaries, "prometheus-alertmanager", args, storage)
 
 
-def prometheus_process(config: Path, storage: Path) -> contextlib.AbstractContextManager[str]:
-    """A real Prometheus (Debian `prometheus`) with `config`."""
+def prometheus_process(config: Path, storage: Path, *extra: str) -> contextlib.AbstractContextManager[str]:
+    """A real Prometheus (Debian `prometheus`) with `config`, and `extra` flags (a feature)."""
     args = [f"--config.file={config}", "--storage.tsdb.retention.time=1h", f"--storage.tsdb.path={storage}"]
+    args += extra
     return _prometheus_daemon("Prometheus", ("prometheus",), "prometheus", args, storage)
 
 

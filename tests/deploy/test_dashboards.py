@@ -176,6 +176,48 @@ def test_dashboards_share_variables_links_and_settings() -> None:
             assert variables[name]["multi"] and variables[name]["includeAll"], name
 
 
+def test_quality_panels_show_exemplars_linked_to_a_tracing_data_source() -> None:
+    """The quality panels that read the judge's verdict series (which carry a `trace_id` exemplar)
+    ask Grafana for exemplars, and link to the tracing UI chosen in $tracing_datasource."""
+    verdict_series = re.compile(r"\bragmon_(judged|claims\w*|unanswerable\w*)_total\b")
+    for board in dashboards().values():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        tracing = variables["tracing_datasource"]
+        assert tracing["type"] == "datasource" and tracing["query"] in ("tempo", "jaeger")
+    quality = dashboards()["rag-monitor-quality.json"]
+    shown = []
+    for p in quality["panels"]:
+        for t in p["targets"]:
+            if verdict_series.search(t["expr"]):
+                assert t.get("exemplar") is True, p["title"]
+                assert any("${tracing_datasource}" in link["url"] for link in p["links"]), p["title"]
+                shown.append(p["title"])
+    assert {"Judged answers", "Unsupported claims", "Hallucination rate on unanswerable queries"} <= set(
+        shown
+    )
+
+
+def exemplar_targets() -> dict[str, str]:
+    """where → PromQL of every target that asks for exemplars."""
+    return {
+        f"{board['uid']} / {p['title']} / {t['refId']}": substitute(t["expr"])
+        for board in dashboards().values()
+        for p in board["panels"]
+        for t in p["targets"]
+        if t.get("exemplar")
+    }
+
+
+def exemplar_ids(prom: str, expr: str) -> list[str | None]:
+    """The `trace_id` of every exemplar Prometheus holds for `expr`'s series (last hour)."""
+    now = time.time()
+    r = httpx.get(
+        f"{prom}/api/v1/query_exemplars", params={"query": expr, "start": now - 3600, "end": now}, timeout=10
+    )
+    assert r.status_code == 200, f"{expr}: {r.text}"
+    return [e["labels"].get("trace_id") for s in r.json()["data"] for e in s["exemplars"]]
+
+
 def test_every_panel_has_a_description_and_a_unit() -> None:
     for board in dashboards().values():
         ids = [p["id"] for p in board["panels"]]
@@ -479,7 +521,7 @@ async def test_every_panel_has_data_from_a_live_sidecar(
     replay_secret.write_text("dashboards-replay-secret-0123")
     service_args = ("--flush-interval-ms", "100", "--cite", "--replay-secret-file", str(replay_secret))
     with (
-        prometheus_process(config, tmp_path / "tsdb") as prom,
+        prometheus_process(config, tmp_path / "tsdb", "--enable-feature=exemplar-storage") as prom,
         example_service("--kafka", bs, "--topic", topic, *service_args) as (service_url, _),
     ):
         options = {"api_key": api.key, "base_url": api.url, "max_retries": 0, "timeout_seconds": 5.0}
@@ -645,6 +687,11 @@ async def check_panels(prom: str) -> None:
             break
         await asyncio.sleep(1.0)
     assert not todo, "panels without data:\n" + "\n".join(f"{w}: {e}" for w, e in todo.items())
+
+    # The panels that show exemplars have some: trace ids Grafana draws as points and links.
+    for where, expr in exemplar_targets().items():
+        ids = await asyncio.to_thread(exemplar_ids, prom, expr)
+        assert ids and all(ids), f"{where}: no exemplar with a trace_id"
 
     quality = {p["title"]: p for p in dashboards()["rag-monitor-quality.json"]["panels"]}
 
