@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from fake_llm import FakeAPI
-from support import Webhook
+from support import Webhook, alertmanager_process
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.kafka.client import ensure_topics
@@ -35,6 +35,15 @@ async def topic(broker: EmbeddedBroker) -> str:
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """A real Alertmanager (routing to a null receiver); its base URL."""
+    config = tmp_path / "alertmanager.yml"
+    config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
+    with alertmanager_process(config, tmp_path / "data") as url:
+        yield url
 
 
 @pytest.fixture

@@ -367,3 +367,30 @@ def test_config_show_masks_credentials_in_urls(tmp_path: Path) -> None:
     assert shown["alerts"]["alertmanager_url"] == "https://***@alertmanager:9093"
     assert shown["alerts"]["dashboard_url"] == "https://grafana.example/d/x?***"
     assert shown["golden"]["target"] == "https://***@rag.example:8443/query"  # where it goes stays visible
+
+
+GRAFANA = "https://grafana.example.com/explore?orgId=1&left=%7B%22query%22:%22{trace_id}%22%7D"
+
+
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        ("https://tempo.example.com/trace/", r"must contain the placeholder \{trace_id\}"),
+        ("ftp://jaeger.example.com/trace/{trace_id}", r"http:// or https://"),
+        ("javascript:alert('{trace_id}')", r"http:// or https://"),
+        ("https:///trace/{trace_id}", r"http:// or https://"),
+        ("https://me:pw@jaeger.example.com/trace/{trace_id}", r"must not carry credentials"),
+        ("https://grafana.example.com/explore?auth_token=x&q={trace_id}", r"'auth_token' looks like"),
+        ("https://jaeger.example.com/trace/{trace_id}\n", r"spaces or control characters"),
+    ],
+)
+def test_a_bad_trace_url_template_stops_the_start(template: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=rf"alerts\.trace_url_template: .*{needle}"):
+        load_settings(None, {"alerts": {"trace_url_template": template}})
+
+
+@pytest.mark.parametrize("template", [GRAFANA, "http://jaeger:16686/trace/{trace_id}", ""])
+def test_a_trace_url_template_is_taken_as_given(template: str) -> None:
+    """Grafana's Explore URLs hold JSON braces of their own: only {trace_id} is a placeholder."""
+    settings = load_settings(None, {"alerts": {"trace_url_template": template}})
+    assert settings.alerts.trace_url_template == (template or None)

@@ -102,6 +102,7 @@ class Segment:
     """Weighted sums of the records since the statistic last stood at 0: Page's estimate of where
     the change began, so an alert's "current" value is measured over the changed records only."""
 
+    start: int = 0  # the position (`Detector.position`) of its first record
     records: int = 0
     sum_w: float = 0.0
     sum_wy: float = 0.0
@@ -159,6 +160,8 @@ class Detector:
         # and an uncapped statistic after a long incident would hold the alarm for hours.
         self.statistic = min(max(0.0, self.statistic + z * self._llr(y)), 2 * self.threshold)
         if self.statistic > 0.0:
+            if not self.segment.records:
+                self.segment.start = self.since_reference
             self.segment.add(w, y)
         elif self.segment.records:
             self.segment = Segment()
@@ -199,6 +202,25 @@ class Detector:
             return a if y >= 0.5 else b
         x = BAD_DIRECTION[self.metric] * (y - self.reference.mean)
         return a * (x - b)
+
+    @property
+    def position(self) -> int:
+        """The position of the last record observed since the reference froze (0 for the first);
+        -1 before any."""
+        return self.since_reference - 1
+
+    @property
+    def change_point(self) -> int | None:
+        """Page's estimate of where the change began: the position of the first record since the
+        statistic last stood at 0, or None while it stands at 0 (nothing has changed)."""
+        return self.segment.start if self.segment.records else None
+
+    def failing(self, y: float) -> bool:
+        """Whether a value is on the bad side of the reference (a rate's event; a mean's value
+        worse than the reference's): what an alert's example records show."""
+        if self.metric in RATES:
+            return y >= 0.5
+        return BAD_DIRECTION[self.metric] * (y - self.reference.mean) > 0
 
     def current(self) -> tuple[float, float, int]:
         """What an alert reports next to the reference: the weighted mean of the records since the

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
+from monitor.drift.examples import ExampleBuffers
 from monitor.drift.reference import DriftBaseline, judged_values
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
@@ -66,6 +67,7 @@ class DriftStage:
             policy, metrics.drift, self.baseline.references() if self.baseline else None
         )
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
+        self.examples = ExampleBuffers()  # the worst records since each slice's change point
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -145,7 +147,12 @@ class DriftStage:
         raw_qt, w, values = judged
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
-        for detector, query_type, raised in self.monitor.observe(qt, w, values, live=live):
+        changed = self.monitor.observe(qt, w, values, live=live)
+        for metric, y in values:  # before alerting: the record that raises an alarm is an example
+            detector = self.monitor.detectors[(qt, metric)]
+            if detector.reference.frozen:
+                self.examples.observe(qt, detector, y, line)
+        for detector, query_type, raised in changed:
             self._alert(detector, query_type, raised)
 
     def _go_live(self, tp: TopicPartition) -> None:
@@ -190,6 +197,7 @@ class DriftStage:
                 "upper": f"{upper:.4f}",
                 "samples": str(n),
             },
+            self.examples.pick(query_type, detector),
         )
 
     def _pinned(self, query_type: str, metric: str) -> bool:
@@ -208,3 +216,4 @@ class DriftStage:
             gone |= self._slices.pop(tp, set())
             self._replaying.discard(tp)
         self.monitor.forget(gone)
+        self.examples.forget(gone)

@@ -8,13 +8,23 @@ rather than firing forever; a resolved one is sent once with `endsAt` = now. The
 each transition once. Each send is retried a bounded number of times with backoff; what still
 fails is counted (`ragmon_alerts_sent_total{sink,outcome}`) and, for Alertmanager, sent again at
 the next resend.
+
+A drift alert carries example traces (`Example`): up to `MAX_EXAMPLES` judged records that show
+what went wrong, each with its trace id, a link from `trace_url_template` and a short reason. They
+are span text, so data: control characters become spaces and each reason is clipped; trace ids
+are hex or the example is not shown. Alertmanager gets them as string annotations
+(`example_trace_ids`, `trace_url`, `example_traces`), the webhook also as a structured `examples`
+list; the resolution carries the ones the alert fired with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import unicodedata
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,11 +32,75 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
-from monitor.outputs.config import AlertSinksConfig
+from monitor.outputs.config import TRACE_ID_PLACEHOLDER, AlertSinksConfig
 
 log = logging.getLogger(__name__)
 
 _MAX_TRANSITIONS = 1000  # webhook transitions waiting; beyond, the oldest are dropped (and counted)
+MAX_EXAMPLES = 5  # example traces per alert
+REASON_CHARS = 200  # an example's reason, clipped
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-_])")  # terminal escape sequences, whole
+_TRACE_ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{32}")  # W3C (32 hex) or Jaeger's 64-bit ids
+
+
+def clean_text(text: str, limit: int = REASON_CHARS) -> str:
+    """Span text made fit for an alert: terminal escape sequences go, control and format
+    characters (newlines, bidi overrides) become spaces, runs of space one, and at most `limit`
+    characters."""
+    text = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in _ANSI.sub("", text))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One example trace of an alert: a judged record that shows the failure."""
+
+    trace_id: str
+    reason: str
+    at: datetime | None = None  # when the record ended (else started), when the line says
+
+    @classmethod
+    def of(cls, trace_id: str | None, reason: str, at: float | None = None) -> Example | None:
+        """The example of a record, or None when its trace id is not a hex trace id (anything may
+        write to the results topic, and the id goes into a URL)."""
+        tid = (trace_id or "").lower()
+        if not _TRACE_ID.fullmatch(tid) or not tid.strip("0"):  # all zeros: no trace (W3C)
+            return None
+        when = None
+        if at is not None:
+            try:
+                when = datetime.fromtimestamp(at, UTC)
+            except (OverflowError, OSError, ValueError):
+                when = None
+        return cls(tid, clean_text(reason), when)
+
+    def url(self, template: str | None) -> str | None:
+        return template.replace(TRACE_ID_PLACEHOLDER, self.trace_id) if template else None
+
+    def to_json(self, template: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"trace_id": self.trace_id, "reason": self.reason}
+        if template:
+            out["url"] = self.url(template)
+        if self.at is not None:
+            out["time"] = self.at.isoformat()
+        return out
+
+
+def example_annotations(examples: Sequence[Example], template: str | None) -> dict[str, str]:
+    """Alertmanager annotations (strings) of an alert's examples; none without examples."""
+    if not examples:
+        return {}
+    out = {"example_trace_ids": ",".join(e.trace_id for e in examples)}
+    first = examples[0].url(template)
+    if first:
+        out["trace_url"] = first
+    lines = []
+    for e in examples:
+        link = e.url(template)
+        lines.append(f"{e.trace_id}: {e.reason}" + (f" <{link}>" if link else ""))
+    out["example_traces"] = "\n".join(lines)
+    return out
 
 
 @dataclass(slots=True)
@@ -35,6 +109,7 @@ class Alert:
     annotations: dict[str, str]
     starts_at: datetime
     ends_at: datetime | None = None  # None while firing
+    examples: tuple[Example, ...] = ()
 
     def to_alertmanager(self, resend: float, generator_url: str | None) -> dict[str, Any]:
         now = datetime.now(UTC)
@@ -58,13 +133,28 @@ class AlertDispatcher:
     _transitions: deque[tuple[str, Alert]] = field(default_factory=lambda: deque(maxlen=_MAX_TRANSITIONS))
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def fire(self, key: tuple[str, ...], labels: dict[str, str], annotations: dict[str, str]) -> None:
+    def fire(
+        self,
+        key: tuple[str, ...],
+        labels: dict[str, str],
+        annotations: dict[str, str],
+        examples: Sequence[Example] = (),
+    ) -> None:
+        """Raise (or announce again) the alert `key`; `examples` worst first (the first
+        `MAX_EXAMPLES` are kept)."""
+        shown = tuple(examples[:MAX_EXAMPLES])
+        annotations = {**annotations, **example_annotations(shown, self.config.trace_url_template)}
         if self.config.dashboard_url:
-            annotations = {**annotations, "dashboard_url": self.config.dashboard_url}
-        alert = Alert(labels, annotations, datetime.now(UTC))
+            annotations["dashboard_url"] = self.config.dashboard_url
+        alert = Alert(labels, annotations, datetime.now(UTC), examples=shown)
         self.alerts[key] = alert
         self._transition("firing", alert)
-        log.warning("alert firing: %s %s", labels.get("alertname"), annotations.get("summary", ""))
+        log.warning(
+            "alert firing: %s %s%s",
+            labels.get("alertname"),
+            annotations.get("summary", ""),
+            f" (example traces {annotations['example_trace_ids']})" if shown else "",
+        )
 
     def resolve(self, key: tuple[str, ...]) -> None:
         alert = self.alerts.get(key)
@@ -99,6 +189,7 @@ class AlertDispatcher:
         while self._transitions and cfg.webhook_url:
             status, alert = self._transitions.popleft()
             body = {"status": status, **alert.to_alertmanager(cfg.resend_seconds, None)}
+            body["examples"] = [e.to_json(cfg.trace_url_template) for e in alert.examples]
             await self._post(client, "webhook", cfg.webhook_url, body)
         if cfg.alertmanager_url and self.alerts:
             generator = cfg.generator_url or cfg.dashboard_url

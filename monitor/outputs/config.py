@@ -4,9 +4,16 @@ monitor/outputs/evaluation_events.py.)"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+# Query parameters that carry a credential: a template goes verbatim into every alert, which
+# people and chat channels see, so it must not hold one.
+_CREDENTIAL_PARAM = re.compile(r"token|secret|passw|api[_-]?key|auth|session|sig", re.IGNORECASE)
 
 
 class AlertSinksConfig(BaseModel):
@@ -19,6 +26,32 @@ class AlertSinksConfig(BaseModel):
     resend_seconds: float = Field(60.0, gt=0)
     timeout_seconds: float = Field(5.0, gt=0)
     attempts: int = Field(3, ge=1, description="tries per send before it counts as failed")
+    trace_url_template: str | None = Field(
+        None,
+        description="link to one trace in a tracing UI (Tempo, Jaeger, Grafana Explore), "
+        "{trace_id} replaced by a hex trace id; drift alerts link their example traces with it. "
+        "http(s) only, no credentials (it is shown in every alert)",
+    )
+
+    @field_validator("trace_url_template")
+    @classmethod
+    def _trace_url(cls, template: str | None) -> str | None:
+        """Checked at load, so a bad template fails the start, not every alert."""
+        if not template:
+            return None
+        if TRACE_ID_PLACEHOLDER not in template:
+            raise ValueError(f"must contain the placeholder {TRACE_ID_PLACEHOLDER}")
+        if any(ord(c) < 0x21 or ord(c) == 0x7F for c in template):
+            raise ValueError("must not contain spaces or control characters")
+        url = urlsplit(template.replace(TRACE_ID_PLACEHOLDER, "0"))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if url.username is not None or url.password is not None:
+            raise ValueError("must not carry credentials (user:password@): alerts show it")
+        for name, _ in parse_qsl(url.query, keep_blank_values=True):
+            if _CREDENTIAL_PARAM.search(name):
+                raise ValueError(f"query parameter {name!r} looks like a credential: alerts show it")
+        return template
 
 
 class MetricsConfig(BaseModel):

@@ -147,7 +147,10 @@ def drift() -> dict[str, Any]:
             lookup,
             "faithfulness of lookup queries has moved from its reference: CUSUM statistic "
             f"{statistic} against threshold 10.0. Reference: drift baseline prod-2027-01 "
-            '("none": each slice\'s own first records).',
+            "(\"none\": each slice's own first records). Example traces: the sidecar's own "
+            "RagmonDriftDetected alert for this slice carries up to five failing records since the "
+            "change (example_trace_ids, trace_url, example_traces); look each trace id up in the "
+            "results file or topic.",
         )
 
     return {

@@ -4,9 +4,12 @@ held alarm announced again, and resolved when the slice recovers."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from typing import Any
 
+import httpx
 import pytest
 from support import Webhook, eventually, running, sample, settings_for
 
@@ -18,15 +21,43 @@ from monitor.kafka.config import KafkaConfig
 pytestmark = pytest.mark.kafka
 
 DRIFT = {"reference_records": 100, "min_records": 10}
+TEMPLATE = (
+    "https://grafana.example.com/explore?left=%7B%22queries%22:%5B%7B%22query%22:%22{trace_id}%22%7D%5D%7D"
+)
+_ids = itertools.count(1)
 
 
-def line(query_type: str, hallucinated: bool, weight: float = 1.0) -> tuple[bytes, bytes]:
-    """A results line as the judge stage writes it (the fields drift reads), keyed by slice."""
+def trace_id(tag: int) -> str:
+    """A fresh trace id; `tag` (one byte) says which part of a stream wrote it."""
+    return f"{tag:02x}{next(_ids):030x}"
+
+
+STABLE, DRIFTED = 0x5A, 0xD1  # trace id tags
+
+
+def claim_text(tid: str) -> str:
+    """The unsupported claim of a failing record: span text with escapes and a long tail."""
+    return f"\x1b[31mThe warranty covers\nwater damage\x07 ({tid}) " + "and more " * 40
+
+
+def line(
+    query_type: str,
+    hallucinated: bool,
+    weight: float = 1.0,
+    tag: int = STABLE,
+    faithfulness: float | None = None,
+) -> tuple[bytes, bytes]:
+    """A results line as the judge stage writes it (the fields drift reads, a fresh trace id, and
+    for a hallucination the claim the context did not support), keyed by slice."""
+    tid = trace_id(tag)
     body: dict[str, Any] = {
-        "trace_id": "0" * 32,
+        "trace_id": tid,
         "query_type": query_type,
+        "answer": "Yes, it is covered.",
+        "end": 1_790_000_000.5,
         "sampling_weight": weight,
-        "faithfulness": None,
+        "claims": [{"text": claim_text(tid), "verdict": "not_in_context"}] if hallucinated else [],
+        "faithfulness": faithfulness,
         "hallucinated": hallucinated,
         "answer_admits_uncertainty": not hallucinated,
         "false_refusal": False,
@@ -36,16 +67,35 @@ def line(query_type: str, hallucinated: bool, weight: float = 1.0) -> tuple[byte
     return query_type.encode(), json.dumps(body).encode()
 
 
-def stable(query_type: str, n: int) -> list[tuple[bytes, bytes]]:
-    return [line(query_type, i % 20 == 0) for i in range(n)]  # 5 % hallucinated
+def stream(
+    query_type: str, n: int, every: int, tag: int, bad_faithfulness: float | None
+) -> list[tuple[bytes, bytes]]:
+    """`n` lines, one in `every` hallucinated; with `bad_faithfulness`, that one's faithfulness
+    (the others' 1)."""
+    out = []
+    for i in range(n):
+        bad = i % every == 0
+        f = None if bad_faithfulness is None else bad_faithfulness if bad else 1.0
+        out.append(line(query_type, bad, tag=tag, faithfulness=f))
+    return out
 
 
-def drifted(query_type: str, n: int) -> list[tuple[bytes, bytes]]:
-    return [line(query_type, i % 2 == 0) for i in range(n)]  # 50 %
+def stable(query_type: str, n: int, bad_faithfulness: float | None = None) -> list[tuple[bytes, bytes]]:
+    return stream(query_type, n, 20, STABLE, bad_faithfulness)  # 5 % hallucinated
 
 
-def drift_settings(bootstrap: str, topic: str, webhook: Webhook | None = None) -> Settings:
-    alerts: dict[str, Any] = {"drift": DRIFT}
+def drifted(query_type: str, n: int, bad_faithfulness: float | None = None) -> list[tuple[bytes, bytes]]:
+    return stream(query_type, n, 2, DRIFTED, bad_faithfulness)  # 50 %
+
+
+def failing_ids(lines: list[tuple[bytes, bytes]]) -> set[str]:
+    return {doc["trace_id"] for _, v in lines if (doc := json.loads(v))["hallucinated"]}
+
+
+def drift_settings(
+    bootstrap: str, topic: str, webhook: Webhook | None = None, **alerts_extra: Any
+) -> Settings:
+    alerts: dict[str, Any] = {"drift": DRIFT, **alerts_extra}
     if webhook is not None:
         alerts["webhook_url"] = webhook.url
     # A short session: tansu numbers the first generation 0, for which aiokafka sends no LeaveGroup,
@@ -66,7 +116,8 @@ async def test_a_restart_rebuilds_the_state_counts_nothing_twice_and_resolves(
     results = settings.results.topic
     assert results is not None
     await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results], partitions=3)
-    await produce(bs, results, stable("lookup", 100) + drifted("lookup", 60))
+    bad = drifted("lookup", 60)
+    await produce(bs, results, stable("lookup", 100) + bad)
     hall = {"query_type": "lookup", "metric": "hallucination"}
 
     async with running(settings) as first:
@@ -90,6 +141,13 @@ async def test_a_restart_rebuilds_the_state_counts_nothing_twice_and_resolves(
         await eventually(lambda: statuses(webhook)[-1:] == ["resolved"], what="webhook resolved")
         assert second.drift is not None
         assert second.drift.seen == 1360
+    # Every transition, before and after the restart, shows records of the drift.
+    bodies = [b for b in webhook.bodies if b["labels"].get("metric") == "hallucination"]
+    for body in bodies:
+        ids = [e["trace_id"] for e in body["examples"]]
+        assert 1 <= len(ids) <= 5 and set(ids) <= failing_ids(bad), body["status"]
+        assert body["annotations"]["example_trace_ids"] == ",".join(ids)
+    assert bodies[-1]["examples"] == bodies[-2]["examples"]  # the resolution: the alarm's examples
 
 
 async def test_two_members_keep_one_state_per_slice(broker: Any, topic: str) -> None:
@@ -128,3 +186,69 @@ async def test_two_members_keep_one_state_per_slice(broker: Any, topic: str) -> 
             labels = {"query_type": qt, "metric": "hallucination"}
             exported = [s.metrics.registry.get_sample_value("ragmon_drift_statistic", labels) for s in (a, b)]
             assert sorted(v is not None for v in exported) == [False, True], qt
+
+
+def webhook_alerts(webhook: Webhook, status: str, metric: str) -> list[dict[str, Any]]:
+    return [b for b in webhook.bodies if b["status"] == status and b["labels"]["metric"] == metric]
+
+
+async def test_an_alarm_names_example_traces_since_the_change_in_alertmanager_and_the_webhook(
+    broker: Any, topic: str, webhook: Webhook, alertmanager: str
+) -> None:
+    """The alert shows up to five failing records written after the change began — not the
+    reference's, nor those of the stable stretch before it, even where those were worse — each
+    with its link and its unsupported claim, clipped and without control characters; the
+    resolution carries them too."""
+    bs = broker.bootstrap_servers
+    settings = drift_settings(
+        bs, topic, webhook, alertmanager_url=alertmanager, resend_seconds=0.5, trace_url_template=TEMPLATE
+    )
+    results = settings.results.topic
+    assert results is not None
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results], partitions=3)
+    # The reference, then 40 stable records past it (each statistic rises at their two failing
+    # records, of faithfulness 0, and falls back to 0 before the drift), then the drift, whose
+    # failing records (faithfulness 0.3) are less bad than those two.
+    before = stable("lookup", 140, bad_faithfulness=0.0)
+    bad = drifted("lookup", 100, bad_faithfulness=0.3)
+    await produce(bs, results, before + bad)
+    metrics = ("hallucination", "faithfulness")
+
+    async with running(settings) as sidecar:
+        await eventually(
+            lambda: all(webhook_alerts(webhook, "firing", m) for m in metrics), what="both alarms firing"
+        )
+        firing = {m: webhook_alerts(webhook, "firing", m)[0] for m in metrics}
+        for metric, body in firing.items():
+            examples = body["examples"]
+            assert 1 <= len(examples) <= 5, metric
+            for e in examples:
+                tid = e["trace_id"]
+                assert tid in failing_ids(bad), f"{metric}: not a failing record written after the change"
+                assert e["url"] == TEMPLATE.replace("{trace_id}", tid)
+                assert e["reason"].startswith(f"The warranty covers water damage ({tid}) and more")
+                assert len(e["reason"]) <= 200 and not re.search(r"[\x00-\x1f\x7f]", e["reason"])
+                assert e["time"] == "2026-09-21T14:13:20.500000+00:00"
+            annotations = body["annotations"]
+            assert annotations["example_trace_ids"] == ",".join(e["trace_id"] for e in examples)
+            assert annotations["trace_url"] == examples[0]["url"]
+            assert annotations["example_traces"].splitlines() == [
+                f"{e['trace_id']}: {e['reason']} <{e['url']}>" for e in examples
+            ]
+
+        def in_alertmanager() -> dict[str, dict[str, Any]]:
+            shown: list[dict[str, Any]] = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
+            return {a["labels"]["metric"]: a for a in shown}
+
+        await eventually(lambda: set(in_alertmanager()) >= set(metrics), within=15, what="in Alertmanager")
+        for metric, alert in in_alertmanager().items():
+            for name in ("example_trace_ids", "trace_url", "example_traces"):
+                assert alert["annotations"][name] == firing[metric]["annotations"][name], (metric, name)
+
+        await produce(bs, results, stable("lookup", 1200))  # recovers: the alarm clears
+        hall = {"query_type": "lookup", "metric": "hallucination"}
+        await eventually(lambda: sample(sidecar, "ragmon_drift_active", **hall) == 0, what="resolved")
+        resolved = lambda: webhook_alerts(webhook, "resolved", "hallucination")  # noqa: E731
+        await eventually(lambda: bool(resolved()), what="webhook resolved")
+        assert resolved()[0]["examples"] == firing["hallucination"]["examples"]
+        await eventually(lambda: "hallucination" not in in_alertmanager(), within=15, what="resolved in AM")

@@ -6,27 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from prometheus_client import CollectorRegistry
-from support import Webhook, alertmanager_process, eventually
+from support import Webhook, eventually
 
 from monitor.demo.broker import free_port
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
 from monitor.outputs.config import AlertSinksConfig
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[str]:
-    config = tmp_path / "alertmanager.yml"
-    config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
-    with alertmanager_process(config, tmp_path / "data") as url:
-        yield url
 
 
 def active(url: str) -> list[dict[str, Any]]:
