@@ -66,3 +66,20 @@ def test_stages_and_kafka_plumbing_load_without_the_configuration_module() -> No
         "monitor.kafka.producer",
     ]
     assert python_child(_IMPORTS, modules) == []
+
+
+_GOLDEN_LOADED = """
+import json, sys
+import monitor.sidecar
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("monitor.golden."))))
+"""
+
+
+def test_a_sidecar_without_a_golden_set_loads_no_replay() -> None:
+    """The `golden` section is part of every configuration, but its model must not bring the
+    replay, its HTTP targets, reports and gauges into a sidecar that never replays (start-up time
+    and memory of every replica)."""
+    loaded = python_child(_GOLDEN_LOADED, None)
+    assert "monitor.golden.config" in loaded
+    heavy = {f"monitor.golden.{m}" for m in ("replay", "targets", "report", "gauges")}
+    assert heavy.isdisjoint(loaded), loaded

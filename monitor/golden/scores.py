@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.golden.intervals import Interval, IntervalConfig, mean_intervals
 from monitor.golden.retrieval import RETRIEVAL_METRICS, RetrievalScores
-from monitor.judge.citations import CitationReport
+
+if TYPE_CHECKING:
+    from monitor.judge.citations import CitationReport
 
 __all__ = [
     "ALL",

@@ -34,14 +34,13 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from monitor import replay_mark
+from monitor.golden.config import ContextMapping, HttpTargetConfig, ResponseMapping
 from monitor.model import Chunk
 
 __all__ = [
@@ -107,56 +106,6 @@ class Target(Protocol):
     ) -> TargetResponse: ...
 
     async def aclose(self) -> None: ...
-
-
-class ResponseMapping(BaseModel):
-    """Dotted paths into the target's JSON response (``data.result.answer``; list items by index)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    answer: str = "answer"
-    chunks: str = "chunks"
-    chunk_id: str = "id"
-    chunk_content: str | None = "content"
-    chunk_score: str | None = "score"
-
-
-class ContextMapping(BaseModel):
-    """Where given context goes in the request: a dotted path into the body (null: the target
-    cannot take context, and the oracle/no-context baselines are reported as not measured), and
-    the names of each chunk's two keys."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    field: str | None = "context"
-    chunk_id: str = "id"
-    chunk_content: str = "content"
-
-
-class HttpTargetConfig(BaseModel):
-    """How to talk to an HTTP RAG endpoint. The auth secret is read from an environment variable
-    (never from a file in the repository or a flag, which would end up in shell history)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    url: str = ""
-    method: str = "POST"
-    request_template: Any = Field(default_factory=lambda: {"query": "{query}", "k": "{k}"})
-    response: ResponseMapping = Field(default_factory=ResponseMapping)
-    context: ContextMapping = Field(default_factory=ContextMapping)
-    headers: dict[str, str] = Field(default_factory=dict)
-    auth_header: str = "Authorization"
-    auth_env: str | None = None  # name of the env var holding the header value
-    auth_scheme: str | None = None  # e.g. "Bearer": the value is sent as "Bearer <env value>"
-    replay_secret_file: Path | None = Field(
-        None, description="the shared replay secret that signs the X-RAG-Replay mark (a mounted Secret)"
-    )
-    replay_secret_env: str = Field(
-        replay_mark.SECRET_ENV, description="else the env var holding it (RAGMON_REPLAY_SECRET)"
-    )
-    timeout_seconds: float = Field(10.0, gt=0)
-    retries: int = Field(2, ge=0)
-    backoff_seconds: float = Field(0.2, ge=0)
 
 
 _MISSING = object()
