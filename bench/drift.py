@@ -42,7 +42,11 @@ reset at the change, as are the window alert's; alarms before it are false alarm
 and runs missed within 5,000 records; for (c), alarms per 10,000 records over `--stable` records
 after the shift, and the runs with any alarm.
 
+`--candidate` adds `Stratified`, a design tried for issue 29 and not adopted (see its docstring and
+bench/RESULTS.md): per-stratum likelihood ratios plus a weighted test of production's composition.
+
     python bench/drift.py                   # 40 runs each (needs the bench extra: river)
+    python bench/drift.py --candidate       # and the stratified candidate
     python bench/drift.py --runs 10 --stable 20000 --scenarios independent,sample
 """
 
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 from collections import deque
@@ -57,7 +62,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from monitor.drift import BAD_DIRECTION, Detector, DriftPolicy
+from monitor.drift import BAD_DIRECTION, RATES, Detector, DriftPolicy
 
 WINDOW = 200
 REFERENCE = 500
@@ -193,6 +198,78 @@ class PageHinkley:
         return bool(self.d.drift_detected)
 
 
+class Stratified:
+    """A candidate, not the product (`--candidate`; issue 29): the weights' design effect is paid
+    only where production's composition is tested.
+
+    Strata are the weights seen in the reference. (1) Within strata: one unweighted CUSUM of the
+    per-stratum likelihood ratios, each stratum against its own reference, the alternative moving
+    each stratum in proportion to its failures (a rate p0 to p0·(P0+δ)/P0, P0 the production rate;
+    a score's shortfall likewise), threshold ln(2·ARL0). (2) Composition: the weighted CUSUM, as in
+    production, of each record's stratum reference value (a stratum the reference never saw counts
+    as the reference's mean), threshold d·ln(ARL0): it moves when production's mix moves, not when
+    the sample's does. An alarm when either crosses."""
+
+    def __init__(self, metric: str, policy: DriftPolicy) -> None:
+        self.metric = metric
+        self.sign = BAD_DIRECTION[metric]
+        self.delta = policy.min_effect[metric]
+        self.h1 = math.log(2 * policy.arl0)
+        self.h2 = policy.threshold  # scaled by the design effect on freeze
+        self.ref: list[tuple[float, float]] = []
+        self.strata: dict[float, tuple[float, float, float]] = {}  # weight: (value, a, b)
+        self.s1 = self.s2 = 0.0
+        self.wbar = self.vmean = self.a2 = 0.0
+        self.active = False
+
+    def observe(self, w: float, y: float) -> bool:
+        if len(self.ref) < REFERENCE:
+            self.ref.append((w, y))
+            if len(self.ref) == REFERENCE:
+                self.freeze()
+            return False
+        st = self.strata.get(w)
+        v = self.vmean
+        if st is not None:
+            v, a, b = st
+            llr = (a if y >= 0.5 else b) if self.metric in RATES else a * (self.sign * (y - v) - b)
+            self.s1 = min(max(0.0, self.s1 + llr), 2 * self.h1)
+        llr2 = self.a2 * (self.sign * (v - self.vmean) - self.delta / 2)
+        self.s2 = min(max(0.0, self.s2 + w / self.wbar * llr2), 2 * self.h2)
+        bad = self.s1 >= self.h1 or self.s2 >= self.h2
+        raised = bad and not self.active
+        if raised:
+            self.active = True
+        elif self.active and self.s1 <= 0.25 * self.h1 and self.s2 <= 0.25 * self.h2:
+            self.active = False
+        return raised
+
+    def freeze(self) -> None:
+        by: dict[float, list[float]] = {}
+        for w, y in self.ref:
+            by.setdefault(w, []).append(y)
+        sw = sum(w for w, _ in self.ref)
+        p0 = sum(w * y for w, y in self.ref) / sw
+        for w, ys in by.items():
+            m = sum(ys) / len(ys)
+            if self.metric in RATES:
+                floor = 0.5 / len(ys)
+                q0 = min(max(m, floor), 1 - floor)
+                q1 = min(max(q0 + self.sign * self.delta * q0 / max(p0, floor), floor), 1 - floor)
+                self.strata[w] = (m, math.log(q1 / q0), math.log((1 - q1) / (1 - q0)))
+            else:
+                d = self.delta * (1 - m) / max(1 - p0, 1e-3)
+                var = max(statistics.pvariance(ys) if len(ys) > 1 else 0.0, (d / 2) ** 2)
+                self.strata[w] = (m, d / var, d / 2)
+        n = len(self.ref)
+        self.wbar = sw / n
+        values = [(w, self.strata[w][0]) for w, _ in self.ref]
+        self.vmean = sum(w * v for w, v in values) / sw
+        var = max(sum(w * (v - self.vmean) ** 2 for w, v in values) / sw, (self.delta / 2) ** 2)
+        self.a2 = self.delta / var
+        self.h2 *= max(1.0, n * sum(w * w for w, _ in self.ref) / sw**2)
+
+
 Factory = Callable[[str], Observer]
 
 
@@ -201,6 +278,9 @@ def reset(d: Observer) -> None:
     if isinstance(d, Detector):
         d.statistic, d.active = 0.0, False
     elif isinstance(d, WindowAlert):
+        d.active = False
+    elif isinstance(d, Stratified):
+        d.s1 = d.s2 = 0.0
         d.active = False
 
 
@@ -293,6 +373,9 @@ def main() -> None:
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS)
     )
     p.add_argument("--metrics", default=",".join(METRICS))
+    p.add_argument(
+        "--candidate", action="store_true", help="also run the stratified candidate (not the product)"
+    )
     args = p.parse_args()
     try:
         from river import drift  # the bench extra: pip install -e '.[bench]'
@@ -305,6 +388,8 @@ def main() -> None:
         "cusum": lambda m: Detector(m, policy),
         "window": lambda m: WindowAlert(m, policy.min_effect[m]),
     }
+    if args.candidate:
+        base["stratified"] = lambda m: Stratified(m, policy)
     out: dict[str, Any] = {
         "arl0": policy.arl0,
         "threshold": round(policy.threshold, 3),
@@ -335,6 +420,7 @@ def main() -> None:
             stable = {
                 "cusum": fa["cusum"],
                 "window": fa["window"],
+                **({"stratified": fa["stratified"]} if args.candidate else {}),
                 "adwin": fa[f"adwin@{delta}"],
                 "page_hinkley": fa[f"ph@{lam}"],
             }
