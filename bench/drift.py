@@ -1,63 +1,145 @@
-"""Drift detection benchmark: false alarms and detection delay of the CUSUM detectors
-(`monitor/drift.py`) against the fixed-threshold window alert peers use, on the same simulated
-streams of judged records, with uneven sampling weights.
+"""Drift detection benchmark: false alarms and detection delay of the weighted CUSUM
+(`monitor/drift/detector.py`) beside the detectors users already have — the fixed-threshold window
+alert, and river's ADWIN and Page-Hinkley — on the same simulated streams of judged records, with
+uneven sampling weights.
 
-Streams: each judged record has an inclusion probability drawn from {0.5, 0.2, 0.05} (weights 2,
-5, 20: priority-sampled suspicious records next to the base rate), and a value:
+Every judged record belongs to a kind of traffic with a production share, an inclusion probability
+p (weight w = 1/p) and its own values: hallucination 0/1 at a rate, faithfulness a per-answer score
+Beta(μk, (1−μ)k), k = 4 (sd ~0.15 at μ = 0.92). The judged sample holds each kind in proportion to
+share × p. Two families of streams:
 
-- hallucination: 0/1 with rate 0.05; the change raises it to 0.10;
-- faithfulness: a per-answer score, Beta-distributed with mean 0.92 (sd ~0.15); the change lowers
-  the mean to 0.87.
+- independent: weights 2/5/20 in sample shares 0.3/0.4/0.3, every kind alike (hallucination
+  0.05, faithfulness 0.92): the weights say nothing about the values;
+- tied: the oversampled kinds fail more, as in production (no chunks, refusal-looking, unusual
+  length): A 5 % of traffic, p 0.5, hallucination 0.30, faithfulness 0.75; B 20 %, p 0.2, 0.06,
+  0.90; C 75 %, p 0.05, 0.03, 0.95 — production rates 0.0495 and 0.93, the judged sample's 0.108
+  and 0.88 (sample shares 0.24/0.39/0.37).
 
-Each detector takes its reference from the first 500 records (as in production), then watches.
+Changes, each at record 500 + 1,000 (the reference is the first 500):
 
-- false alarms per 10,000 stable judged records (`--stable` records a run, `--runs` runs);
-- detection delay: judged records after the change until the alarm (`--runs` runs, the change at
-  record 500 + 1,000), and how often it was missed within 5,000 records.
+- independent: hallucination 0.05 → 0.10, faithfulness 0.92 → 0.87, in every kind;
+- (a) tied: every kind's hallucination rate doubles, its faithfulness shortfall (1 − μ) grows by
+  10/7: production 0.0495 → 0.099, 0.93 → 0.90, failures still concentrated in A;
+- (b) traffic: A's share of production grows 5 % → 24 % (B, C scaled down), each kind unchanged:
+  production 0.0495 → 0.0996 and 0.93 → 0.894 — a real change, to be detected;
+- (c) sample: A's inclusion probability 0.5 → 1.0 (a floor or signal change samples every record of
+  the failing kind; its weight 2 → 1), production unchanged — the judged sample's rates move
+  (0.108 → 0.145, 0.88 → 0.855) but nothing happened to users: an alarm here is a false alarm.
 
-The window alert: the weighted mean of the last 200 judged records beyond the reference value +
-the minimum effect (0.05 for hallucination, 0.03 for faithfulness), checked every record, with the
-same reference. Goals (issue): < 1 false alarm per 10,000 at defaults; each change detected within
-500 records of the slice.
+Detectors: the CUSUM at the configured ARL0 (weighted); the window alert — the weighted mean of
+the last 200 judged records beyond the reference + the minimum effect (0.05 / 0.03), checked
+every record; ADWIN and Page-Hinkley from river as a new user wraps them: unweighted values, an
+alarm counted only when the recent mean moved the bad way (ADWIN: the window it keeps after a cut
+is worse than the window before; Page-Hinkley: one-sided, `mode` up for a rate, down for a score).
+The two peers are calibrated per family and metric on the stable streams: the most sensitive
+parameter of a grid (ADWIN's δ, Page-Hinkley's threshold λ) whose false alarms stay within
+`--target` per 10,000 judged records (the CUSUM's own measured rate, ~0.25, by default); the
+calibration is printed. Alarms during the 500 reference records are not counted for anyone.
 
-    python bench/drift.py                   # 40 runs each
-    python bench/drift.py --runs 10 --stable 20000
+Figures: false alarms per 10,000 stable judged records (`--runs` runs of `--stable` records);
+detection delay — judged records after the change until the first alarm (the CUSUM's statistic is
+reset at the change, as are the window alert's; alarms before it are false alarms), median and p90,
+and runs missed within 5,000 records; for (c), alarms per 10,000 records over `--stable` records
+after the shift, and the runs with any alarm.
+
+`--candidate` adds `Stratified`, a design tried for issue 29 and not adopted (see its docstring and
+bench/RESULTS.md): per-stratum likelihood ratios plus a weighted test of production's composition.
+
+    python bench/drift.py                   # 40 runs each (needs the bench extra: river)
+    python bench/drift.py --candidate       # and the stratified candidate
+    python bench/drift.py --runs 10 --stable 20000 --scenarios independent,sample
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
-from monitor.drift import Detector, DriftPolicy
+from monitor.drift import BAD_DIRECTION, RATES, Detector, DriftPolicy
 
-WEIGHTS = (2.0, 5.0, 20.0)
-WEIGHT_SHARE = (0.3, 0.4, 0.3)
 WINDOW = 200
 REFERENCE = 500
+CHANGE = REFERENCE + 1000
+POST = 5000
+METRICS = ("hallucination", "faithfulness")
+ADWIN_DELTAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+PH_THRESHOLDS = (5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0)
 
 
-def stream(rng: random.Random, metric: str, change_at: int | None) -> Iterator[tuple[float, float]]:
+@dataclass(frozen=True)
+class Kind:
+    """A kind of traffic: its share of the judged sample, its weight and its values."""
+
+    sample_share: float
+    weight: float
+    rate: float  # hallucination
+    mean: float  # faithfulness
+
+
+def kinds(production: list[tuple[float, float, float, float]]) -> tuple[Kind, ...]:
+    """Kinds from (production share, inclusion probability, rate, mean): the sample holds each in
+    proportion to share × p."""
+    total = sum(s * p for s, p, _, _ in production)
+    return tuple(Kind(s * p / total, 1.0 / p, r, m) for s, p, r, m in production)
+
+
+INDEPENDENT = tuple(Kind(q, w, 0.05, 0.92) for q, w in ((0.3, 2.0), (0.4, 5.0), (0.3, 20.0)))
+TIED_KINDS = [(0.05, 0.5, 0.30, 0.75), (0.20, 0.2, 0.06, 0.90), (0.75, 0.05, 0.03, 0.95)]
+TIED = kinds(TIED_KINDS)
+
+# scenario: (family, before, after)
+SCENARIOS: dict[str, tuple[str, tuple[Kind, ...], tuple[Kind, ...]]] = {
+    "independent": ("independent", INDEPENDENT, tuple(replace(k, rate=0.10, mean=0.87) for k in INDEPENDENT)),
+    "tied": (
+        "tied",
+        TIED,
+        kinds([(s, p, 2 * r, 1 - (1 - m) * 10 / 7) for s, p, r, m in TIED_KINDS]),
+    ),
+    "traffic": (
+        "tied",
+        TIED,
+        kinds([(0.24, 0.5, 0.30, 0.75), (0.16, 0.2, 0.06, 0.90), (0.60, 0.05, 0.03, 0.95)]),
+    ),
+    "sample": (
+        "tied",
+        TIED,
+        kinds([(0.05, 1.0, 0.30, 0.75), (0.20, 0.2, 0.06, 0.90), (0.75, 0.05, 0.03, 0.95)]),
+    ),
+}
+FAMILIES = {"independent": INDEPENDENT, "tied": TIED}
+
+
+def stream(
+    rng: random.Random, metric: str, before: tuple[Kind, ...], after: tuple[Kind, ...], change_at: int | None
+) -> Iterator[tuple[float, float]]:
+    shares = [[k.sample_share for k in before], [k.sample_share for k in after]]
+    idx = range(len(before))
     i = 0
     while True:
-        changed = change_at is not None and i >= change_at
-        w = rng.choices(WEIGHTS, WEIGHT_SHARE)[0]
+        mix = after if change_at is not None and i >= change_at else before
+        kind = mix[rng.choices(idx, shares[mix is after])[0]]
         if metric == "hallucination":
-            y = 1.0 if rng.random() < (0.10 if changed else 0.05) else 0.0
+            y = 1.0 if rng.random() < kind.rate else 0.0
         else:
-            mean = 0.87 if changed else 0.92
-            k = 4.0  # Beta(mean*k, (1-mean)*k): sd ~0.15
-            y = rng.betavariate(mean * k, (1 - mean) * k)
-        yield w, y
+            k = 4.0
+            y = rng.betavariate(kind.mean * k, (1 - kind.mean) * k)
+        yield kind.weight, y
         i += 1
 
 
+class Observer(Protocol):
+    def observe(self, w: float, y: float) -> bool: ...
+
+
 class WindowAlert:
-    """The peers' alert: the last `WINDOW` records' weighted mean past reference ± effect."""
+    """The fixed-threshold alert: the last `WINDOW` records' weighted mean past reference ± effect."""
 
     def __init__(self, metric: str, effect: float) -> None:
         self.metric = metric
@@ -65,6 +147,7 @@ class WindowAlert:
         self.ref: list[tuple[float, float]] = []
         self.base = 0.0
         self.window: deque[tuple[float, float]] = deque(maxlen=WINDOW)
+        self.sum_w = self.sum_wy = 0.0
         self.active = False
 
     def observe(self, w: float, y: float) -> bool:
@@ -73,10 +156,16 @@ class WindowAlert:
             if len(self.ref) == REFERENCE:
                 self.base = sum(a * b for a, b in self.ref) / sum(a for a, _ in self.ref)
             return False
+        if len(self.window) == WINDOW:  # running sums: O(1) a record
+            a, b = self.window[0]
+            self.sum_w -= a
+            self.sum_wy -= a * b
         self.window.append((w, y))
+        self.sum_w += w
+        self.sum_wy += w * y
         if len(self.window) < WINDOW:
             return False
-        mean = sum(a * b for a, b in self.window) / sum(a for a, _ in self.window)
+        mean = self.sum_wy / self.sum_w
         worse = mean - self.base if self.metric == "hallucination" else self.base - mean
         bad = worse > self.effect
         raised = bad and not self.active
@@ -84,41 +173,192 @@ class WindowAlert:
         return raised
 
 
-Factory = Callable[[str], Detector | WindowAlert]
+class Adwin:
+    """river's ADWIN on the unweighted values; a cut counts when the window kept is worse."""
+
+    def __init__(self, drift: Any, metric: str, delta: float) -> None:
+        self.d = drift.ADWIN(delta=delta)
+        self.sign = BAD_DIRECTION[metric]
+
+    def observe(self, w: float, y: float) -> bool:
+        before = self.d.estimation
+        self.d.update(y)
+        return bool(self.d.drift_detected and self.sign * (self.d.estimation - before) > 0)
 
 
-def false_alarms(make: Factory, metric: str, runs: int, n: int, seed: int) -> float:
-    alarms = 0
+class PageHinkley:
+    """river's Page-Hinkley on the unweighted values, one-sided in the bad direction."""
+
+    def __init__(self, drift: Any, metric: str, threshold: float) -> None:
+        mode = "up" if BAD_DIRECTION[metric] > 0 else "down"
+        self.d = drift.PageHinkley(threshold=threshold, mode=mode)
+
+    def observe(self, w: float, y: float) -> bool:
+        self.d.update(y)
+        return bool(self.d.drift_detected)
+
+
+class Stratified:
+    """A candidate, not the product (`--candidate`; issue 29): the weights' design effect is paid
+    only where production's composition is tested.
+
+    Strata are the weights seen in the reference. (1) Within strata: one unweighted CUSUM of the
+    per-stratum likelihood ratios, each stratum against its own reference, the alternative moving
+    each stratum in proportion to its failures (a rate p0 to p0·(P0+δ)/P0, P0 the production rate;
+    a score's shortfall likewise), threshold ln(2·ARL0). (2) Composition: the weighted CUSUM, as in
+    production, of each record's stratum reference value (a stratum the reference never saw counts
+    as the reference's mean), threshold d·ln(ARL0): it moves when production's mix moves, not when
+    the sample's does. An alarm when either crosses."""
+
+    def __init__(self, metric: str, policy: DriftPolicy) -> None:
+        self.metric = metric
+        self.sign = BAD_DIRECTION[metric]
+        self.delta = policy.min_effect[metric]
+        self.h1 = math.log(2 * policy.arl0)
+        self.h2 = policy.threshold  # scaled by the design effect on freeze
+        self.ref: list[tuple[float, float]] = []
+        self.strata: dict[float, tuple[float, float, float]] = {}  # weight: (value, a, b)
+        self.s1 = self.s2 = 0.0
+        self.wbar = self.vmean = self.a2 = 0.0
+        self.active = False
+
+    def observe(self, w: float, y: float) -> bool:
+        if len(self.ref) < REFERENCE:
+            self.ref.append((w, y))
+            if len(self.ref) == REFERENCE:
+                self.freeze()
+            return False
+        st = self.strata.get(w)
+        v = self.vmean
+        if st is not None:
+            v, a, b = st
+            llr = (a if y >= 0.5 else b) if self.metric in RATES else a * (self.sign * (y - v) - b)
+            self.s1 = min(max(0.0, self.s1 + llr), 2 * self.h1)
+        llr2 = self.a2 * (self.sign * (v - self.vmean) - self.delta / 2)
+        self.s2 = min(max(0.0, self.s2 + w / self.wbar * llr2), 2 * self.h2)
+        bad = self.s1 >= self.h1 or self.s2 >= self.h2
+        raised = bad and not self.active
+        if raised:
+            self.active = True
+        elif self.active and self.s1 <= 0.25 * self.h1 and self.s2 <= 0.25 * self.h2:
+            self.active = False
+        return raised
+
+    def freeze(self) -> None:
+        by: dict[float, list[float]] = {}
+        for w, y in self.ref:
+            by.setdefault(w, []).append(y)
+        sw = sum(w for w, _ in self.ref)
+        p0 = sum(w * y for w, y in self.ref) / sw
+        for w, ys in by.items():
+            m = sum(ys) / len(ys)
+            if self.metric in RATES:
+                floor = 0.5 / len(ys)
+                q0 = min(max(m, floor), 1 - floor)
+                q1 = min(max(q0 + self.sign * self.delta * q0 / max(p0, floor), floor), 1 - floor)
+                self.strata[w] = (m, math.log(q1 / q0), math.log((1 - q1) / (1 - q0)))
+            else:
+                d = self.delta * (1 - m) / max(1 - p0, 1e-3)
+                var = max(statistics.pvariance(ys) if len(ys) > 1 else 0.0, (d / 2) ** 2)
+                self.strata[w] = (m, d / var, d / 2)
+        n = len(self.ref)
+        self.wbar = sw / n
+        values = [(w, self.strata[w][0]) for w, _ in self.ref]
+        self.vmean = sum(w * v for w, v in values) / sw
+        var = max(sum(w * (v - self.vmean) ** 2 for w, v in values) / sw, (self.delta / 2) ** 2)
+        self.a2 = self.delta / var
+        self.h2 *= max(1.0, n * sum(w * w for w, _ in self.ref) / sw**2)
+
+
+Factory = Callable[[str], Observer]
+
+
+def reset(d: Observer) -> None:
+    """Forget false alarms before the change: the CUSUM's statistic and the window's state."""
+    if isinstance(d, Detector):
+        d.statistic, d.active = 0.0, False
+    elif isinstance(d, WindowAlert):
+        d.active = False
+    elif isinstance(d, Stratified):
+        d.s1 = d.s2 = 0.0
+        d.active = False
+
+
+def false_alarms(
+    makers: dict[str, Factory], mix: tuple[Kind, ...], metric: str, runs: int, n: int, seed: int
+) -> dict[str, float]:
+    """False alarms per 10,000 stable records of each detector, all fed the same streams."""
+    alarms = dict.fromkeys(makers, 0)
     for r in range(runs):
         rng = random.Random(seed + r)
-        d = make(metric)
-        s = stream(rng, metric, None)
-        for _ in range(REFERENCE + n):
+        dets = [(name, make(metric)) for name, make in makers.items()]
+        s = stream(rng, metric, mix, mix, None)
+        for _ in range(REFERENCE):
             w, y = next(s)
-            alarms += d.observe(w, y)
-    return alarms / (runs * n) * 10_000
+            for _, d in dets:
+                d.observe(w, y)
+        for _ in range(n):
+            w, y = next(s)
+            for name, d in dets:
+                if d.observe(w, y):
+                    alarms[name] += 1
+    return {name: a / (runs * n) * 10_000 for name, a in alarms.items()}
 
 
-def delays(make: Factory, metric: str, runs: int, seed: int) -> tuple[list[int], int]:
-    found, missed = [], 0
-    change = REFERENCE + 1000
+def after_change(
+    makers: dict[str, Factory],
+    before: tuple[Kind, ...],
+    after: tuple[Kind, ...],
+    metric: str,
+    runs: int,
+    post: int,
+    seed: int,
+) -> dict[str, tuple[list[int], int, int, int]]:
+    """Per detector: delays to the first alarm after the change, runs without one within `POST`
+    records, alarms over `post` records after the change, runs with any alarm."""
+    out: dict[str, tuple[list[int], int, int, int]] = {n: ([], 0, 0, 0) for n in makers}
     for r in range(runs):
         rng = random.Random(seed + 10_000 + r)
-        d = make(metric)
-        s = stream(rng, metric, change)
-        for _ in range(change):  # alarms before the change are false alarms: reset them
-            d.observe(*next(s))
-        if isinstance(d, Detector):
-            d.statistic, d.active = 0.0, False
-        else:
-            d.active = False
-        for k in range(1, 5001):
-            if d.observe(*next(s)):
-                found.append(k)
-                break
-        else:
-            missed += 1
-    return found, missed
+        dets = [(name, make(metric)) for name, make in makers.items()]
+        s = stream(rng, metric, before, after, CHANGE)
+        for _ in range(CHANGE):
+            w, y = next(s)
+            for _, d in dets:
+                d.observe(w, y)
+        for _, d in dets:
+            reset(d)
+        first: dict[str, int] = {}
+        count = dict.fromkeys(makers, 0)
+        for k in range(1, max(post, POST) + 1):
+            w, y = next(s)
+            for name, d in dets:
+                if d.observe(w, y) and k <= post:
+                    count[name] += 1
+                    first.setdefault(name, k)
+        for name in makers:
+            found, missed, alarms, alarmed = out[name]
+            if name in first and first[name] <= POST:
+                found.append(first[name])
+            else:
+                missed += 1
+            out[name] = (found, missed, alarms + count[name], alarmed + (count[name] > 0))
+    return out
+
+
+def calibrate(
+    grid: tuple[float, ...], rates: dict[float, float], target: float, sensitive_high: bool
+) -> float:
+    """The most sensitive grid value whose false-alarm rate is within the target (else the least
+    sensitive one)."""
+    order = sorted(grid, reverse=sensitive_high)  # most sensitive first
+    for v in order:
+        if rates[v] <= target:
+            return v
+    return order[-1]
+
+
+def p90(xs: list[int]) -> int | None:
+    return sorted(xs)[int(0.9 * (len(xs) - 1))] if xs else None
 
 
 def main() -> None:
@@ -126,25 +366,87 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--stable", type=int, default=25_000, help="stable judged records a run")
     p.add_argument("--seed", type=int, default=11)
+    p.add_argument(
+        "--target", type=float, default=0.25, help="false alarms per 10,000 the peers are calibrated to"
+    )
+    p.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS)
+    )
+    p.add_argument("--metrics", default=",".join(METRICS))
+    p.add_argument(
+        "--candidate", action="store_true", help="also run the stratified candidate (not the product)"
+    )
     args = p.parse_args()
+    try:
+        from river import drift  # the bench extra: pip install -e '.[bench]'
+    except ImportError:
+        p.error("river is not installed: pip install -e '.[bench]'")
+    scenarios = args.scenarios.split(",")
+    metrics = args.metrics.split(",")
     policy = DriftPolicy()
-    makers: dict[str, Factory] = {
+    base: dict[str, Factory] = {
         "cusum": lambda m: Detector(m, policy),
         "window": lambda m: WindowAlert(m, policy.min_effect[m]),
     }
-    out: dict[str, object] = {"arl0": policy.arl0, "threshold": round(policy.threshold, 3)}
-    for name, make in makers.items():
-        for metric in ("hallucination", "faithfulness"):
-            fa = false_alarms(make, metric, args.runs, args.stable, args.seed)
-            found, missed = delays(make, metric, args.runs, args.seed)
-            out[f"{name}/{metric}"] = {
-                "false_alarms_per_10k": round(fa, 3),
-                "delay_median": statistics.median(found) if found else None,
-                "delay_p90": sorted(found)[int(0.9 * (len(found) - 1))] if found else None,
-                "missed_within_5000": missed,
-                "runs": args.runs,
+    if args.candidate:
+        base["stratified"] = lambda m: Stratified(m, policy)
+    out: dict[str, Any] = {
+        "arl0": policy.arl0,
+        "threshold": round(policy.threshold, 3),
+        "target": args.target,
+    }
+    families = {SCENARIOS[s][0] for s in scenarios}
+    for metric in metrics:
+        for family in sorted(families):
+            mix = FAMILIES[family]
+            grid: dict[str, Factory] = dict(base)
+            for delta in ADWIN_DELTAS:
+                grid[f"adwin@{delta}"] = lambda m, d=delta: Adwin(drift, m, d)
+            for lam in PH_THRESHOLDS:
+                grid[f"ph@{lam}"] = lambda m, t=lam: PageHinkley(drift, m, t)
+            fa = false_alarms(grid, mix, metric, args.runs, args.stable, args.seed)
+            delta = calibrate(ADWIN_DELTAS, {d: fa[f"adwin@{d}"] for d in ADWIN_DELTAS}, args.target, True)
+            lam = calibrate(PH_THRESHOLDS, {t: fa[f"ph@{t}"] for t in PH_THRESHOLDS}, args.target, False)
+            cal = {
+                "adwin_delta": {d: round(fa[f"adwin@{d}"], 3) for d in ADWIN_DELTAS},
+                "ph_threshold": {t: round(fa[f"ph@{t}"], 3) for t in PH_THRESHOLDS},
+                "chosen": {"adwin_delta": delta, "ph_threshold": lam},
             }
-            print(name, metric, out[f"{name}/{metric}"], flush=True)
+            print("calibration", family, metric, json.dumps(cal), flush=True)
+            out[f"calibration/{family}/{metric}"] = cal
+            makers: dict[str, Factory] = dict(base)
+            makers["adwin"] = lambda m, d=delta: Adwin(drift, m, d)
+            makers["page_hinkley"] = lambda m, t=lam: PageHinkley(drift, m, t)
+            stable = {
+                "cusum": fa["cusum"],
+                "window": fa["window"],
+                **({"stratified": fa["stratified"]} if args.candidate else {}),
+                "adwin": fa[f"adwin@{delta}"],
+                "page_hinkley": fa[f"ph@{lam}"],
+            }
+            for scenario in scenarios:
+                fam, before, after = SCENARIOS[scenario]
+                if fam != family:
+                    continue
+                real = scenario != "sample"
+                post = POST if real else args.stable
+                res = after_change(makers, before, after, metric, args.runs, post, args.seed)
+                for name, (found, missed, alarms, alarmed) in res.items():
+                    row: dict[str, Any] = {"false_alarms_per_10k": round(stable[name], 3)}
+                    if real:
+                        row |= {
+                            "delay_median": statistics.median(found) if found else None,
+                            "delay_p90": p90(found),
+                            "missed_within_5000": missed,
+                        }
+                    else:
+                        row |= {
+                            "alarms_per_10k_after_shift": round(alarms / (args.runs * post) * 10_000, 3),
+                            "runs_with_an_alarm": alarmed,
+                        }
+                    row["runs"] = args.runs
+                    out[f"{scenario}/{metric}/{name}"] = row
+                    print(scenario, metric, name, row, flush=True)
     print(json.dumps(out, indent=2))
 
 
