@@ -16,20 +16,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
+from helm_cases import pod_spec, render
 from support import REPO, eventually, result_lines
 
+from monitor.config import load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
@@ -37,6 +43,7 @@ from monitor.kafka.config import KafkaConfig
 
 BUILD = REPO / "deploy" / "image" / "build.py"
 UID = 10001
+PYPROJECT_VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 # Under `podman run` here: crun refuses this host's cgroup v1/v2 hybrid ("cgroups in hybrid mode
 # not supported"), runc runs; the OCI default rlimits (nofile, nproc 1048576) exceed what this
 # sandbox may set, so the container gets the host's open-files limit and a modest process limit.
@@ -236,3 +243,93 @@ async def test_runs_read_only_as_10001_consumes_judges_and_stops_on_sigterm(
     assert any(line.get("faithfulness") is not None for line in lines)
     if os.geteuid() == 0:  # written by the image's user, not root
         assert results.stat().st_uid == UID
+
+
+def healthcheck_url(config: dict[str, Any], port: int) -> str:
+    """The URL the image's HEALTHCHECK fetches, with the port it would use."""
+    test = config["Healthcheck"]["Test"]
+    code = test[-1].replace("os.environ.get('RAGMON_METRICS__PORT', '9612')", repr(str(port)))
+    found = re.search(r"'(http://[^']*)'\s*\+\s*'(\d+)'\s*\+\s*'([^']*)'", code)
+    assert found, code
+    return "".join(found.groups())
+
+
+def exposed_ports(config: dict[str, Any]) -> set[int]:
+    return {int(p.split("/")[0]) for p in config["ExposedPorts"]}
+
+
+def test_compose_service_agrees_with_the_image(built: dict[str, Any]) -> None:
+    config = image_config(built["image"])
+    compose = yaml.safe_load((REPO / "deploy" / "docker-compose.yml").read_text())
+    service = compose["services"]["rag-monitor"]
+    # Built from this Dockerfile: the image under test is the one compose runs.
+    assert (REPO / "deploy" / service["build"]["context"]).resolve() == REPO
+    assert service["build"]["dockerfile"] == "Dockerfile"
+    assert service["entrypoint"] == config["Entrypoint"]
+    assert service["command"] == config["Cmd"]
+    # The image's user unless compose names the same one.
+    assert service.get("user", config["User"]) == config["User"]
+    # The config it mounts is the file the command reads, read-only; its results (if any) land in
+    # one of the image's volumes (compose gives each an anonymous volume).
+    config_path = service["command"][service["command"].index("--config") + 1]
+    mounts = {m.split(":")[1]: m for m in service["volumes"]}
+    assert mounts[config_path].endswith(":ro")
+    settings = load_settings(REPO / "deploy" / mounts[config_path].split(":")[0])
+    if settings.results.file:
+        results = PurePosixPath(config["WorkingDir"], settings.results.file)
+        assert any(results.is_relative_to(v) for v in config["Volumes"]), results
+    # It publishes the port the image exposes and the config listens on.
+    published = {int(p.rsplit(":", 1)[1]) for p in service["ports"]}
+    assert published == {settings.metrics.port} and published <= exposed_ports(config)
+    # Its health check runs a program the image has, against the port and a path the image serves.
+    test = service["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    has = subprocess.run(
+        [*PODMAN_RUN, "--entrypoint", "sh", built["image"], "-c", f"command -v {test[1]}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert has.returncode == 0, f"{test[1]} is not in the image"
+    url = re.search(r"'(http://[^']*)'", test[-1])
+    assert url
+    parts = urlsplit(url.group(1))
+    assert parts.port == settings.metrics.port and parts.path in ("/healthz", "/readyz")
+    assert urlsplit(healthcheck_url(config, settings.metrics.port)).port == parts.port
+    grace = service["stop_grace_period"]
+    assert int(grace.rstrip("s")) > settings.pipeline.shutdown_seconds
+
+
+def test_chart_agrees_with_the_image(built: dict[str, Any]) -> None:
+    config = image_config(built["image"])
+    uid, gid = (int(x) for x in config["User"].split(":"))
+    health_path = urlsplit(healthcheck_url(config, 9612)).path
+    values = yaml.safe_load((REPO / "helm" / "rag-monitor" / "values.yaml").read_text())
+    assert (
+        values["image"]["repository"].rsplit("/", 1)[1] == config["Labels"]["org.opencontainers.image.title"]
+    )
+    objects = render()
+    workloads = [o for o in objects if o["kind"] == "Deployment"]
+    assert workloads
+    for workload in workloads:
+        pod = pod_spec(workload)
+        (container,) = [c for c in pod["containers"] if c["name"] == "rag-monitor"]
+        name = workload["metadata"]["name"]
+        image, _, tag = container["image"].rpartition(":")
+        assert image == values["image"]["repository"] and tag == PYPROJECT_VERSION, container["image"]
+        assert container["command"] == config["Entrypoint"], name
+        assert container["args"][0] == config["Cmd"][0], name
+        # The image's user, and a read-only root with each of the image's volumes mounted writable.
+        assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (uid, gid)
+        assert pod["securityContext"]["fsGroup"] == gid  # the state volume is writable by it
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+        assert set(config["Volumes"]) <= writable, name
+        # Probes on the port the image exposes: liveness the image's HEALTHCHECK path, readiness /readyz.
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert set(ports.values()) <= exposed_ports(config)
+        live, ready = container["livenessProbe"]["httpGet"], container["readinessProbe"]["httpGet"]
+        assert live["path"] == health_path and ready["path"] == "/readyz"
+        assert ports[live["port"]] in exposed_ports(config) and ports[ready["port"]] in exposed_ports(config)
+        assert pod["terminationGracePeriodSeconds"] > load_settings(None, {}).pipeline.shutdown_seconds
