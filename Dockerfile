@@ -25,11 +25,13 @@ ARG PIP_CERT
 COPY pyproject.toml setup.py README.md ./
 COPY monitor ./monitor
 # The extensions are optional to setuptools: the import makes their absence fail the build rather
-# than leave an image silently on the pure-Python span path.
+# than leave an image silently on the pure-Python span path. pip and setuptools leave the venv
+# (about 23 MB): nothing installs at run time.
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/venv/bin/pip wheel --no-deps --wheel-dir /dist . \
     && /opt/venv/bin/pip install "$(ls /dist/rag_monitor-*.whl)[sidecar]" \
     && /opt/venv/bin/python -I -c 'import monitor.ingest._wire, monitor.ingest._assembly, monitor.ingest._accounting' \
+    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 
 # ---- runtime: the venv alone on a slim Python; the same base image, so the venv's python resolves ----

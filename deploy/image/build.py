@@ -44,6 +44,8 @@ DPKG_OPTS = (
 BASE_REPO = "localhost/rag-monitor-base"
 IMAGE_REPO = "localhost/rag-monitor"
 # The build context as .dockerignore lets it through.
+# The SBOM generator (PyPI's cyclonedx-bom, the CycloneDX project's own).
+SBOM_TOOL = "cyclonedx-bom>=7,<8"
 CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "setup.py", "README.md")
 
 
@@ -116,20 +118,15 @@ def bootstrap_base(cache: Path) -> str:
     return ref
 
 
-def pip_settings() -> list[str]:
+def pip_settings(flag: str = "--build-arg") -> list[str]:
     """The host's pip index and CA bundle for the builder stage (build arguments, not image env): a
     machine behind a mirror or a TLS-inspecting proxy builds as it installs."""
     args: list[str] = []
     if index := os.environ.get("PIP_INDEX_URL"):
-        args += ["--build-arg", f"PIP_INDEX_URL={index}"]
+        args += [flag, f"PIP_INDEX_URL={index}"]
     bundle = os.environ.get("PIP_CERT") or ssl.get_default_verify_paths().cafile
     if bundle and Path(bundle).is_file():
-        args += [
-            "--volume",
-            f"{Path(bundle).resolve()}:/run/pip-ca.pem:ro",
-            "--build-arg",
-            "PIP_CERT=/run/pip-ca.pem",
-        ]
+        args += ["--volume", f"{Path(bundle).resolve()}:/run/pip-ca.pem:ro", flag, "PIP_CERT=/run/pip-ca.pem"]
     return args
 
 
@@ -157,6 +154,34 @@ def build_image(base: str, tag: str | None = None) -> str:
         str(ROOT),
     )
     return ref
+
+
+def sbom(ref: str, image_id: str, cache: Path) -> tuple[Path, Path]:
+    """A CycloneDX SBOM of the image's Python packages, by cyclonedx-py (cyclonedx-bom) run inside a
+    throwaway container of the image against its own /opt/venv, so it reads what is installed there;
+    and the Debian packages of the base (dpkg-query). The tool lives in that container's /tmp and
+    never in the image. Cached by image id."""
+    key = image_id[:16]
+    cdx, debs = cache / f"sbom-{key}.cdx.json", cache / f"debs-{key}.txt"
+    if cdx.exists() and debs.exists():
+        log(f"SBOM of {ref}: cached")
+        return cdx, debs
+    cache.mkdir(parents=True, exist_ok=True)
+    container = run("buildah", "from", "--quiet", "--pull=never", ref, capture=True).strip()
+    try:
+        base = ["buildah", "run", "--isolation=chroot", "--network=host", "--user=0:0"]
+        script = (
+            f"python -m venv /tmp/sbom && /tmp/sbom/bin/pip install -q --no-cache-dir '{SBOM_TOOL}'"
+            " && /tmp/sbom/bin/cyclonedx-py environment --output-reproducible --of JSON -o - /opt/venv"
+        )
+        out = run(*base, *pip_settings("--env"), container, "--", "sh", "-c", script, capture=True)
+        json.loads(out)  # a document, not an error message
+        cdx.write_text(out)
+        fmt = "${Package}\t${Version}\t${Architecture}\n"
+        debs.write_text(run(*base, container, "--", "dpkg-query", "-W", "-f", fmt, capture=True))
+    finally:
+        subprocess.run(["buildah", "rm", container], check=False, capture_output=True)
+    return cdx, debs
 
 
 def inspect(ref: str) -> dict[str, Any]:
@@ -200,7 +225,28 @@ def main(argv: list[str] | None = None) -> int:
     ref = build_image(base, args.tag)
     seconds["build"] = round(time.monotonic() - started, 1)
     result = summary(ref, base, seconds)
+    started = time.monotonic()
+    cdx, debs = sbom(ref, result["id"], args.cache)
+    seconds["sbom"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cdx, args.out / "sbom.cdx.json")
+    shutil.copyfile(debs, args.out / "debian-packages.txt")
+    components = json.loads(cdx.read_text()).get("components", [])
+    result["sbom"] = {
+        "cyclonedx": str(args.out / "sbom.cdx.json"),
+        "python_packages": len(components),
+        "debian_packages_list": str(args.out / "debian-packages.txt"),
+        "debian_packages": len(debs.read_text().splitlines()),
+    }
+    mb = 1_000_000
+    log(
+        f"{ref}: {result['size_bytes'] / mb:.0f} MB uncompressed in {result['layers']} layers"
+        f" (base {result['base_size_bytes'] / mb:.0f} MB); {result['sbom']['python_packages']} Python"
+        f" and {result['sbom']['debian_packages']} Debian packages; seconds {seconds}"
+    )
+    for layer in result["history"]:
+        if layer["size"]:
+            log(f"  {layer['size'] / mb:8.1f} MB  {layer['created_by'][:100]}")
     (args.out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return 0

@@ -131,6 +131,34 @@ def test_compilers_stay_in_the_builder(built: dict[str, Any]) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_size_layers_and_sbom_are_reported(built: dict[str, Any]) -> None:
+    """The summary's figures are the image's, and the SBOM lists exactly the Python distributions
+    installed in the image's venv (as the image's own interpreter sees them)."""
+    assert built["size_bytes"] > built["base_size_bytes"] > 0
+    assert built["layers"] >= 2 and any(h["size"] for h in built["history"])
+    sbom = json.loads(Path(built["sbom"]["cyclonedx"]).read_text())
+    assert sbom["bomFormat"] == "CycloneDX"
+    listed = {(c["name"].lower().replace("_", "-"), c["version"]) for c in sbom["components"]}
+    code = (
+        "import importlib.metadata as m, json;"
+        "print(json.dumps([[d.metadata['Name'], d.version] for d in m.distributions()]))"
+    )
+    done = subprocess.run(
+        [*PODMAN_RUN, "--entrypoint", "python", built["image"], "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    installed = {(n.lower().replace("_", "-"), v) for n, v in json.loads(done.stdout.splitlines()[-1])}
+    assert ("rag-monitor", PYPROJECT_VERSION) in installed and (
+        "aiokafka",
+        dict(installed)["aiokafka"],
+    ) in listed
+    assert listed == installed
+    assert built["sbom"]["debian_packages"] > 50  # the base's dpkg database, listed beside it
+
+
 async def test_runs_read_only_as_10001_consumes_judges_and_stops_on_sigterm(
     built: dict[str, Any], broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
