@@ -265,6 +265,7 @@ async def test_runs_read_only_as_10001_consumes_judges_and_stops_on_sigterm(
             await asyncio.to_thread(kill, name, proc)
     text = log.read_text()
     assert code == 0, text[-3000:]
+    print(f"SIGTERM to exit: {stopped_in:.1f} s")
     assert stopped_in < shutdown_seconds + 5, f"stopped in {stopped_in:.1f} s"
     assert "otlp_proto decoder compiled, trace assembler compiled, record accounting compiled" in text
     lines = result_lines(results)
