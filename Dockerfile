@@ -11,15 +11,27 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# A C compiler for the compiled span decoder and trace assembler (the wheel carries them built).
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+# A C compiler for the compiled span decoder, trace assembler and record accounting (the wheel
+# carries them built), and the Python headers where the base lacks them (a Debian python3 base:
+# python3-dev); only this stage has them.
+RUN include="$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+    && headers="$([ -f "$include/Python.h" ] || echo python3-dev)" \
+    && apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
     && rm -rf /var/lib/apt/lists/* \
     && python -m venv /opt/venv
+# pip's settings for this stage only (a mirror, a CA bundle); none reaches the runtime image.
+ARG PIP_INDEX_URL
+ARG PIP_CERT
 COPY pyproject.toml setup.py README.md ./
 COPY monitor ./monitor
+# The extensions are optional to setuptools: the import makes their absence fail the build rather
+# than leave an image silently on the pure-Python span path. pip and setuptools leave the venv
+# (about 23 MB): nothing installs at run time.
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/venv/bin/pip wheel --no-deps --wheel-dir /dist . \
     && /opt/venv/bin/pip install "$(ls /dist/rag_monitor-*.whl)[sidecar]" \
+    && /opt/venv/bin/python -I -c 'import monitor.ingest._wire, monitor.ingest._assembly, monitor.ingest._accounting' \
+    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 
 # ---- runtime: the venv alone on a slim Python; the same base image, so the venv's python resolves ----

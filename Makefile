@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?= --duration 60
 
-.PHONY: demo test lint debs bench clean sanitize fuzz docs
+.PHONY: demo test lint debs bench clean sanitize fuzz docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # In the tests promtool checks /metrics and the rules, a real Alertmanager receives the alerts, a real
-# Pushgateway receives `replay --pushgateway`, and stunnel puts TLS in front of the embedded broker.
+# Pushgateway receives `replay --pushgateway`, stunnel puts TLS in front of the embedded broker, and
+# podman, buildah, mmdebstrap and runc build and run the image (tests/deploy/test_image.py, `make image`;
+# runc: crun refuses hosts with cgroup v1/v2 hybrid hierarchies).
 # apt runs only for what is missing.
 debs:
 	@missing=""; \
@@ -25,6 +27,10 @@ debs:
 	{ command -v stunnel4 || command -v stunnel; } >/dev/null || missing="$$missing stunnel4"; \
 	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	command -v prometheus-pushgateway >/dev/null || missing="$$missing prometheus-pushgateway"; \
+	command -v podman >/dev/null || missing="$$missing podman"; \
+	command -v buildah >/dev/null || missing="$$missing buildah"; \
+	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
+	command -v runc >/dev/null || missing="$$missing runc"; \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 
@@ -88,6 +94,12 @@ fuzz: $(STAMP) sanitize
 docs: $(STAMP)
 	$(BIN)/python docs/gen_reference.py
 	$(BIN)/mkdocs build --strict
+
+# The real Dockerfile built with podman (no Docker engine) on a Debian bookworm base bootstrapped by
+# mmdebstrap, both cached under ~/.cache/rag-monitor-image and in podman's storage by their inputs;
+# the summary (size, layers) and the SBOM land in build/image/ (deploy/image/build.py).
+image: debs
+	$(PYTHON) deploy/image/build.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
