@@ -48,6 +48,7 @@ PRODUCTION = "production"  # the `source` of every row made from a production re
 
 # What the instrumentation's content controls leave in a text (monitor.instrument.content): the
 # default redactor's placeholders and the truncation mark. A custom redactor's marks are not known.
+_TRACE_ID = re.compile(r"[0-9a-f]{1,64}")
 _REDACTED = re.compile(r"\[(?:EMAIL|CARD)\]")
 _TRUNCATED = re.compile(r"…\[truncated \d+ chars\]")
 
@@ -72,11 +73,13 @@ def find_record(results: Path, trace_id: str) -> ResultLine:
     or first skipped: the last judged), else its last line with a query. Unreadable lines are
     passed over, as every results reader does."""
     want = trace_id.strip().lower()
+    if not _TRACE_ID.fullmatch(want):
+        raise ProductionRowError(f"trace id {trace_id!r} is not a hex trace id")
     judged: ResultLine | None = None
     other: ResultLine | None = None
     try:
         for _, text in _lines(results):
-            if want not in text:
+            if want not in text.lower():
                 continue  # cheap: most lines are other traces
             try:
                 line = ResultLine.model_validate_json(text)
@@ -139,11 +142,14 @@ def production_row(
     trace_id = (line.trace_id or "").lower()
     texts = {c.id: c.content for c in line.chunks or () if c is not None and c.id and c.content}
     ids = list(dict.fromkeys(relevant_chunk_ids))
-    notes = [
-        f"chunk {cid} was not retrieved for this trace: the row lists it without its text"
-        for cid in ids
-        if cid not in texts
-    ]
+    if not answerable:
+        notes = [f"chunk {cid} ignored: an unanswerable row lists no relevant chunk" for cid in ids]
+    else:
+        notes = [
+            f"chunk {cid} was not retrieved for this trace: the row lists it without its text"
+            for cid in ids
+            if cid not in texts
+        ]
     kept = [ChunkText(id=cid, content=texts[cid]) for cid in ids if cid in texts]
     controls = content_controls(line)
     fields: dict[str, Any] = {
@@ -232,6 +238,9 @@ def add_production_row(
     check.errors[:0] = new_syntax
     if not check.ok:
         raise ProductionRowError(f"{golden} with the row does not validate: nothing added", check.errors)
-    write_atomic(golden, new_text)
+    try:
+        write_atomic(golden, new_text)
+    except OSError as exc:
+        raise ProductionRowError(f"cannot write {golden}: {exc.strerror or exc}; nothing added") from None
     check.path = str(golden)
     return check

@@ -156,10 +156,18 @@ def test_a_row_that_would_not_validate_is_not_written(tmp_path: Path) -> None:
     assert clash.exit_code == 2 and "duplicate id" in clash.output
     missing = _add("--results", str(results), "--trace-id", OTHER, "--golden", str(golden))
     assert missing.exit_code == 2 and f"trace {OTHER} has no record with a query" in missing.output
+    for bad in ("", "not-hex"):  # an empty id would match every line
+        refused = _add(
+            "--results", str(results), "--trace-id", bad, "--golden", str(golden), "--relevant-chunk=c7"
+        )
+        assert refused.exit_code == 2 and "is not a hex trace id" in refused.output
+    unreadable = _add("--results", str(tmp_path / "nope.jsonl"), "--trace-id", TRACE, "--golden", str(golden))
+    assert unreadable.exit_code == 2 and "cannot read" in unreadable.output
     assert golden.read_text() == before
     # An unanswerable one needs no chunk: a refusal is what the row expects.
-    ok = _add(*base, "--unanswerable")
+    ok = _add(*base, "--unanswerable", "--relevant-chunk", "c7")
     assert ok.exit_code == 0, ok.output
+    assert "chunk c7 ignored: an unanswerable row lists no relevant chunk" in ok.output
     row = load_golden(golden).rows[-1]
     assert row.answerable is False and row.relevant_chunk_ids == [] and row.relevant_chunks is None
 
