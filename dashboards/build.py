@@ -891,13 +891,41 @@ def judge() -> Json:
         ),
         timeseries(
             "Judge agreement with humans (kappa)",
-            "Cohen's kappa of the judge against human labels, per check, as `rag-monitor calibrate "
-            "--metrics-file` writes it for node_exporter's textfile collector; below 0.6 the judge is "
-            "not reliable on that check.",
+            "Cohen's kappa of the judge against human labels, per check and judge, with the 95% "
+            "bootstrap interval (over labelled records), as `rag-monitor calibrate --metrics-file` writes "
+            "it for node_exporter's textfile collector. Below 0.6 the judge is not reliable on that check; "
+            "RagmonJudgeUnreliable fires when the upper bound is (with 50 labels or more).",
             "none",
-            [target("max by (check) (ragmon_judge_agreement_kappa)", "{{check}}")],
+            [
+                target(
+                    'max by (check, judge) (ragmon_judge_agreement_kappa{bound="estimate"})',
+                    "{{check}} ({{judge}})",
+                ),
+                target(
+                    'max by (check, judge) (ragmon_judge_agreement_kappa{bound="lower"})', "{{check}} lower"
+                ),
+                target(
+                    'max by (check, judge) (ragmon_judge_agreement_kappa{bound="upper"})', "{{check}} upper"
+                ),
+            ],
             defaults={"min": -1, "max": 1, **thresholds((None, "red"), (0.6, "green"))},
             custom={"thresholdsStyle": {"mode": "dashed"}},
+        ),
+        stat(
+            "Human labels per check",
+            "Labelled records `rag-monitor calibrate` compared with the judge, per check: with fewer "
+            "than 50, kappa's interval is about ±0.2 wide and RagmonJudgeUnreliable stays silent.",
+            "none",
+            [target("max by (check, judge) (ragmon_judge_labels)", "{{check}} ({{judge}})")],
+            defaults=thresholds((None, "orange"), (50, "green")),
+        ),
+        stat(
+            "Days since the last human review",
+            "Age of the newest human label calibrate saw (its `reviewed_at`, else the labels file's "
+            "time); RagmonJudgeCalibrationStale fires past 30 days.",
+            "d",
+            [target("(time() - max(ragmon_judge_last_review_timestamp_seconds)) / 86400", "days")],
+            defaults=thresholds((None, "green"), (30, "red")),
         ),
     ]
     return dashboard(

@@ -490,12 +490,8 @@ class JudgeMetrics:
             registry=r,
         )
         self.repeats = Counter(f"{PREFIX}judge_repeats", "Records judged a second time", registry=r)
-        self.agreement_kappa = Gauge(
-            f"{PREFIX}judge_agreement_kappa",
-            "Cohen's kappa of the judge against human labels",
-            ["check"],
-            registry=r,
-        )
+        # Kappa against human labels: `monitor.judge.calibrate.CalibrationGauges`, written by
+        # `calibrate --metrics-file`, never by the sidecar.
 
     def observe_cost(self, j: Judgement) -> None:
         """What a judgement cost, whatever it was for (production or golden replay) and however

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from monitor.cli import app
 from monitor.golden.gauges import GoldenGauges
 from monitor.judge.batches import BatchCollector
+from monitor.judge.calibrate import CalibrationGauges
 from monitor.llm.batches import BatchStats
 from monitor.metrics import Metrics
 
@@ -71,10 +72,11 @@ def _contract() -> str:
 
 
 def _exported() -> set[str]:
-    """Every series name the sidecar's registry, the golden gauges and the batch judge export
-    (counters with their `_total`), from fresh registries."""
+    """Every series name the sidecar's registry, the golden gauges, the batch judge and
+    `calibrate --metrics-file` export (counters with their `_total`), from fresh registries."""
     registry = CollectorRegistry()
     Metrics(registry)
+    CalibrationGauges(registry)
     GoldenGauges(registry)
     registry.register(BatchCollector(BatchStats()))
     return {

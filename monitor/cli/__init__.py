@@ -155,17 +155,30 @@ def calibrate(
     report: Annotated[Path | None, typer.Option(help="write the report as JSON")] = None,
     metrics_file: Annotated[
         Path | None,
-        typer.Option(help="write ragmon_judge_agreement_kappa for node_exporter's textfile collector"),
+        typer.Option(
+            help="write ragmon_judge_agreement_kappa, ragmon_judge_labels and "
+            "ragmon_judge_last_review_timestamp_seconds for node_exporter's textfile collector"
+        ),
     ] = None,
+    resamples: Annotated[
+        int, typer.Option(min=0, help="bootstrap resamples of the kappa intervals (0: none)")
+    ] = 2000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed: the same labels give the same intervals")] = 0,
 ) -> None:
-    """Judge against human labels: agreement, Cohen's kappa and the confusion matrix per check.
+    """Judge against human labels: agreement, Cohen's kappa with its 95% bootstrap interval (over
+    records) and the confusion matrix per check, overall and per query type.
     Exit 0 when every kappa is >= 0.6, 1 when the judge is not reliable, 2 on bad input."""
     from prometheus_client import write_to_textfile
 
     from monitor.ingest.decode import flat_record
     from monitor.judge import create_judge
-    from monitor.judge.calibrate import format_report, load_labels, run_calibration
-    from monitor.metrics import Metrics
+    from monitor.judge.calibrate import (
+        CalibrationGauges,
+        format_report,
+        last_review,
+        load_labels,
+        run_calibration,
+    )
 
     _setup_logging("WARNING")
     settings = _load(config, {"judge": {"backend": judge}})
@@ -175,6 +188,7 @@ def calibrate(
         raise typer.Exit(2)
     try:
         items = load_labels(labels, flat_record)
+        reviewed_at = last_review(labels, items)
         j = create_judge(backend, settings.judge.options)
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -182,7 +196,9 @@ def calibrate(
 
     async def go() -> Any:
         try:
-            result, _ = await run_calibration(j, items, concurrency=settings.judge.workers)
+            result, _ = await run_calibration(
+                j, items, concurrency=settings.judge.workers, resamples=resamples, seed=seed
+            )
             return result
         finally:
             await j.aclose()
@@ -192,11 +208,9 @@ def calibrate(
     if report is not None:
         report.write_text(json.dumps(result.to_json_dict(), indent=2))
     if metrics_file is not None:
-        m = Metrics()
-        for check, r in result.checks.items():
-            if r.kappa is not None:
-                m.judge.agreement_kappa.labels(check=check).set(r.kappa)
-        write_to_textfile(str(metrics_file), m.registry)
+        gauges = CalibrationGauges()
+        gauges.set(result, backend, reviewed_at)
+        write_to_textfile(str(metrics_file), gauges.registry)
     if result.warning:
         typer.echo("WARNING: the judge is not reliable on at least one check (kappa < 0.6)", err=True)
         raise typer.Exit(1)

@@ -1,5 +1,5 @@
-"""`rag-monitor replay`, `rag-monitor golden validate`, `golden trigger` and `golden synthesize`:
-flag parsing and file I/O only.
+"""`rag-monitor replay`, `rag-monitor golden validate`, `golden add`, `golden trigger` and `golden
+synthesize`: flag parsing and file I/O only.
 
 Exit codes (docs/contract.md, CLI): 0 pass, 1 regression against the baseline or a floor, 2 bad input (golden
 file, baseline, config, or a target that cannot be replayed) or an LLM judge whose estimated cost
@@ -383,6 +383,60 @@ def validate_cmd(
     typer.echo(f"{file}: {len(check.rows)} rows OK ({unanswerable} unanswerable; {summary})")
 
 
+def add_cmd(
+    results: Annotated[Path, typer.Option("--results", help="results file (JSONL) holding the record")],
+    trace_id: Annotated[str, typer.Option("--trace-id", help="trace id of the record")],
+    golden: Annotated[
+        Path, typer.Option("--golden", "--out", help="golden file the row is added to (created if missing)")
+    ],
+    relevant_chunk: Annotated[
+        list[str] | None, typer.Option("--relevant-chunk", help="id of a relevant chunk (repeatable)")
+    ] = None,
+    reference_answer: Annotated[
+        str, typer.Option("--reference-answer", help="the answer the service should have given")
+    ] = "",
+    unanswerable: Annotated[
+        bool, typer.Option("--unanswerable", help="the corpus cannot answer it: a refusal is expected")
+    ] = False,
+    row_id: Annotated[str | None, typer.Option("--id", help="row id (default prod-<trace id>)")] = None,
+    query_type: Annotated[
+        str | None, typer.Option("--query-type", help="row query type (default the record's)")
+    ] = None,
+) -> None:
+    """A production record as a golden row (`source: production`, the trace id and the day as
+    provenance, what content controls did to its text), appended when the file with it validates.
+    Exit 0 added, 2 bad input, a duplicate (same trace or query; the row is named) or a file that
+    would not validate: nothing is written then."""
+    from monitor.golden.production import ProductionRowError, add_production_row, find_record, production_row
+
+    try:
+        line = find_record(results, trace_id)
+        row, notes = production_row(
+            line,
+            relevant_chunk_ids=relevant_chunk or [],
+            reference_answer=reference_answer,
+            answerable=not unanswerable,
+            row_id=row_id,
+            query_type=query_type,
+        )
+        check = add_production_row(golden, row)
+    except ProductionRowError as exc:
+        for issue in exc.errors:
+            _err(str(issue))
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    for control in row.content_controls or ():
+        typer.echo(f"content controls: {control}", err=True)
+    for warning in check.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo(
+        f"row {row.id!r} (trace {row.trace_id}, source: production) added to {golden}: "
+        f"{len(check.rows)} rows OK"
+    )
+
+
 def trigger_cmd(
     sidecar: Annotated[
         list[str],
@@ -564,11 +618,12 @@ def synthesize_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `replay` and the `golden` sub-app (`golden validate`, `golden trigger`, `golden
-    synthesize`) to the `rag-monitor` app."""
+    """Add `replay` and the `golden` sub-app (`golden validate`, `golden add`, `golden trigger`,
+    `golden synthesize`) to the `rag-monitor` app."""
     app.command("replay")(replay)
     golden_app = typer.Typer(no_args_is_help=True, help="Golden-set tools.")
     golden_app.command("validate")(validate_cmd)
+    golden_app.command("add")(add_cmd)
     golden_app.command("trigger")(trigger_cmd)
     golden_app.command("synthesize")(synthesize_cmd)
     app.add_typer(golden_app, name="golden")

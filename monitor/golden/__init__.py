@@ -9,10 +9,11 @@ baseline), `comparison` compares a run with a baseline and gates it, `report` as
 `baselines` replays the rows with the labelled chunks (oracle) and with no context beside it,
 `change` names the event a replay checks, `service` is the sidecar's golden replay beside the
 stages (scheduled, and triggered through `trigger`, which runs replays one at a time and serves
-`POST /golden/replay`), `synthesize` writes candidate rows from corpus chunks for review, `cost`
-prices an LLM judge's (or generator's) share before it is spent, `gauges` exports
-`ragmon_golden_*`, `render` draws the terminal tables; `monitor.cli.golden` holds the `replay` /
-`golden validate` / `golden trigger` / `golden synthesize` commands.
+`POST /golden/replay`), `synthesize` writes candidate rows from corpus chunks for review,
+`production` adds a production record as a row (`golden add`), `cost` prices an LLM judge's (or
+generator's) share before it is spent, `gauges` exports `ragmon_golden_*`, `render` draws the
+terminal tables; `monitor.cli.golden` holds the `replay` / `golden validate` / `golden add` /
+`golden trigger` / `golden synthesize` commands.
 """
 
 from __future__ import annotations

@@ -27,8 +27,10 @@ __all__ = [
     "GoldenRow",
     "Issue",
     "RawRow",
+    "golden_format",
     "load_golden",
     "parse_golden",
+    "sniff_format",
     "validate",
 ]
 
@@ -74,6 +76,13 @@ class GoldenRow(BaseModel):
     # `synthetic` for rows `golden synthesize` wrote, to be reviewed) and under which licence.
     source: StrictStr | None = None
     license: StrictStr | None = None
+    # Rows from production (`golden add`, `source: production`): the trace the row was made from,
+    # the day it was added (ISO date), and what content controls did to its text before anyone saw
+    # it (redacted, truncated, clipped, not captured), so that a row whose query reads "[EMAIL]"
+    # says why.
+    trace_id: StrictStr | None = None
+    added_on: StrictStr | None = None
+    content_controls: list[StrictStr] | None = None
 
     def oracle_context(self) -> list[ChunkText] | None:
         """The relevant chunks' texts in `relevant_chunk_ids` order (unanswerable rows: none);
@@ -202,21 +211,30 @@ def _parse_yaml(text: str) -> tuple[list[RawRow], list[Issue]]:
     ], []
 
 
+def sniff_format(text: str) -> GoldenFormat:
+    """The format of a golden file's content, guessed from its first characters."""
+    head = text.lstrip()[:1]
+    if head == "[":
+        return "json"
+    if head == "{":
+        first = text.lstrip().split("\n", 1)[0]
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            return "json"
+        return "json" if isinstance(obj, dict) and isinstance(obj.get("rows"), list) else "jsonl"
+    return "yaml"
+
+
+def golden_format(path: Path, text: str) -> GoldenFormat:
+    """A golden file's format: from its suffix, else from its content."""
+    return _format_for(path) or sniff_format(text)
+
+
 def parse_golden(text: str, fmt: GoldenFormat | None = None) -> tuple[list[RawRow], list[Issue]]:
     """Rows with positions, and the syntax errors found. `fmt` None sniffs the content."""
     if fmt is None:
-        head = text.lstrip()[:1]
-        if head == "[":
-            fmt = "json"
-        elif head == "{":
-            first = text.lstrip().split("\n", 1)[0]
-            try:
-                obj = json.loads(first)
-                fmt = "json" if isinstance(obj, dict) and isinstance(obj.get("rows"), list) else "jsonl"
-            except ValueError:
-                fmt = "json"
-        else:
-            fmt = "yaml"
+        fmt = sniff_format(text)
     if fmt == "json":
         return _parse_json_array(text)
     if fmt == "jsonl":

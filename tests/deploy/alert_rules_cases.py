@@ -33,6 +33,8 @@ SEVERITY = {
     "RagmonJudgeErrorRateHigh": "warning",
     "RagmonJudgeBudgetExhausted": "warning",
     "RagmonJudgeCircuitOpen": "warning",
+    "RagmonJudgeUnreliable": "warning",
+    "RagmonJudgeCalibrationStale": "warning",
     "RagmonConsumerLagGrowing": "warning",
     "RagmonNoRecords": "warning",
     "RagmonDeadLettersFailing": "warning",

@@ -97,6 +97,10 @@ GAUGES = frozenset(
         "ragmon_hallucination_rate_window_ratio",
         "ragmon_window_samples",
         "ragmon_stage_stalled",
+        # From `rag-monitor calibrate --metrics-file` (node_exporter's textfile collector).
+        "ragmon_judge_agreement_kappa",
+        "ragmon_judge_labels",
+        "ragmon_judge_last_review_timestamp_seconds",
     }
 )
 EXPORTED = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
@@ -117,6 +121,7 @@ LABEL_VALUES = {
         "internal_error",
     },
     "limit": {"calls", "tokens", "usd"},
+    "bound": {"estimate", "lower", "upper"},
     "reason": {"budget", "no_space", "io_error", "torn_tail"},
     "feature": {"chunk_count", "top_score"},
     "check": {"faithfulness", "unanswerable", "relevance", "context_relevance"},

@@ -351,6 +351,53 @@ def golden_stale(last_run: int) -> dict[str, Any]:
     }
 
 
+def judge_calibration() -> dict[str, Any]:
+    """What `calibrate --metrics-file` writes, as node_exporter's textfile collector serves it."""
+    node = {"job": "node", "instance": "host-1:9100"}
+
+    def kappa(check: str, estimate: float, lower: float, upper: float, labels: int) -> list[dict[str, str]]:
+        claude = {**node, "check": check, "judge": "anthropic"}
+        return [
+            *(
+                series("ragmon_judge_agreement_kappa", f"{v}x200", **claude, bound=b)
+                for b, v in (("estimate", estimate), ("lower", lower), ("upper", upper))
+            ),
+            series("ragmon_judge_labels", f"{labels}x200", **claude),
+        ]
+
+    s = [
+        *kappa("faithful", 0.45, 0.35, 0.55, 80),  # confidently below 0.6: fires
+        *kappa("hallucinated", 0.30, 0.0, 0.58, 30),  # as bad, but 30 labels: under the guard
+        *kappa("answerable", 0.50, 0.25, 0.75, 400),  # the interval still holds 0.6: silent
+        # Reviewed 30 days less an hour before the test's epoch: 30 days old from 60m, firing from 120m.
+        series("ragmon_judge_last_review_timestamp_seconds", f"{-30 * 86400 + 3600}x200", **node),
+    ]
+    unreliable = fired(
+        "RagmonJudgeUnreliable",
+        {"check": "faithful", "judge": "anthropic"},
+        "Cohen's kappa of the anthropic judge against human labels on faithful: estimate 0.45, 95% upper "
+        "bound 0.55 (below 0.6) over 80 labelled records.",
+    )
+    stale = fired(
+        "RagmonJudgeCalibrationStale",
+        {},
+        "The last human label of the judge's verdicts was given 1969-12-02 01:00:00 +0000 UTC (30d 1h 10m "
+        "0s ago; threshold 30 days): the judge's agreement with people (kappa) describes an older "
+        "judge, prompt and traffic.",
+    )
+    return {
+        "name": "judge calibration",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonJudgeUnreliable", "10m"),  # pending
+            check("RagmonJudgeUnreliable", "30m", unreliable),
+            check("RagmonJudgeCalibrationStale", "110m"),  # stale since 60m, pending for 1h
+            check("RagmonJudgeCalibrationStale", "130m", stale),
+        ],
+    }
+
+
 def judge() -> dict[str, Any]:
     a = {"backend": "anthropic"}
     j = {"job": "rag-monitor"}
@@ -685,6 +732,17 @@ def healthy() -> dict[str, Any]:
         series("ragmon_judge_budget_remaining", "400x120", **j, limit="calls"),
         series("ragmon_judge_budget_remaining", "2.5x120", **j, limit="usd"),
         series("ragmon_judge_circuit_open", "0x120", **j),
+        # Calibrated at the test's epoch, on enough labels, kappa confidently above 0.6 or unsure.
+        *(
+            series("ragmon_judge_agreement_kappa", f"{v}x120", check="faithful", judge="lexical", bound=b)
+            for b, v in (("estimate", 0.8), ("lower", 0.7), ("upper", 0.9))
+        ),
+        series(
+            "ragmon_judge_agreement_kappa", "0.65x120", check="answerable", judge="lexical", bound="upper"
+        ),
+        series("ragmon_judge_labels", "200x120", check="faithful", judge="lexical"),
+        series("ragmon_judge_labels", "10x120", check="answerable", judge="lexical"),
+        series("ragmon_judge_last_review_timestamp_seconds", "0x120"),
         # Lag goes up and down around a few hundred.
         series(
             "ragmon_consumer_lag_messages", "200 400 300 500 " * 30, **j, topic="rag_spans", partition="0"
@@ -715,6 +773,7 @@ def scenarios() -> list[dict[str, Any]]:
         golden_measured(),
         golden_stale(3600),
         golden_stale(0),
+        judge_calibration(),
         judge(),
         pipeline(),
         results_file(),

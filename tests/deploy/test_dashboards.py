@@ -47,6 +47,7 @@ from support import (
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.golden import GoldenGauges
+from monitor.judge.calibrate import CalibrationGauges
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
@@ -88,9 +89,11 @@ build = _load_generator()
 
 def exported_series() -> set[str]:
     """Sample names of every metric family the sidecar registers (golden gauges included: the
-    judge stage registers them when a golden replay is configured)."""
+    judge stage registers them when a golden replay is configured), and those `rag-monitor
+    calibrate --metrics-file` writes for node_exporter's textfile collector."""
     metrics = Metrics()
     GoldenGauges(metrics.registry)
+    CalibrationGauges(metrics.registry)
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     return {
         f"{family.name}{suffix}" for family in metrics.registry.collect() for suffix in suffixes[family.type]
@@ -356,8 +359,16 @@ def golden_file(path: Path) -> Path:
     return path
 
 
+CALIBRATION_SERIES = (
+    "ragmon_judge_agreement_kappa",
+    "ragmon_judge_labels",
+    "ragmon_judge_last_review_timestamp_seconds",
+)
+
+
 class TextfileCollector:
-    """Serves the `ragmon_judge_agreement_kappa` lines of a file written by `rag-monitor calibrate
+    """Serves the `ragmon_judge_agreement_kappa`, `ragmon_judge_labels` and
+    `ragmon_judge_last_review_timestamp_seconds` lines of a file written by `rag-monitor calibrate
     --metrics-file`, as node_exporter's textfile collector would (only those lines, so nothing
     else in the file can stand in for the sidecar's own series)."""
 
@@ -366,7 +377,9 @@ class TextfileCollector:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                lines = [ln for ln in source.read_text().splitlines() if "ragmon_judge_agreement_kappa" in ln]
+                lines = [
+                    ln for ln in source.read_text().splitlines() if any(n in ln for n in CALIBRATION_SERIES)
+                ]
                 body = ("\n".join(lines) + "\n").encode()
                 self.send_response(200)
                 self.send_header("content-type", "text/plain; version=0.0.4")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support import workload_labels
+from typer.testing import CliRunner
 
+from monitor.cli import app
 from monitor.ingest.decode import flat_record
 from monitor.judge import LexicalJudge
 from monitor.judge.calibrate import (
@@ -18,6 +23,8 @@ from monitor.judge.calibrate import (
     compare,
     disagreements,
     format_report,
+    kappa_interval,
+    last_review,
     load_labels,
     parse_labelled,
     run_calibration,
@@ -146,3 +153,137 @@ def test_judge_twice() -> None:
     flipped = [(x, judgement(x.trace_id, (not x.claims[0].supported,))) for x, _ in pairs]
     report = self_agreement(flipped)
     assert report.checks["faithful"].kappa == pytest.approx(-1.0) and report.warning
+
+
+def _confusions(tp: int, fp: int, fn: int, tn: int) -> list[Confusion]:
+    """One record-level item per record."""
+    return [Confusion(tp=1)] * tp + [Confusion(fp=1)] * fp + [Confusion(fn=1)] * fn + [Confusion(tn=1)] * tn
+
+
+def test_kappa_interval_is_seeded_covers_the_estimate_and_narrows_with_labels() -> None:
+    # kappa 0.4 at every size (po 0.7, pe 0.5): only the number of labels changes.
+    widths = {}
+    for scale in (1, 4, 16):  # 50, 200, 800 records
+        items = _confusions(20 * scale, 5 * scale, 10 * scale, 15 * scale)
+        iv = kappa_interval(items, resamples=2000, confidence=0.95, rng=random.Random(f"s{scale}"))
+        assert iv is not None and iv[0] < 0.4 < iv[1]
+        assert iv == kappa_interval(items, resamples=2000, confidence=0.95, rng=random.Random(f"s{scale}"))
+        widths[len(items)] = iv[1] - iv[0]
+    # The standard error of kappa goes as 1/sqrt(n): a quarter of the labels, twice the width.
+    assert 0.4 < widths[50] < 0.6, widths
+    assert widths[200] == pytest.approx(widths[50] / 2, rel=0.2)
+    assert widths[800] == pytest.approx(widths[200] / 2, rel=0.2)
+    assert kappa_interval(items[:1], resamples=100, confidence=0.95, rng=random.Random(0)) is None
+    assert (
+        kappa_interval(_confusions(0, 0, 0, 30), resamples=100, confidence=0.95, rng=random.Random(0)) is None
+    )
+
+
+def test_intervals_resample_records_so_a_record_s_claims_stay_together() -> None:
+    """Ten records of ten claims each, the judge right or wrong on a whole record at once: 100
+    claims, but ten independent units. Resampling claims would give a far narrower interval."""
+    pairs = []
+    for i in range(20):
+        label = tuple([i % 2 == 0] * 5 + [True] * 5)
+        said = label if i % 4 else tuple(not x for x in label[:5]) + label[5:]
+        pairs.append((Labels(claims_supported=label), judgement(f"t{i}", said)))
+    report = compare(pairs, resamples=2000, seed=1)
+    r = report.checks["claim_supported"]
+    assert (r.records, r.confusion.n) == (20, 200)
+    by_claim = kappa_interval(
+        [Confusion(tp=1)] * r.confusion.tp
+        + [Confusion(fp=1)] * r.confusion.fp
+        + [Confusion(fn=1)] * r.confusion.fn
+        + [Confusion(tn=1)] * r.confusion.tn,
+        resamples=2000,
+        confidence=0.95,
+        rng=random.Random(1),
+    )
+    assert r.interval is not None and by_claim is not None
+    assert r.interval[1] - r.interval[0] > 2 * (by_claim[1] - by_claim[0])
+
+
+def test_per_query_type_kappas_and_the_report() -> None:
+    def j(trace: str, qt: str, supported: bool) -> Judgement:
+        meta = {**META, "query_type": qt}
+        return Judgement.from_verdicts(
+            [Claim("c", supported, "k" if supported else None)],
+            answerable_from_context=True,
+            answer_admits_uncertainty=False,
+            answer_relevance=3,
+            trace_id=trace,
+            **meta,
+        )
+
+    pairs = []
+    for i in range(60):  # lookup: the judge agrees; multi_hop: it says "faithful" to everything
+        truth = i % 3 != 0
+        pairs.append((Labels(faithful=truth), j(f"l{i}", "lookup", truth)))
+        pairs.append((Labels(faithful=truth), j(f"m{i}", "multi_hop", True)))
+    report = compare(pairs, resamples=500, seed=3)
+    lookup, multi = report.by_query_type["lookup"]["faithful"], report.by_query_type["multi_hop"]["faithful"]
+    assert lookup.kappa == pytest.approx(1.0) and not lookup.warning and lookup.interval == (1.0, 1.0)
+    assert multi.kappa == pytest.approx(0.0) and multi.warning and multi.records == 60
+    overall = report.checks["faithful"]
+    assert overall.records == 120 and overall.interval is not None
+    assert overall.interval[0] < overall.kappa < overall.interval[1]  # type: ignore[operator]
+    doc = json.loads(json.dumps(report.to_json_dict(), allow_nan=False))
+    assert doc["by_query_type"]["multi_hop"]["faithful"]["confusion"] == {
+        "tp": 40,
+        "fp": 20,
+        "fn": 0,
+        "tn": 0,
+    }
+    assert doc["bootstrap"] == {"resamples": 500, "confidence": 0.95, "unit": "record"}
+    assert len(doc["checks"]["faithful"]["interval"]) == 2
+    text = format_report(report)
+    assert "query_type multi_hop:" in text and "95% interval" in text
+    assert compare(pairs).checks["faithful"].interval is None  # no resamples: no interval
+
+
+def test_reviewed_at_and_the_last_review(tmp_path: Path) -> None:
+    record = {"trace_id": "ab" * 16, "query": "q?", "chunks": [{"id": "c1", "content": "t"}], "answer": "a."}
+    lines = [
+        {"record": record, "labels": {"faithful": True}, "reviewed_at": 1_790_000_000},
+        {**record, "labels": {"faithful": True}, "reviewed_at": "2026-11-30T12:00:00Z"},  # flat
+        {"record": record, "labels": {"faithful": True}},
+    ]
+    path = tmp_path / "labels.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    items = load_labels(path, flat_record)
+    assert [i.reviewed_at for i in items] == [1_790_000_000.0, 1_796_040_000.0, None]
+    assert last_review(path, items) == 1_796_040_000.0
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    assert last_review(path, items[2:]) == 1_700_000_000  # no line says: the file's mtime
+    with pytest.raises(ValueError, match="reviewed_at"):
+        parse_labelled({"record": record, "labels": {}, "reviewed_at": "last week"}, flat_record)
+
+
+def test_calibrate_writes_the_textfile_the_alerts_read(tmp_path: Path) -> None:
+    labels = workload_labels(tmp_path / "labels.jsonl", 120, seed=99)
+    with labels.open("a") as f:  # one more, reviewed later than the file was written
+        f.write(labels.read_text().splitlines()[0][:-1] + ', "reviewed_at": 1796000000}\n')
+    prom, report = tmp_path / "kappa.prom", tmp_path / "report.json"
+    args = ["calibrate", "--labels", str(labels), "--metrics-file", str(prom), "--report", str(report)]
+    out = CliRunner().invoke(app, [*args, "--resamples", "300"])
+    assert out.exit_code in (0, 1), out.output
+    assert "95% interval" in out.output and "query_type lookup:" in out.output
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    kappa = {
+        (s.labels["check"], s.labels["bound"]): s.value
+        for s in families["ragmon_judge_agreement_kappa"].samples
+    }
+    assert {s.labels["judge"] for s in families["ragmon_judge_agreement_kappa"].samples} == {"lexical"}
+    doc = json.loads(report.read_text())
+    faithful = doc["checks"]["faithful"]
+    assert kappa["faithful", "estimate"] == pytest.approx(faithful["kappa"])
+    assert [kappa["faithful", "lower"], kappa["faithful", "upper"]] == pytest.approx(faithful["interval"])
+    assert kappa["faithful", "lower"] <= kappa["faithful", "estimate"] <= kappa["faithful", "upper"]
+    assert {(s.labels["check"], s.value) for s in families["ragmon_judge_labels"].samples} >= {
+        ("faithful", 121)
+    }
+    (last,) = families["ragmon_judge_last_review_timestamp_seconds"].samples
+    assert last.value == 1796000000
+    # The same labels and seed: the same intervals.
+    again = CliRunner().invoke(app, [*args, "--resamples", "300"])
+    assert again.exit_code == out.exit_code and json.loads(report.read_text()) == doc

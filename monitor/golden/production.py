@@ -1,0 +1,246 @@
+"""Production failures into the golden set: a golden row from one judged record of a results file.
+
+A reviewer who finds a failure in production (a trace an alert named, a record of the review queue)
+knows what the right chunks and the right answer were; `golden add` turns the record and that
+knowledge into a row, so that the next replay measures the failure. The row says where it came
+from (`source: production`, the trace id, the day it was added) and what content controls did to
+the text it was built from: a query redacted at the source ("[EMAIL]"), a passage truncated by the
+instrumentation, texts the sample clipped or chunk text never captured. The row is checked like the
+whole file (`golden validate`) before a byte is written, and a row already in the file (same trace,
+or the same query) is refused with that row named: one failure counted twice weighs twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from monitor.files import write_atomic
+from monitor.golden.schema import (
+    ChunkText,
+    GoldenCheck,
+    GoldenRow,
+    Issue,
+    golden_format,
+    parse_golden,
+    validate,
+)
+from monitor.results import ResultLine
+from monitor.slices import DEFAULT_QUERY_TYPES
+
+__all__ = [
+    "PRODUCTION",
+    "ProductionRowError",
+    "add_production_row",
+    "content_controls",
+    "find_record",
+    "production_row",
+]
+
+PRODUCTION = "production"  # the `source` of every row made from a production record
+
+# What the instrumentation's content controls leave in a text (monitor.instrument.content): the
+# default redactor's placeholders and the truncation mark. A custom redactor's marks are not known.
+_TRACE_ID = re.compile(r"[0-9a-f]{1,64}")
+_REDACTED = re.compile(r"\[(?:EMAIL|CARD)\]")
+_TRUNCATED = re.compile(r"…\[truncated \d+ chars\]")
+
+
+class ProductionRowError(ValueError):
+    """The row cannot be added; the message says why (and names the existing row on a duplicate)."""
+
+    def __init__(self, message: str, errors: Sequence[Issue] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                yield n, line
+
+
+def find_record(results: Path, trace_id: str) -> ResultLine:
+    """The results line of `trace_id`: its judged line when there is one (a record judged twice,
+    or first skipped: the last judged), else its last line with a query. Unreadable lines are
+    passed over, as every results reader does."""
+    want = trace_id.strip().lower()
+    if not _TRACE_ID.fullmatch(want):
+        raise ProductionRowError(f"trace id {trace_id!r} is not a hex trace id")
+    judged: ResultLine | None = None
+    other: ResultLine | None = None
+    try:
+        for _, text in _lines(results):
+            if want not in text.lower():
+                continue  # cheap: most lines are other traces
+            try:
+                line = ResultLine.model_validate_json(text)
+            except ValidationError:
+                continue
+            if (line.trace_id or "").lower() != want or not line.query:
+                continue
+            if line.judged:
+                judged = line
+            else:
+                other = line
+    except OSError as exc:
+        raise ProductionRowError(f"cannot read {results}: {exc.strerror or exc}") from None
+    found = judged or other
+    if found is None:
+        raise ProductionRowError(f"trace {want} has no record with a query in {results}")
+    return found
+
+
+def content_controls(line: ResultLine) -> list[str]:
+    """What content controls did to the record's text, one note a text: empty when nothing."""
+    notes: list[str] = []
+
+    def check(where: str, text: str | None) -> None:
+        if text is None or not text:
+            notes.append(f"{where}: not captured")
+            return
+        if _REDACTED.search(text):
+            notes.append(f"{where}: redacted ({', '.join(sorted(set(_REDACTED.findall(text))))})")
+        if _TRUNCATED.search(text):
+            notes.append(f"{where}: truncated at the source")
+
+    check("query", line.query)
+    check("answer", line.answer)
+    for i, chunk in enumerate(line.chunks or ()):
+        if chunk is not None:
+            check(f"chunk {chunk.id or i + 1}", chunk.content)
+    clipped = line.clipped or {}
+    if any(clipped.values()):
+        parts = ", ".join(f"{k} {v}" for k, v in clipped.items() if v)
+        notes.append(f"sample clipped: {parts}")
+    return notes
+
+
+def production_row(
+    line: ResultLine,
+    *,
+    relevant_chunk_ids: Sequence[str],
+    reference_answer: str = "",
+    answerable: bool = True,
+    row_id: str | None = None,
+    query_type: str | None = None,
+    today: dt.date | None = None,
+) -> tuple[GoldenRow, list[str]]:
+    """The golden row of a production record and the reviewer's labels, and notes for the
+    reviewer (relevant chunks the record did not retrieve, whose text the row cannot carry).
+
+    The text of every relevant chunk the record retrieved goes into `relevant_chunks` (what the
+    oracle baseline gives the target), as the reviewer read it."""
+    trace_id = (line.trace_id or "").lower()
+    texts = {c.id: c.content for c in line.chunks or () if c is not None and c.id and c.content}
+    ids = list(dict.fromkeys(relevant_chunk_ids))
+    if not answerable:
+        notes = [f"chunk {cid} ignored: an unanswerable row lists no relevant chunk" for cid in ids]
+    else:
+        notes = [
+            f"chunk {cid} was not retrieved for this trace: the row lists it without its text"
+            for cid in ids
+            if cid not in texts
+        ]
+    kept = [ChunkText(id=cid, content=texts[cid]) for cid in ids if cid in texts]
+    controls = content_controls(line)
+    fields: dict[str, Any] = {
+        "id": row_id or f"prod-{trace_id[:16]}",
+        "query": line.query or "",
+        "query_type": query_type or line.query_type or "unknown",
+        "relevant_chunk_ids": ids if answerable else [],
+        "reference_answer": reference_answer,
+        "answerable": answerable,
+        "source": PRODUCTION,
+        "trace_id": trace_id,
+        "added_on": (today or dt.datetime.now(dt.UTC).date()).isoformat(),
+    }
+    if kept and answerable:
+        fields["relevant_chunks"] = kept
+    if controls:
+        fields["content_controls"] = controls
+    return GoldenRow.model_validate(fields), notes
+
+
+def _normal(query: str) -> str:
+    return " ".join(query.casefold().split())
+
+
+def _duplicate(existing: GoldenCheck, locations: dict[str, str], row: GoldenRow) -> str | None:
+    for old in existing.rows:
+        where = locations.get(old.id, "?")
+        if old.trace_id and old.trace_id.lower() == row.trace_id:
+            return f"trace {row.trace_id} is already row {old.id!r} ({where})"
+        if _normal(old.query) == _normal(row.query):
+            return f"the same query is already row {old.id!r} ({where})"
+    return None
+
+
+def _appended(text: str, fmt: str, doc: dict[str, Any]) -> str:
+    """`text` with the row added in its own format, the rows before untouched."""
+    if not text.strip():
+        if fmt == "json":
+            return json.dumps([doc], ensure_ascii=False, indent=2) + "\n"
+        if fmt == "yaml":
+            return yaml.safe_dump([doc], sort_keys=False, allow_unicode=True)
+        return json.dumps(doc, ensure_ascii=False) + "\n"
+    if fmt == "jsonl":
+        sep = "" if text.endswith("\n") else "\n"
+        return text + sep + json.dumps(doc, ensure_ascii=False) + "\n"
+    if fmt == "yaml":
+        if not isinstance(yaml.safe_load(text), list):
+            raise ProductionRowError("rows can be added to a YAML file whose top level is a list only")
+        sep = "" if text.endswith("\n") else "\n"
+        return text + sep + yaml.safe_dump([doc], sort_keys=False, allow_unicode=True)
+    end = text.rstrip().rfind("]")
+    if not text.lstrip().startswith("[") or end < 0:
+        raise ProductionRowError("rows can be added to a JSON file holding an array of rows only")
+    head = text[:end].rstrip()
+    sep = "" if head.endswith("[") else ","
+    return f"{head}{sep}\n  {json.dumps(doc, ensure_ascii=False)}\n]\n"
+
+
+def add_production_row(
+    golden: Path,
+    row: GoldenRow,
+    *,
+    query_types: Sequence[str] = DEFAULT_QUERY_TYPES,
+) -> GoldenCheck:
+    """Append `row` to the golden file (created if missing) when the file with it validates and
+    holds no row of the same trace or query; else ProductionRowError and nothing written."""
+    try:
+        text = golden.read_text(encoding="utf-8") if golden.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProductionRowError(f"cannot read {golden}: {exc}") from None
+    fmt = golden_format(golden, text)
+    raw, syntax = parse_golden(text, fmt) if text.strip() else ([], [])
+    if syntax:
+        raise ProductionRowError(f"{golden} does not parse: nothing added", syntax)
+    existing = validate(raw, query_types=query_types)
+    locations: dict[str, str] = {}
+    for r in raw:
+        if isinstance(r.data, dict) and isinstance(r.data.get("id"), str):
+            locations.setdefault(r.data["id"], r.location)
+    dup = _duplicate(existing, locations, row)
+    if dup is not None:
+        raise ProductionRowError(f"duplicate: {dup}; nothing added")
+    new_text = _appended(text, fmt, row.model_dump(mode="json", exclude_none=True))
+    new_raw, new_syntax = parse_golden(new_text, fmt)
+    check = validate(new_raw, query_types=query_types)
+    check.errors[:0] = new_syntax
+    if not check.ok:
+        raise ProductionRowError(f"{golden} with the row does not validate: nothing added", check.errors)
+    try:
+        write_atomic(golden, new_text)
+    except OSError as exc:
+        raise ProductionRowError(f"cannot write {golden}: {exc.strerror or exc}; nothing added") from None
+    check.path = str(golden)
+    return check
