@@ -44,9 +44,14 @@ after the shift, and the runs with any alarm.
 
 `--candidate` adds `Stratified`, a design tried for issue 29 and not adopted (see its docstring and
 bench/RESULTS.md): per-stratum likelihood ratios plus a weighted test of production's composition.
+`--candidate glr` adds `Glr` instead, the second one tried: per-stratum GLR over the shift size with
+references shrunk towards the pooled one, its threshold calibrated like the peers'. `--reference N`
+gives every detector a reference of N records (500 by default; the change stays 1,000 records
+after it): what a larger pinned baseline would give.
 
     python bench/drift.py                   # 40 runs each (needs the bench extra: river)
     python bench/drift.py --candidate       # and the stratified candidate
+    python bench/drift.py --candidate glr   # and the GLR candidate
     python bench/drift.py --runs 10 --stable 20000 --scenarios independent,sample
 """
 
@@ -270,6 +275,148 @@ class Stratified:
         self.h2 *= max(1.0, n * sum(w * w for w, _ in self.ref) / sw**2)
 
 
+# the post-change shifts tried, in multiples of the minimum effect (a rate's bench changes are at
+# the minimum effect: each member of the bank costs threshold, so fewer there)
+GLR_GRID = {"rate": (1.25,), "score": (1.0, 2.0)}
+GLR_CLIP = 2.0  # a score's deviation is clipped at 2 reference sd (Huber): skewed scores' tails
+GLR_THRESHOLDS = (
+    5.0,
+    5.5,
+    6.0,
+    6.5,
+    7.0,
+    7.25,
+    7.5,
+    7.75,
+    8.0,
+    8.25,
+    8.5,
+    8.75,
+    9.0,
+    9.25,
+    9.5,
+    9.75,
+    10.0,
+    10.5,
+)
+
+
+class Glr:
+    """A second candidate (`--candidate glr`; issue 29), not the product: a stratified GLR with
+    shrunk references.
+
+    Strata are the weights seen in the reference. Each stratum's reference value is shrunk towards
+    the pooled one (empirical Bayes: the between-strata variance by DerSimonian-Laird, each stratum
+    moved by its noise's share), so a stratum of ~100 records does not keep a low rate by chance,
+    and where the strata do not differ (the independent streams) they share the pooled value.
+    (1) Within strata: a generalised likelihood ratio for a common multiplicative shift θ of every
+    stratum's failures (a rate p_j to θ·p_j, a score's shortfall 1 − μ_j likewise), maximised over
+    the change point exactly (Page's recursion, one CUSUM per θ) and over θ on a grid (θ = 1 +
+    g·δ/P0, g in `GLR_GRID`, P0 production's reference value), unweighted: the weight is constant
+    within a stratum, so there is no design effect. A score's deviation is clipped at `GLR_CLIP`
+    reference sd (skewed scores: one very low answer must not make a false alarm). (2)
+    Composition: as in `Stratified`, the weighted CUSUM of each record's (shrunk) stratum value,
+    threshold d·ln(ARL0). An alarm when either crosses; it clears when both fall to a quarter.
+    h1 has no closed form here: it is calibrated on the stable streams to `--glr-target` (printed).
+    `h1` holds the threshold `observe` alarms on first; the others are only counted (`alarms`), so
+    that one pass over the stable streams calibrates the whole grid."""
+
+    def __init__(self, metric: str, policy: DriftPolicy, h1: tuple[float, ...]) -> None:
+        self.metric = metric
+        self.sign = BAD_DIRECTION[metric]
+        self.delta = policy.min_effect[metric]
+        self.h1 = h1  # the first raises `observe`'s alarm; the others are counted (calibration)
+        self.h2 = policy.threshold  # scaled by the design effect on freeze
+        self.ref: list[tuple[float, float]] = []
+        self.strata: dict[float, tuple[float, list[tuple[float, float]]]] = {}  # weight: (value, steps)
+        self.grid = GLR_GRID["rate" if metric in RATES else "score"]
+        self.s = [0.0] * len(self.grid)
+        self.s2 = 0.0
+        self.wbar = self.vmean = self.a2 = 0.0
+        self.active = [False] * len(h1)
+        self.alarms = [0] * len(h1)
+        self.clip: dict[float, float] = {}
+
+    def observe(self, w: float, y: float) -> bool:
+        if len(self.ref) < REFERENCE:
+            self.ref.append((w, y))
+            if len(self.ref) == REFERENCE:
+                self.freeze()
+            return False
+        st = self.strata.get(w)
+        v = self.vmean
+        s = self.s
+        if st is not None:
+            v, steps = st
+            if self.metric in RATES:
+                for g, (a, b) in enumerate(steps):
+                    s[g] = min(max(0.0, s[g] + (a if y >= 0.5 else b)), 100.0)
+            else:
+                x = min(max(self.sign * (y - v), -self.clip[w]), self.clip[w])
+                for g, (a, b) in enumerate(steps):
+                    s[g] = min(max(0.0, s[g] + a * x + b), 100.0)
+        llr2 = self.a2 * (self.sign * (v - self.vmean) - self.delta / 2)
+        self.s2 = s2 = min(max(0.0, self.s2 + w / self.wbar * llr2), 2 * self.h2)
+        s1 = max(s)
+        h2 = self.h2
+        raised = False
+        for i, h in enumerate(self.h1):
+            if not self.active[i]:
+                if s1 >= h or s2 >= h2:
+                    self.active[i] = True
+                    self.alarms[i] += 1
+                    raised = raised or i == 0
+            elif s1 <= 0.25 * h and s2 <= 0.25 * h2:
+                self.active[i] = False
+        return raised
+
+    def freeze(self) -> None:
+        by: dict[float, list[float]] = {}
+        for w, y in self.ref:
+            by.setdefault(w, []).append(y)
+        n = len(self.ref)
+        sw = sum(w for w, _ in self.ref)
+        prod = sum(w * y for w, y in self.ref) / sw  # production's reference value
+        pooled = sum(y for _, y in self.ref) / n
+        means = {w: sum(ys) / len(ys) for w, ys in by.items()}
+        if self.metric in RATES:
+            noise = {w: pooled * (1 - pooled) / len(ys) for w, ys in by.items()}
+        else:
+            within = sum(sum((y - means[w]) ** 2 for y in ys) for w, ys in by.items()) / max(1, n - len(by))
+            noise = {w: within / len(ys) for w, ys in by.items()}
+        # between-strata variance (DerSimonian-Laird), then each stratum shrunk by its noise share
+        prec = {w: 1 / max(v, 1e-12) for w, v in noise.items()}
+        centre = sum(prec[w] * means[w] for w in by) / sum(prec.values())
+        q = sum(prec[w] * (means[w] - centre) ** 2 for w in by)
+        c = sum(prec.values()) - sum(p * p for p in prec.values()) / sum(prec.values())
+        tau2 = max(0.0, (q - (len(by) - 1)) / c) if c > 0 else 0.0
+        shrunk = {w: means[w] + noise[w] / (noise[w] + tau2) * (pooled - means[w]) for w in by}
+        short0 = max(prod if self.sign > 0 else 1 - prod, 1e-3)  # production's failures
+        for w, ys in by.items():
+            m = shrunk[w]
+            sd = statistics.pstdev(ys) if len(ys) > 1 else 0.0
+            self.clip[w] = GLR_CLIP * max(sd, self.delta / 2)
+            steps = []
+            for g in self.grid:
+                theta = 1 + g * self.delta / short0
+                if self.metric in RATES:
+                    floor = 0.5 / len(ys)
+                    q0 = min(max(m, floor), 1 - floor)
+                    q1 = min(q0 * theta, 1 - floor)
+                    steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
+                else:
+                    d = (theta - 1) * max(1 - m if self.sign < 0 else m, 1e-3)
+                    var = max(sd**2, (d / 2) ** 2)
+                    steps.append((d / var, -d * d / var / 2))
+            self.strata[w] = (m, steps)
+        self.wbar = sw / n
+        values = [(w, self.strata[w][0]) for w, _ in self.ref]
+        self.vmean = sum(w * v for w, v in values) / sw
+        var = max(sum(w * (v - self.vmean) ** 2 for w, v in values) / sw, (self.delta / 2) ** 2)
+        self.a2 = self.delta / var
+        self.h2 *= max(1.0, n * sum(w * w for w, _ in self.ref) / sw**2)
+
+
 Factory = Callable[[str], Observer]
 
 
@@ -282,6 +429,10 @@ def reset(d: Observer) -> None:
     elif isinstance(d, Stratified):
         d.s1 = d.s2 = 0.0
         d.active = False
+    elif isinstance(d, Glr):
+        d.s = [0.0] * len(d.s)
+        d.s2 = 0.0
+        d.active = [False] * len(d.active)
 
 
 def false_alarms(
@@ -362,6 +513,7 @@ def p90(xs: list[int]) -> int | None:
 
 
 def main() -> None:
+    global REFERENCE, CHANGE  # --reference: the bench's one knob for the reference's size
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--stable", type=int, default=25_000, help="stable judged records a run")
@@ -374,23 +526,37 @@ def main() -> None:
     )
     p.add_argument("--metrics", default=",".join(METRICS))
     p.add_argument(
-        "--candidate", action="store_true", help="also run the stratified candidate (not the product)"
+        "--candidate",
+        nargs="?",
+        const="stratified",
+        choices=("stratified", "glr"),
+        help="also run a candidate (not the product): the stratified CUSUM (the default) or the GLR",
     )
+    p.add_argument(
+        "--glr-target",
+        type=float,
+        default=None,
+        help="false alarms per 10,000 the GLR's threshold is calibrated to (default: --target)",
+    )
+    p.add_argument("--reference", type=int, default=REFERENCE, help="records in every detector's reference")
     args = p.parse_args()
+    REFERENCE, CHANGE = args.reference, args.reference + CHANGE - REFERENCE
     try:
         from river import drift  # the bench extra: pip install -e '.[bench]'
     except ImportError:
         p.error("river is not installed: pip install -e '.[bench]'")
     scenarios = args.scenarios.split(",")
     metrics = args.metrics.split(",")
-    policy = DriftPolicy()
+    policy = DriftPolicy(reference_records=REFERENCE)
     base: dict[str, Factory] = {
         "cusum": lambda m: Detector(m, policy),
         "window": lambda m: WindowAlert(m, policy.min_effect[m]),
     }
-    if args.candidate:
+    if args.candidate == "stratified":
         base["stratified"] = lambda m: Stratified(m, policy)
+    glr_target = args.target if args.glr_target is None else args.glr_target
     out: dict[str, Any] = {
+        "reference": REFERENCE,
         "arl0": policy.arl0,
         "threshold": round(policy.threshold, 3),
         "target": args.target,
@@ -404,23 +570,48 @@ def main() -> None:
                 grid[f"adwin@{delta}"] = lambda m, d=delta: Adwin(drift, m, d)
             for lam in PH_THRESHOLDS:
                 grid[f"ph@{lam}"] = lambda m, t=lam: PageHinkley(drift, m, t)
+            traced: list[Glr] = []
+            if args.candidate == "glr":  # one instance counts every threshold of the grid
+
+                def traced_glr(m: str, into: list[Glr] = traced) -> Observer:
+                    into.append(Glr(m, policy, GLR_THRESHOLDS))
+                    return into[-1]
+
+                grid["glr@grid"] = traced_glr
             fa = false_alarms(grid, mix, metric, args.runs, args.stable, args.seed)
             delta = calibrate(ADWIN_DELTAS, {d: fa[f"adwin@{d}"] for d in ADWIN_DELTAS}, args.target, True)
             lam = calibrate(PH_THRESHOLDS, {t: fa[f"ph@{t}"] for t in PH_THRESHOLDS}, args.target, False)
-            cal = {
+            chosen: dict[str, float] = {"adwin_delta": delta, "ph_threshold": lam}
+            cal: dict[str, Any] = {
                 "adwin_delta": {d: round(fa[f"adwin@{d}"], 3) for d in ADWIN_DELTAS},
                 "ph_threshold": {t: round(fa[f"ph@{t}"], 3) for t in PH_THRESHOLDS},
-                "chosen": {"adwin_delta": delta, "ph_threshold": lam},
+                "chosen": chosen,
             }
+            if traced:
+                glr_fa = {
+                    h: sum(d.alarms[i] for d in traced) / (args.runs * args.stable) * 10_000
+                    for i, h in enumerate(GLR_THRESHOLDS)
+                }
+                h1 = calibrate(GLR_THRESHOLDS, glr_fa, glr_target, False)
+                cal["glr_h1"] = {h: round(v, 3) for h, v in glr_fa.items()}
+                chosen["glr_h1"] = h1
+                cal["glr_h2_mean"] = round(statistics.mean(d.h2 for d in traced), 3)  # d·ln(ARL0) a run
+                fa["glr"] = glr_fa[h1]
             print("calibration", family, metric, json.dumps(cal), flush=True)
             out[f"calibration/{family}/{metric}"] = cal
             makers: dict[str, Factory] = dict(base)
+            if traced:
+
+                def glr_at(m: str, h: float = h1) -> Observer:
+                    return Glr(m, policy, (h,))
+
+                makers["glr"] = glr_at
             makers["adwin"] = lambda m, d=delta: Adwin(drift, m, d)
             makers["page_hinkley"] = lambda m, t=lam: PageHinkley(drift, m, t)
             stable = {
                 "cusum": fa["cusum"],
                 "window": fa["window"],
-                **({"stratified": fa["stratified"]} if args.candidate else {}),
+                **{c: fa[c] for c in ("stratified", "glr") if c in fa},
                 "adwin": fa[f"adwin@{delta}"],
                 "page_hinkley": fa[f"ph@{lam}"],
             }
