@@ -35,7 +35,8 @@ multi-hop questions with a terse yes/no answer, MultiHop-RAG comparison and temp
 answered "yes"/"no" (context = the row's evidence facts) and HotpotQA's yes/no questions (context
 = the two gold paragraphs plus two distractors, as above). GROUNDED: the gold answer ("Yes."),
 HALLUCINATED: the opposite ("No.", kind ``yes_no_flip``). Its rows are disjoint from the other
-families' rows, and no threshold, rule or synonym of the judge was ever chosen looking at it.
+families' rows (same upstream sets and licences), and no threshold, rule or synonym of the judge was
+chosen looking at it.
 
 Leave-one-family-out (``--lofo``): the judge's settings that are chosen on data
 (``support_threshold``, ``uncertain_threshold``, ``terse_words``, ``terse_alignment``: see
@@ -547,6 +548,10 @@ def _choose(per_setting: list[dict[str, Tally]], tuning: list[str]) -> int:
     return max(range(len(per_setting)), key=key)  # ties: the first in grid order
 
 
+def _cls(key: str) -> str:
+    return "grounded" if key.endswith("/grounded") else "hallucinated"
+
+
 def lofo(all_cases: list[Case]) -> None:
     """Leave-one-family-out: every family judged with settings chosen on the other families only."""
     from monitor.judge.lexical import LexicalJudge
@@ -564,6 +569,7 @@ def lofo(all_cases: list[Case]) -> None:
             got = decision(judge.judge_sync(c.record()))
             spent[c.source] += time.perf_counter() - t0
             tallies[c.source].add(c.hallucinated, got)
+            tallies[f"{c.source}/{c.kind}"].add(c.hallucinated, got)
         per_setting.append(tallies)
         seconds.append(spent)
     default = settings.index({k: getattr(LexicalJudge(), k) for k in GRID})
@@ -587,6 +593,15 @@ def lofo(all_cases: list[Case]) -> None:
             f"{family:<18}{n:>7}{_label(settings[chosen]):>22}{_fmt(bal):>10}{1 - t.uncertain_share():>9.1%}"
             f"{_fmt(t.balanced(strict=True)):>8}{us:>8.0f}   {_fmt(d.balanced())} on "
             f"{1 - d.uncertain_share():.1%} decided{mark}"
+        )
+        kinds = sorted(k for k in per_setting[chosen] if k.startswith(family + "/"))
+        print(
+            f"{'':<18}right on decided: "
+            + ", ".join(
+                f"{k.split('/')[1]} {_fmt(per_setting[chosen][k].rate(_cls(k), False))}"
+                f" ({1 - per_setting[chosen][k].uncertain_share():.0%} decided)"
+                for k in kinds
+            )
         )
         if bal is not None and (worst is None or bal < worst[0]):
             worst = (bal, family)
