@@ -61,6 +61,13 @@ def test_leave_one_family_out_never_tunes_on_the_family_it_reports() -> None:
     assert _choose([per_setting[2], per_setting[0]], ["b", "c"]) == 1
 
 
+def test_a_family_built_from_the_same_rows_is_held_out_with_it() -> None:
+    from bench.lexical_judge import FAMILIES, tuning_families
+
+    assert tuning_families("hotpotqa", FAMILIES) == ["squad2", "clapnq", "multihop_rag", "yes_no_multihop"]
+    assert tuning_families("same_kind_swap", FAMILIES) == ["squad2", "clapnq", "yes_no_multihop"]
+
+
 def test_leave_one_family_out_reports_every_family_and_the_worst() -> None:
     done = _run("bench/lexical_judge.py", "--sample", "--lofo", "--families", "squad2,multihop_rag")
     assert done.returncode == 0, done.stderr[-2000:]
