@@ -33,3 +33,45 @@ def test_the_ingest_stage_benchmark_measures_every_record(workload: str) -> None
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["messages"] == figures["records"] == 300
     assert figures["cpu_us_per_msg"] > 0
+
+
+def test_leave_one_family_out_never_tunes_on_the_family_it_reports() -> None:
+    """bench/lexical_judge.py --lofo: the setting a family is judged with is chosen on the other
+    families alone. Setting 1 is far better on family `a` and worse on `b` and `c`: `a` held out
+    gets setting 0, chosen by b and c, though a alone would pick setting 1."""
+    from bench.lexical_judge import Tally, _choose
+
+    def tally(grounded_right: int, flagged_right: int, uncertain: int = 0) -> Tally:
+        t = Tally()
+        for i in range(10):
+            t.add(False, "uncertain" if i < uncertain else "grounded" if i < grounded_right else "flagged")
+            t.add(True, "flagged" if i < flagged_right else "grounded")
+        return t
+
+    per_setting = [
+        {"a": tally(5, 5), "b": tally(9, 9), "c": tally(9, 8)},
+        {"a": tally(10, 10), "b": tally(8, 8), "c": tally(8, 8)},
+        {"a": tally(10, 10), "b": tally(10, 10, uncertain=9), "c": tally(10, 10, uncertain=9)},
+    ]
+    assert _choose(per_setting, ["b", "c"]) == 0  # a held out
+    # b held out: the worst tuning family decides, so a's 0.5 at setting 0 rules that one out
+    assert _choose(per_setting, ["a", "c"]) == 1
+    # a setting that decides too little (10 % of b's and c's grounded cases) is never chosen,
+    # however accurate its few decided cases are
+    assert _choose([per_setting[2], per_setting[0]], ["b", "c"]) == 1
+
+
+def test_a_family_built_from_the_same_rows_is_held_out_with_it() -> None:
+    from bench.lexical_judge import FAMILIES, tuning_families
+
+    assert tuning_families("hotpotqa", FAMILIES) == ["squad2", "clapnq", "multihop_rag", "yes_no_multihop"]
+    assert tuning_families("same_kind_swap", FAMILIES) == ["squad2", "clapnq", "yes_no_multihop"]
+
+
+def test_leave_one_family_out_reports_every_family_and_the_worst() -> None:
+    done = _run("bench/lexical_judge.py", "--sample", "--lofo", "--families", "squad2,multihop_rag")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line[:1].isalpha()}
+    assert {"squad2", "multihop_rag"} <= rows.keys()
+    worst = min(("squad2", "multihop_rag"), key=lambda f: float(rows[f][3]))
+    assert f"worst held-out family: {worst}," in done.stdout
