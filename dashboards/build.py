@@ -55,6 +55,7 @@ RATE = "[$__rate_interval]"
 
 # The recording rules' pooled statistics, and the z of their 95 % interval.
 RULE = "service_query_type_metric:ragmon_estimate_{}:increase1h"
+RELEASE_RULE = "release_query_type_metric:ragmon_estimate_{}:increase1h"  # pooled over services
 Z = 1.96
 
 ALERTS_FIRING = 'ALERTS{alertname=~"Ragmon.*",alertstate="firing"}'
@@ -180,20 +181,26 @@ def heatmap(title: str, description: str, metric: str, unit: str, matchers: str)
 # -- the pooled 1 h estimates --------------------------------------------------------------------
 
 
-def pooled(stat_name: str, metric: str, by: str) -> str:
+def pooled(stat_name: str, metric: str, by: str, rule: str = RULE, sel: str = SVC_QT) -> str:
     """A recording rule's statistic summed over the selected services (and types unless `by`)."""
-    series = f'{RULE.format(stat_name)}{{metric="{metric}",{SVC_QT}}}'
+    series = f'{rule.format(stat_name)}{{metric="{metric}",{sel}}}'
     return f"sum by ({by}) ({series})" if by else f"sum({series})"
 
 
-def estimate(metric: str, by: str = "query_type", top: float = 1.0) -> dict[str, str]:
+def estimate(
+    metric: str, by: str = "query_type", top: float = 1.0, rule: str = RULE, sel: str = SVC_QT
+) -> dict[str, str]:
     """Hájek estimate, linearised-variance 95 % bounds (clamped to [0, top]) and Kish's effective
     sample size, as deploy/prometheus/rules.yml computes them, from the pooled statistics."""
-    sw, sw2 = pooled("weight", metric, by), pooled("weight_squared", metric, by)
-    est = f"({pooled('weighted_value', metric, by)} / ({sw} > 0))"
+
+    def p(stat_name: str) -> str:
+        return pooled(stat_name, metric, by, rule, sel)
+
+    sw, sw2 = p("weight"), p("weight_squared")
+    est = f"({p('weighted_value')} / ({sw} > 0))"
     var = (
-        f"(clamp_min({pooled('weight_squared_value_squared', metric, by)}"
-        f" - 2 * {est} * {pooled('weight_squared_value', metric, by)} + {est} ^ 2 * {sw2}, 0) / {sw} ^ 2)"
+        f"(clamp_min({p('weight_squared_value_squared')}"
+        f" - 2 * {est} * {p('weight_squared_value')} + {est} ^ 2 * {sw2}, 0) / {sw} ^ 2)"
     )
     half = f"{Z} * sqrt({var})"
     return {
@@ -222,6 +229,32 @@ def band(title: str, description: str, unit: str, metric: str, top: float = 1.0,
         repeat="query_type",
         width=8,
         **kw,
+    )
+
+
+def by_release(metric: str, title: str) -> Json:
+    """The estimate per release (solid) and its 95 % bounds (dashed), the selected query types
+    pooled: releases side by side, so a new one's drop shows against the one before."""
+    e = estimate(metric, by="release", rule=RELEASE_RULE, sel=QT)
+    return timeseries(
+        title,
+        "Weighted faithfulness per release (the `release` label: slices.release_keys, default the "
+        "resource's service.version) over the last hour, all services and the selected query types "
+        "pooled; dashed: its 95 % interval. Two releases whose intervals do not overlap differ; "
+        "`rag-monitor compare --by release` gives the verdict with the test.",
+        "percentunit",
+        [
+            target(e["estimate"], "{{release}}"),
+            target(e["lower"], "{{release}} lower"),
+            target(e["upper"], "{{release}} upper"),
+        ],
+        custom={"fillOpacity": 0, "lineWidth": 2},
+        overrides=[
+            by_regexp(
+                ".* (lower|upper)$", custom__lineStyle={"fill": "dash", "dash": [6, 4]}, custom__lineWidth=1
+            )
+        ],
+        defaults={"min": 0, "max": 1},
     )
 
 
@@ -472,6 +505,7 @@ def quality() -> Json:
             "short",
             [target(expr, f"{{{{query_type}}}} {m}") for m, expr in ess.items()],
         ),
+        by_release("faithfulness", "Faithfulness by release (1 h)"),
         timeseries(
             "Hallucination rate on unanswerable queries",
             "Among judged records whose context could not answer the query, the share answered anyway "

@@ -568,15 +568,16 @@ class JudgeMetrics:
 
 class EstimateCounters:
     """The additive sufficient statistics of each weighted (Hájek) estimate, per
-    {service,query_type,metric,judge}: n, Σw, Σw·y, Σw², Σw²·y, Σw²·y² (w = 1/p). As counters they
+    {service,query_type,release,metric,judge}: n, Σw, Σw·y, Σw², Σw²·y, Σw²·y² (w = 1/p). As counters they
     add up exactly across replicas and over any window, so the recording rules in
     deploy/prometheus/rules.yml compute the group's estimate, interval and effective sample size —
     which no combination of per-replica ratio gauges can. `judge` is kept by the rules: two
-    backends' verdicts are never pooled into one estimate."""
+    backends' verdicts are never pooled into one estimate. `release` is bounded by the stages
+    (`slices.releases` / `max_releases`): series ≤ services × releases × query types × metrics."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        labels = ["service", "query_type", "metric", "judge"]
+        labels = ["service", "query_type", "release", "metric", "judge"]
 
         def counter(name: str, what: str) -> Counter:
             return Counter(
@@ -593,13 +594,19 @@ class EstimateCounters:
         self.weight_squared_value = counter("weight_squared_value", "Σw²·y")
         self.weight_squared_value_squared = counter("weight_squared_value_squared", "Σw²·y²")
 
-    def observe(self, j: Judgement, service: str) -> None:
+    def observe(self, j: Judgement, service: str, release: str = "unknown") -> None:
         w = j.sampling_weight
         if not usable_weight(w):
             return
         w2 = w * w
         for metric, y in estimate_values(j):
-            labels = {"service": service, "query_type": j.query_type, "metric": metric, "judge": j.backend}
+            labels = {
+                "service": service,
+                "query_type": j.query_type,
+                "release": release,
+                "metric": metric,
+                "judge": j.backend,
+            }
             self.samples.labels(**labels).inc()
             self.weight.labels(**labels).inc(w)
             self.weighted_value.labels(**labels).inc(w * y)

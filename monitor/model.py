@@ -98,6 +98,9 @@ class SpanFacts:
     model: str | None = None
     query_type: str | None = None
     replay: bool = False
+    # The release (`slices.release_keys`: the first key the span's attributes or its resource's
+    # carry, as a non-empty string); "" when none does. Raw: bounded where it becomes a label.
+    release: str = ""
     # Reasons for fields this span had but that could not be used (wrong type, absurd time).
     problems: list[Reject] = field(default_factory=list)
 
@@ -117,6 +120,7 @@ class RagRecord:
     start_ns: int = 0  # 0 = unknown
     end_ns: int = 0
     replay: bool = False
+    release: str = ""  # raw, as the root span (else any span) says; "" unknown
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +135,7 @@ class RagRecord:
             "start": self.start_ns / 1e9 if self.start_ns else None,
             "end": self.end_ns / 1e9 if self.end_ns else None,
             "replay": self.replay,
+            "release": self.release or None,
         }
 
 

@@ -117,6 +117,8 @@ class ResultLine(_Part):
     start: Lenient[Number] = None
     end: Lenient[Number] = None
     replay: Lenient[StrictBool] = None
+    # The bounded release label (`slices.release_keys`; unknown, other); absent in older lines.
+    release: Lenient[str] = None
     # What the sample said, and what the stage did with it.
     sampling_weight: Lenient[Number] = None
     query_type_source: Lenient[str] = None  # span | rules | none | judge

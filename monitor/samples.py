@@ -3,7 +3,8 @@
 One message per sampled record, keyed by trace id (so a trace's samples stay in one partition, and
 judge replicas split the work by partition), the value a JSON object: the RAG record as the results
 lines show it, plus what only ingest knew — the inclusion probability the sampler used (estimates
-weight by its inverse), the bounded `service` label, and where the query type came from.
+weight by its inverse), the bounded `service` and `release` labels, and where the query type came
+from.
 
 JSON rather than protobuf: the judge path handles a small sample, the topic stays readable with
 any Kafka tool, and the record's fields are the results lines' own. `v` versions the layout; a
@@ -45,6 +46,8 @@ class SampleMessage(BaseModel):
     span_id: str = ""
     service: str
     service_label: str
+    release: str | None = None  # raw, as the spans said (absent before releases were read)
+    release_label: str | None = None  # bounded by the ingest stage (absent: read as unknown)
     query: str
     query_type: str
     query_type_source: TypeSource
@@ -102,12 +105,15 @@ def encode_sample(
     type_source: TypeSource,
     now: float,
     limits: TextLimits = TextLimits(),
+    release_label: str | None = None,
 ) -> bytes:
     doc = record.to_json_dict()
     del doc["replay"]  # replay traffic is never sampled
     clipped = limits.clip(doc)
     if clipped is not None:
         doc["clipped"] = clipped
+    if release_label is not None:
+        doc["release_label"] = release_label
     doc.update(
         v=SAMPLES_VERSION,
         service_label=service_label,
@@ -145,6 +151,7 @@ def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:
         model=msg.model,
         start_ns=round(msg.start * 1e9) if msg.start else 0,
         end_ns=round(msg.end * 1e9) if msg.end else 0,
+        release=msg.release or "",
     )
     return msg, record
 

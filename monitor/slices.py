@@ -31,6 +31,20 @@ class SlicesConfig(BaseModel):
     query_types: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERY_TYPES))
     services: list[str] | None = Field(None, description="allow-list; default: first max_services seen")
     max_services: int = Field(20, gt=0)
+    release_keys: list[str] = Field(
+        default_factory=lambda: ["service.version"],
+        max_length=8,
+        description="span or resource attributes a record's release is read from, in order: for each, the "
+        "span's own attribute, then its resource's; the first non-empty string wins ([]: no release)",
+    )
+    releases: list[str] | None = Field(
+        None, description="allow-list of release label values; default: first max_releases seen"
+    )
+    max_releases: int = Field(
+        20,
+        gt=0,
+        description="with no releases allow-list, the first this many releases seen; later ones are other",
+    )
     classify: Literal["rules", "judge", "off"] = Field(
         "rules",
         description="query type when spans carry no rag.query_type: rules, rules then the LLM judge's "
@@ -42,6 +56,13 @@ class SlicesConfig(BaseModel):
     def _from_bool(cls, v: Any) -> Any:
         # `classify: true/false` was the first form of this setting.
         return {True: "rules", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    @field_validator("release_keys")
+    @classmethod
+    def _keys_non_empty(cls, v: list[str]) -> list[str]:
+        if not all(k.strip() for k in v):
+            raise ValueError("release keys must be non-empty")
+        return v
 
     @field_validator("query_types")
     @classmethod
@@ -85,6 +106,12 @@ class BoundedLabel:
     def services(cls, allowed: Iterable[str] | None, capacity: int) -> BoundedLabel:
         """`service` as every stage bounds it (`slices.services`, else the first `max_services`)."""
         return cls(allowed, fallback="other", missing="unknown_service", capacity=capacity, normalize=False)
+
+    @classmethod
+    def releases(cls, allowed: Iterable[str] | None, capacity: int) -> BoundedLabel:
+        """`release` as every stage bounds it (`slices.releases`, else the first `max_releases`):
+        a flood of versions (a build id per deploy) ends in `other`, never in new series."""
+        return cls(allowed, fallback="other", missing="unknown", capacity=capacity, normalize=False)
 
     def bound(self, raw: str | None) -> tuple[str, bool]:
         """The label value for `raw`, and whether `raw` was outside the allowed set."""

@@ -205,3 +205,14 @@ def test_what_is_no_results_line_does_not_validate(text: str, reason: str) -> No
     with pytest.raises(ValidationError) as caught:
         ResultLine.model_validate_json(text)
     assert unreadable_reason(caught.value) == reason
+
+
+def test_the_release_label_is_written_after_the_record_and_older_lines_have_none() -> None:
+    rec = record()
+    rec.release = "v1.4.2"
+    written = encode_result(result_line(rec, sampling_weight=2.0, query_type_source="span"))
+    doc = json.loads(written)
+    assert doc["release"] == "v1.4.2"
+    assert list(doc).index("release") == list(doc).index("replay") + 1
+    assert ResultLine.model_validate_json(written).release == "v1.4.2"
+    assert ResultLine.model_validate_json(TODAY).release is None

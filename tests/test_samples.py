@@ -33,3 +33,15 @@ def test_text_that_is_not_valid_utf8_is_still_written() -> None:
     """A lone surrogate (a JSON span's escape can carry one) is written escaped, as JSON allows."""
     value = encode_sample(record("half a pair: \ud800"), 0.5, "svc", "rules", 1_800_000_001.0)
     assert json.loads(value)["query"] == "half a pair: \ud800"
+
+
+def test_the_release_travels_raw_and_bounded_and_older_samples_read_without_it() -> None:
+    rec = record()
+    rec.release = "build-81723"
+    msg, back = decode_sample(encode_sample(rec, 0.5, "svc", "span", 1.0, release_label="other"))
+    assert (msg.release, msg.release_label, back.release) == ("build-81723", "other", "build-81723")
+    old = json.loads(encode_sample(record(), 0.5, "svc", "span", 1.0))
+    for key in ("release", "release_label"):
+        old.pop(key, None)
+    msg, back = decode_sample(json.dumps(old).encode())
+    assert (msg.release, msg.release_label, back.release) == (None, None, "")

@@ -281,10 +281,12 @@ def config_show(
 
 
 def _register_subcommands() -> None:
+    from monitor.cli import compare
     from monitor.cli.drift import baseline_app
     from monitor.cli.golden import register
 
     register(app)
+    compare.register(app)
     app.add_typer(baseline_app, name="baseline")
 
 

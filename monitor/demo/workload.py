@@ -201,6 +201,7 @@ class WorkloadConfig:
     query_type_rate: float = 1.0  # requests whose root span carries `rag.query_type`
     query_type_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_QUERY_TYPE_WEIGHTS))
     service_name: str = "rag-demo"
+    service_version: str | None = None  # the resource's `service.version` (a release), if any
     model_name: str = "gpt-4o-mini"
     rps: float = 50.0  # request rate that spaces the traces' timestamps
     # Distinct requests per workload; later traces reuse them with new ids and times ("fast"
@@ -505,18 +506,19 @@ _OK = Status(StatusCode.OK)
 class _SdkRenderer:
     """A private TracerProvider (never the global one) that turns plans into SDK spans."""
 
-    def __init__(self, service_name: str) -> None:
+    def __init__(self, service_name: str, service_version: str | None = None) -> None:
         self.ids = _PlannedIds()
         self.collect = _Collect()
         # Explicit resource and limits, not the environment's: output must depend on the seed only.
-        resource = Resource(
-            {
-                "service.name": service_name,
-                "telemetry.sdk.language": "python",
-                "telemetry.sdk.name": "opentelemetry",
-                "telemetry.sdk.version": _sdk_version,
-            }
-        )
+        attributes = {
+            "service.name": service_name,
+            "telemetry.sdk.language": "python",
+            "telemetry.sdk.name": "opentelemetry",
+            "telemetry.sdk.version": _sdk_version,
+        }
+        if service_version is not None:
+            attributes["service.version"] = service_version
+        resource = Resource(attributes)
         limits = SpanLimits(max_span_attributes=SpanLimits.UNSET, max_attribute_length=SpanLimits.UNSET)
         self.provider = TracerProvider(resource=resource, id_generator=self.ids, span_limits=limits)
         self.provider.add_span_processor(self.collect)
@@ -626,7 +628,7 @@ def _blocks(
     planner = _Planner(load_corpus(), cfg, random.Random(f"{seed}:content"))
     id_rng = random.Random(f"{seed}:ids")
     layout_rng = random.Random(f"{seed}:layout")
-    sdk = _SdkRenderer(cfg.service_name)
+    sdk = _SdkRenderer(cfg.service_name, cfg.service_version)
     fast = _FastRenderer(sdk) if engine == "fast" else None
     pool: list[_Request] = []
     gap = int(1e9 / cfg.rps)

@@ -26,10 +26,10 @@
 
 static PyTypeObject *span_type = NULL, *chunk_type = NULL, *ref_type = NULL;
 enum { S_TRACE_ID, S_SPAN_ID, S_PARENT, S_SERVICE, S_START, S_END, S_ROLE, S_QUERY, S_ANSWER, S_CHUNKS, S_MODEL,
-       S_QUERY_TYPE, S_REPLAY, N_SPAN_FIELDS };
+       S_QUERY_TYPE, S_REPLAY, S_RELEASE, N_SPAN_FIELDS };
 static const char *const span_field_names[N_SPAN_FIELDS] = {
     "trace_id", "span_id", "parent_span_id", "service", "start_ns", "end_ns", "role",
-    "query", "answer", "chunks", "model", "query_type", "replay"};
+    "query", "answer", "chunks", "model", "query_type", "replay", "release"};
 static Py_ssize_t span_off[N_SPAN_FIELDS];
 static Py_ssize_t chunk_id_off, holds_off, partition_off, traces_off, size_off;
 static PyObject *role_root, *role_retriever, *role_reranker, *role_llm, *role_other;
@@ -543,7 +543,7 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
     }
     PyObject **retrievers = buf, **rerankers = buf + n, **llms = buf + 2 * n;
     Py_ssize_t n_ret = 0, n_rr = 0, n_llm = 0;
-    PyObject *root = NULL, *query_type = NULL, *chunks = NULL;
+    PyObject *root = NULL, *query_type = NULL, *release = NULL, *chunks = NULL;
     int replay = 0, rc = -1, t;
     Py_INCREF(spans);
     *record = NULL;
@@ -578,6 +578,12 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
                 goto done;
             if (t)
                 query_type = F(s, S_QUERY_TYPE);
+        }
+        if (release == NULL) {
+            if ((t = truth(F(s, S_RELEASE))) < 0)
+                goto done;
+            if (t)
+                release = F(s, S_RELEASE);
         }
         if (!replay && (replay = truth(F(s, S_REPLAY))) < 0)
             goto done;
@@ -657,16 +663,20 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
     chunks = final_ranking(rerankers, n_rr, retrievers, n_ret);
     if (chunks != NULL) {
         PyObject *anchor = root != NULL ? root : PyList_GET_ITEM(spans, 0);
-        PyObject *qt = F(anchor, S_QUERY_TYPE);
-        if ((t = truth(qt)) >= 0) {
+        PyObject *qt = F(anchor, S_QUERY_TYPE), *rel = F(anchor, S_RELEASE);
+        int t_rel = truth(rel);
+        if ((t = truth(qt)) >= 0 && t_rel >= 0) {
             if (!t)
                 qt = query_type != NULL ? query_type : empty_str;
+            if (!t_rel)
+                rel = release != NULL ? release : empty_str;
             /* RagRecord(trace_id, span_id, service, query, query_type, chunks, answer, model,
-             * start_ns, end_ns, replay) */
-            PyObject *fields[11] = {tid,   F(anchor, S_SPAN_ID), F(anchor, S_SERVICE), query,
+             * start_ns, end_ns, replay, release) */
+            PyObject *fields[12] = {tid,   F(anchor, S_SPAN_ID), F(anchor, S_SERVICE), query,
                                     qt,    chunks,               answer,               model,
-                                    F(anchor, S_START),          F(anchor, S_END),     replay ? Py_True : Py_False};
-            *record = build(&record_b, fields, 11);
+                                    F(anchor, S_START),          F(anchor, S_END),     replay ? Py_True : Py_False,
+                                    rel};
+            *record = build(&record_b, fields, 12);
             if (*record != NULL)
                 rc = 0;
         }
@@ -1505,7 +1515,7 @@ static PyObject *setup(PyObject *self, PyObject *args)
         || (partition_off = member_offset_str(mr, "partition")) < 0
         || (traces_off = member_offset_str(mr, "traces")) < 0 || (size_off = member_offset_str(mr, "size")) < 0)
         return NULL;
-    if (set_builder(&record_b, rr, rr_fields, 11) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
+    if (set_builder(&record_b, rr, rr_fields, 12) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
         return NULL;
     PyObject **role_slots[] = {&role_root, &role_retriever, &role_reranker, &role_llm, &role_other};
     PyObject **reject_slots[] = {&rej_late,          &rej_evicted,        &rej_not_rag,

@@ -1,7 +1,7 @@
 /* Compiled OTLP protobuf span decoder: the fast path of monitor/ingest/decode.py.
  *
  * One walk over the wire bytes of a TracesData / ExportTraceServiceRequest yields, per span, what
- * `SpanFacts` needs: ids (as hex), name, service, times, and the attributes `dialects.apply` may
+ * `SpanFacts` needs: ids (as hex), name, service, release, times, and the attributes `dialects.apply` may
  * read, as a dict with only those keys (`dialects.ATTRIBUTE_KEYS`, `dialects.INDEXED_PREFIXES`).
  * Every other attribute is validated, never materialised; a span with no such attribute gets its
  * role without any Python call (ROOT without a parent, else OTHER: what `apply` says for `{}`).
@@ -16,6 +16,10 @@
  * an AnyValue field this file does not know) makes `decode_spans` return None. The caller then
  * runs the pure-Python reference path, which also produces every reject reason: errors are rare,
  * exactness is not negotiable, and so the difficult cases have one implementation only.
+ *
+ * The release (`decode.set_release_keys`) is read here from the resource's attributes, where
+ * `service.version` lives; a span that carries a release key among its own attributes (a prompt
+ * or index version set per span) is such a case too: the message goes to the reference path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -63,6 +67,20 @@ static int n_merged = 0;
 static PyObject *bad_attribute = NULL, *bad_timestamp = NULL;
 static PyObject *apply_fn = NULL, *wants_events_fn = NULL, *is_inert_fn = NULL, *finish_fn = NULL;
 static PyObject *unknown_service = NULL;
+/* The release keys, in order (`set_release_keys`; the strings are owned by `release_objs`). */
+#define MAX_RELEASE_KEYS 8
+static const char *release_keys[MAX_RELEASE_KEYS];
+static Py_ssize_t release_keys_n[MAX_RELEASE_KEYS];
+static PyObject *release_objs = NULL;
+static int n_release = 0;
+
+static inline int release_index(const uint8_t *key, Py_ssize_t n)
+{
+    for (int i = 0; i < n_release; i++)
+        if (release_keys_n[i] == n && memcmp(release_keys[i], key, (size_t)n) == 0)
+            return i;
+    return -1;
+}
 static PyObject *str_role = NULL, *str_problems = NULL, *empty_str = NULL;
 static int ready = 0;
 
@@ -770,6 +788,8 @@ static int take_attribute(source_t *src, ptr p, ptr end, attrs_t *attrs, int dep
     kv_t kv;
     if (read_kv(p, end, &kv, depth))
         return FAIL;
+    if (n_release && release_index(kv.key, kv.key_n) >= 0)
+        return FAIL; /* a span's own release: the reference path's case (see the top) */
     int slot;
     PyObject *key = relevant_key(kv.key, kv.key_n, &slot);
     if (key == NULL) {
@@ -1105,7 +1125,8 @@ static int append_problem(PyObject *facts, PyObject *problem)
 
 enum { R_ROOT, R_RETRIEVER, R_RERANKER, R_LLM, R_OTHER, N_ROLES };
 static PyObject *roles[N_ROLES];
-static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay, *str_content, *str_raw;
+static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay, *str_content, *str_raw,
+    *str_release;
 static unsigned long long mapped_native = 0, mapped_apply = 0;
 
 enum { K_KIND, K_INPUT, K_OUTPUT, K_TL_INPUT, K_TL_OUTPUT, K_RETRIEVAL_QUERY, K_GENAI_DOCS, K_QUERY_TYPE,
@@ -1454,7 +1475,7 @@ static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_o
     return rc;
 }
 
-static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
+static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, int depth)
 {
     ptr tid = NULL, sid = NULL, pid = NULL, name = NULL;
     Py_ssize_t tid_n = 0, sid_n = 0, pid_n = 0, name_n = 0;
@@ -1554,6 +1575,8 @@ static int span(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         goto fail;
     if (bad_times && append_problem(facts, bad_timestamp))
         goto fail;
+    if (release != NULL && facts_set(facts, str_release, release))
+        goto fail;
     int mapped = attrs_any(&attrs), role = R_OTHER;
     if (mapped) {
         if (n_ev) {
@@ -1623,7 +1646,7 @@ fail:
     return FAIL;
 }
 
-static int scope_spans(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
+static int scope_spans(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, int depth)
 {
     while (p < end) {
         uint32_t field;
@@ -1633,7 +1656,7 @@ static int scope_spans(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
         if (read_tag(&p, end, &field, &wt))
             return FAIL;
         if (field == 2 && wt == 2) {
-            if (read_len(&p, end, &body, &n) || span(c, service, body, body + n, depth + 1))
+            if (read_len(&p, end, &body, &n) || span(c, service, release, body, body + n, depth + 1))
                 return FAIL;
         }
         else if (skip_field(M_SCOPE_SPANS, field, wt, &p, end, depth)) {
@@ -1643,10 +1666,13 @@ static int scope_spans(ctx_t *c, PyObject *service, ptr p, ptr end, int depth)
     return 0;
 }
 
-/* The resource's service.name: the first `service.name` attribute decides, as in decode.py. */
-static int resource(ptr p, ptr end, PyObject **service, int *bad, int depth)
+/* The resource's service.name: the first `service.name` attribute decides, as in decode.py; and
+ * its release: the value of the first release key (in their order) whose first attribute is a
+ * non-empty string (`*release`, a new reference, or left NULL). */
+static int resource(ptr p, ptr end, PyObject **service, PyObject **release, int *bad, int depth)
 {
-    int found = 0;
+    int found = 0, best = n_release;
+    unsigned seen_release = 0;
     while (p < end) {
         uint32_t field;
         int wt;
@@ -1660,6 +1686,20 @@ static int resource(ptr p, ptr end, PyObject **service, int *bad, int depth)
                 return FAIL;
             if (kv.has_val && validate_msg(M_ANY_VALUE, kv.val, kv.val + kv.val_n, depth + 2))
                 return FAIL;
+            int ri = n_release ? release_index(kv.key, kv.key_n) : -1;
+            if (ri >= 0 && !(seen_release & (1u << ri))) {
+                seen_release |= 1u << ri;
+                PyObject *v = kv.has_val ? any_value(kv.val, kv.val + kv.val_n, depth + 2) : NO_VALUE;
+                if (v == NULL)
+                    return FAIL;
+                if (v != NO_VALUE && ri < best && PyUnicode_Check(v) && PyUnicode_GET_LENGTH(v) > 0) {
+                    Py_XSETREF(*release, v);
+                    best = ri;
+                }
+                else if (v != NO_VALUE) {
+                    Py_DECREF(v);
+                }
+            }
             if (found || kv.key_n != 12 || memcmp(kv.key, "service.name", 12) != 0)
                 continue;
             found = 1;
@@ -1689,7 +1729,7 @@ static int resource_spans(ctx_t *c, ptr p, ptr end, int depth)
     ptr scopes[MAX_SCOPES];
     Py_ssize_t scopes_n[MAX_SCOPES];
     int n_scopes = 0, seen_resource = 0, bad = 0;
-    PyObject *service = NULL;
+    PyObject *service = NULL, *release = NULL;
     while (p < end) {
         uint32_t field;
         int wt;
@@ -1699,7 +1739,7 @@ static int resource_spans(ctx_t *c, ptr p, ptr end, int depth)
             goto fail;
         if (field == 1 && wt == 2) {
             /* a second `resource` would be merged by upb: the reference path's case */
-            if (seen_resource++ || read_len(&p, end, &body, &n) || resource(body, body + n, &service, &bad, depth + 1))
+            if (seen_resource++ || read_len(&p, end, &body, &n) || resource(body, body + n, &service, &release, &bad, depth + 1))
                 goto fail;
         }
         else if (field == 2 && wt == 2) {
@@ -1719,12 +1759,14 @@ static int resource_spans(ctx_t *c, ptr p, ptr end, int depth)
         Py_INCREF(service);
     }
     for (int i = 0; i < n_scopes; i++)
-        if (scope_spans(c, service, scopes[i], scopes[i] + scopes_n[i], depth + 1))
+        if (scope_spans(c, service, release, scopes[i], scopes[i] + scopes_n[i], depth + 1))
             goto fail;
     Py_DECREF(service);
+    Py_XDECREF(release);
     return 0;
 fail:
     Py_XDECREF(service);
+    Py_XDECREF(release);
     return FAIL;
 }
 
@@ -2087,10 +2129,11 @@ static PyObject *init(PyObject *self, PyObject *args)
         key_slot[i] = entry == NULL ? -1 : entry->slot;
     }
     PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
-                          &str_query_type, &str_replay, &str_value, &str_holds, &str_content, &str_raw};
+                          &str_query_type, &str_replay, &str_value, &str_holds, &str_content, &str_raw,
+                          &str_release};
     const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",  "model",
-                                     "query_type", "replay",   "value", "holds",  "content", "raw"};
-    for (int i = 0; i < 12; i++)
+                                     "query_type", "replay",   "value", "holds",  "content", "raw", "release"};
+    for (int i = 0; i < 13; i++)
         if ((*names[i] = PyUnicode_InternFromString(name_strs[i])) == NULL)
             return NULL;
     empty_str = PyUnicode_New(0, 0);
@@ -2101,6 +2144,38 @@ static PyObject *init(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *set_release_keys(PyObject *self, PyObject *keys)
+{
+    PyObject *t = PySequence_Tuple(keys);
+    if (t == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (n > MAX_RELEASE_KEYS) {
+        Py_DECREF(t);
+        PyErr_SetString(PyExc_ValueError, "too many release keys");
+        return NULL;
+    }
+    const char *s[MAX_RELEASE_KEYS];
+    Py_ssize_t len[MAX_RELEASE_KEYS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(t, i);
+        if (!PyUnicode_Check(k) || (s[i] = PyUnicode_AsUTF8AndSize(k, &len[i])) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "release keys must be str");
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    n_release = 0;
+    Py_XSETREF(release_objs, t);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        release_keys[i] = s[i];
+        release_keys_n[i] = len[i];
+    }
+    n_release = (int)n;
+    Py_RETURN_NONE;
+}
+
 static PyObject *counts(PyObject *self, PyObject *unused)
 {
     return Py_BuildValue("(KK)", mapped_native, mapped_apply);
@@ -2108,6 +2183,8 @@ static PyObject *counts(PyObject *self, PyObject *unused)
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
+    {"set_release_keys", set_release_keys, METH_O,
+     "set_release_keys(keys): the attribute keys a span's release is read from, in order (see decode.py)"},
     {"counts", counts, METH_NOARGS,
      "counts() -> (native, apply): spans with dialect attributes mapped here, and by dialects.apply, so far"},
     {"decode_spans", (PyCFunction)(void (*)(void))decode_spans, METH_FASTCALL,

@@ -276,6 +276,7 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
     rerankers: list[SpanFacts] = []
     llms: list[SpanFacts] = []
     query_type = None  # the first span's that has one
+    release = ""  # likewise
     replay = False
     for s in spans:
         role = s.role
@@ -291,6 +292,8 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             rerankers.append(s)
         if not query_type:
             query_type = s.query_type
+        if not release:
+            release = s.release
         if s.replay:
             replay = True
     if len(llms) > 1:
@@ -333,6 +336,7 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             start_ns=anchor.start_ns,
             end_ns=anchor.end_ns,
             replay=replay,
+            release=anchor.release or release,
         ),
         None,
     )

@@ -36,7 +36,7 @@ from monitor.ingest.compiled import choose, slots_layout
 from monitor.kafka.config import Encoding
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
-__all__ = ["OTLP_PROTO_DECODER", "Decoded", "compiled_feed", "decode"]
+__all__ = ["OTLP_PROTO_DECODER", "Decoded", "compiled_feed", "decode", "release_keys", "set_release_keys"]
 
 
 @dataclass(slots=True)
@@ -67,6 +67,48 @@ _ZERO_SPAN = bytes(8)
 _JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")  # optional BOM, JSON whitespace
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _HEX = frozenset("0123456789abcdef")
+
+DEFAULT_RELEASE_KEYS = ("service.version",)
+MAX_RELEASE_KEYS = 8
+# The attribute keys a span's release is read from, in order (`slices.release_keys`): process-wide,
+# as the compiled decoder's key tables are; the ingest stage sets them once at start.
+_release_keys: tuple[str, ...] = DEFAULT_RELEASE_KEYS
+
+
+def set_release_keys(keys: tuple[str, ...] | list[str]) -> None:
+    """Read a span's release from these attribute keys: for each in order, the span's own
+    attribute, then its resource's; the first non-empty string wins."""
+    global _release_keys
+    keys = tuple(keys)
+    if len(keys) > MAX_RELEASE_KEYS or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError(f"release keys: up to {MAX_RELEASE_KEYS} non-empty strings")
+    _release_keys = keys
+    if _wire is not None:
+        _wire.set_release_keys(keys)
+
+
+def release_keys() -> tuple[str, ...]:
+    return _release_keys
+
+
+def _resource_releases(attrs: dict[str, Any]) -> tuple[str, ...]:
+    """Per release key, the resource's value ("" when absent or not a non-empty string)."""
+    out = []
+    for k in _release_keys:
+        v = attrs.get(k)
+        out.append(v if isinstance(v, str) else "")
+    return tuple(out)
+
+
+def _release(attrs: dict[str, Any], resource: tuple[str, ...]) -> str:
+    """The span's release: per key in order, its own attribute, else its resource's."""
+    for i, k in enumerate(_release_keys):
+        v = attrs.get(k)
+        if isinstance(v, str) and v:
+            return v
+        if resource[i]:
+            return resource[i]
+    return ""
 
 
 def decode(
@@ -197,6 +239,7 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
     merged = dialects.MERGED_EVENTS
     wants_events = dialects.wants_events
     apply = dialects.apply
+    keys = _release_keys
     for rs in data.resource_spans:
         service = UNKNOWN_SERVICE
         for kv in rs.resource.attributes:
@@ -207,6 +250,13 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
                 else:
                     problems.append(Reject.BAD_ATTRIBUTE)
                 break
+        # Per release key, the first attribute of that key decides (as for service.name).
+        found: dict[str, str] = {}
+        if keys:
+            for kv in rs.resource.attributes:
+                if kv.key in keys and kv.key not in found:
+                    found[kv.key] = kv.value.string_value
+        resource_release = _resource_releases(found)
         for ss in rs.scope_spans:
             for sp in ss.spans:
                 tid = sp.trace_id
@@ -228,6 +278,7 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
                     facts.start_ns = facts.end_ns = 0
                     facts.problems.append(Reject.BAD_TIMESTAMP)
                 attrs = _pb_attrs(sp.attributes)
+                facts.release = _release(attrs, resource_release)  # before events: spans only
                 if wants_events(attrs) and len(sp.events):
                     for ev in sp.events:
                         if ev.name in merged:
@@ -425,7 +476,7 @@ def _from_otlp_json(obj: dict[str, Any], now: int, lean: bool) -> Decoded:
         if not isinstance(rs, dict):
             dropped += 1
             continue
-        service = _json_service(rs.get("resource"), problems)
+        service, resource_release = _json_service(rs.get("resource"), problems)
         sss = _jget(rs, "scopeSpans", "scope_spans")
         if not isinstance(sss, list):
             dropped += sss is not None
@@ -436,7 +487,7 @@ def _from_otlp_json(obj: dict[str, Any], now: int, lean: bool) -> Decoded:
                 dropped += sps is not None or not isinstance(ss, dict)
                 continue
             for sp in sps:
-                facts = _json_span(sp, service, now)
+                facts = _json_span(sp, service, resource_release, now)
                 if facts is None:
                     dropped += 1
                     continue
@@ -446,20 +497,23 @@ def _from_otlp_json(obj: dict[str, Any], now: int, lean: bool) -> Decoded:
     return _finish(*_set_aside(spans, lean), problems, dropped)
 
 
-def _json_service(resource: Any, problems: list[Reject]) -> str:
+def _json_service(resource: Any, problems: list[Reject]) -> tuple[str, tuple[str, ...]]:
+    """The resource's service name and its value of each release key."""
+    none = ("",) * len(_release_keys)
     if not isinstance(resource, dict):
-        return UNKNOWN_SERVICE
+        return UNKNOWN_SERVICE, none
     attrs, bad = _json_attrs(resource.get("attributes"))
+    releases = _resource_releases(attrs) if _release_keys else none
     name = attrs.get("service.name")
     if name is None and not bad:
-        return UNKNOWN_SERVICE
+        return UNKNOWN_SERVICE, releases
     if isinstance(name, str) and name:
-        return name
+        return name, releases
     problems.append(Reject.BAD_ATTRIBUTE)
-    return UNKNOWN_SERVICE
+    return UNKNOWN_SERVICE, releases
 
 
-def _json_span(sp: Any, service: str, now: int) -> SpanFacts | None:
+def _json_span(sp: Any, service: str, resource_release: tuple[str, ...], now: int) -> SpanFacts | None:
     if not isinstance(sp, dict):
         return None
     tid = _json_id(_jget(sp, "traceId", "trace_id"), 16)
@@ -476,6 +530,7 @@ def _json_span(sp: Any, service: str, now: int) -> SpanFacts | None:
         facts.start_ns = facts.end_ns = 0
         facts.problems.append(Reject.BAD_TIMESTAMP)
     attrs, bad = _json_attrs(sp.get("attributes"))
+    facts.release = _release(attrs, resource_release)
     events = sp.get("events") if dialects.wants_events(attrs) else None
     if isinstance(events, list):
         for ev in events:
@@ -679,6 +734,10 @@ def _from_flat(obj: dict[str, Any], raw: bytes, now: int) -> Decoded:
         problems.append(Reject.BAD_ATTRIBUTE)
     rp = obj.get("replay")
     replay = dialects.parse_bool(rp, problems) if rp is not None else False
+    release = obj.get("release")
+    if release is not None and not isinstance(release, str):
+        problems.append(Reject.BAD_ATTRIBUTE)
+        release = None
 
     start = _seconds_to_ns(obj.get("start"))
     end = _seconds_to_ns(obj.get("end"))
@@ -705,6 +764,7 @@ def _from_flat(obj: dict[str, Any], raw: bytes, now: int) -> Decoded:
         start_ns=start,
         end_ns=end,
         replay=replay,
+        release=release or "",
     )
     return Decoded(records=[record], problems=problems, detail=_summary(problems))
 
@@ -840,6 +900,7 @@ def compiled_decoder() -> Any:
         _finish,
         UNKNOWN_SERVICE,
     )
+    wire.set_release_keys(_release_keys)
     return wire
 
 

@@ -21,7 +21,7 @@ from monitor.ingest.accounting import ACCOUNTING, NEW_REFS, Accounting, Labels, 
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingPolicy
-from monitor.ingest.decode import OTLP_PROTO_DECODER, compiled_feed, decode
+from monitor.ingest.decode import OTLP_PROTO_DECODER, compiled_feed, decode, set_release_keys
 from monitor.ingest.sampler import Sampler
 from monitor.kafka.config import Encoding, KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
@@ -65,6 +65,9 @@ class IngestStage:
         self.rejections = Rejections(metrics)
         self.query_types = BoundedLabel.query_types(slices.query_types)
         self.services = BoundedLabel.services(slices.services, slices.max_services)
+        # Read by the decoder (process-wide, as its key tables are); bounded for sampled records.
+        set_release_keys(slices.release_keys)
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
         self.classifier = QueryClassifier(slices.query_types) if slices.classify != "off" else None
         self.sampler = Sampler(sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
@@ -283,7 +286,8 @@ class IngestStage:
         if probability is None:
             release_all(fin.refs)
             return
-        value = encode_sample(record, probability, service, source, now, self._text_limits)
+        release, _ = self.releases.bound(record.release)
+        value = encode_sample(record, probability, service, source, now, self._text_limits, release)
         self.samples.add(record.trace_id.encode(), value, fin.refs)
 
     def _bound(self, key: tuple[str, str]) -> Labels:

@@ -122,6 +122,8 @@ class JudgeStage:
         # Labels read back from the samples topic are bounded again: anything may write to it.
         self.query_types = BoundedLabel.query_types(slices.query_types)
         self.services = BoundedLabel.services(slices.services, slices.max_services)
+        # Bounded again: samples from another ingest version or a foreign producer.
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
         self._judge_labels = slices.classify == "judge"
         self.budget = JudgeBudget(config.budget) if config.budget.enabled else None
         if judge is not None and config.budget.default_cap:
@@ -279,6 +281,8 @@ class JudgeStage:
                 weight = 1.0 / sample.inclusion_probability
                 record.query_type, _ = self.query_types.bound(record.query_type)
                 service, _ = self.services.bound(sample.service_label)
+                # The results line and the estimates carry the bounded label, never the raw value.
+                record.release, _ = self.releases.bound(sample.release_label)
                 nbytes = len(msg.value)
                 self._held += 1
                 self._held_bytes += nbytes
@@ -424,7 +428,7 @@ class JudgeStage:
         if judgement.ok:
             judgement.citations = check_citations(record.chunks, cited, judgement)
             self.metrics.judge.observe_verdicts(judgement, item.service)
-            self.metrics.estimates.observe(judgement, item.service)
+            self.metrics.estimates.observe(judgement, item.service, record.release)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)

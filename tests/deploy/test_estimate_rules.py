@@ -189,3 +189,73 @@ async def test_two_judge_replicas_add_up_to_the_estimate_of_their_union(
         subprocess.run, ["promtool", "test", "rules", str(spec)], capture_output=True, text=True
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
+def test_the_release_rules_pool_services_and_keep_releases_apart(tmp_path: Path) -> None:
+    """`release_query_type_metric:…`: per release, the estimate of every service's records
+    together (their statistics summed), as `expected_estimates` computes it from the records."""
+    records = {  # (service, release) -> [(w, faithfulness)]
+        ("a", "v1"): [(2.0, 1.0), (2.0, 1.0), (4.0, 0.5)],
+        ("b", "v1"): [(1.0, 1.0), (1.0, 0.0)],
+        ("a", "v2"): [(2.0, 0.0), (2.0, 0.5), (8.0, 0.25)],
+    }
+    series = []
+    for (service, release), wy in records.items():
+        stats = {
+            "samples": len(wy),
+            "weight": sum(w for w, _ in wy),
+            "weighted_value": sum(w * y for w, y in wy),
+            "weight_squared": sum(w * w for w, _ in wy),
+            "weight_squared_value": sum(w * w * y for w, y in wy),
+            "weight_squared_value_squared": sum(w * w * y * y for w, y in wy),
+        }
+        for name, value in stats.items():
+            lab = (
+                f'{{service="{service}",query_type="lookup",release="{release}",'
+                'metric="faithfulness",judge="x"}'
+            )
+            series.append({"series": f"ragmon_estimate_{name}_total{lab}", "values": f"0 {value!r}x10"})
+    tests = []
+    for release in ("v1", "v2"):
+        lines = [
+            {
+                "service": "all",
+                "query_type": "lookup",
+                "judge": {"backend": "x", "outcome": "ok"},
+                "sampling_weight": w,
+            }
+            | {"faithfulness": y, "hallucinated": None, "refuses": None, "false_refusal": None}
+            | {"answer_relevance": None, "context_relevance": None}
+            for (_, r), wy in records.items()
+            if r == release
+            for w, y in wy
+        ]
+        (want,) = expected_estimates(lines).values()
+        for rule, value in want.items():
+            name = "ragmon_estimate:ratio1h" if rule == "ratio1h" else f"ragmon_estimate_{rule}"
+            sel = f'release_query_type_metric:{name}{{release="{release}"}}'
+            tests.append(
+                {
+                    "expr": f"abs({sel} - {value!r}) < bool 1e-9",
+                    "eval_time": "10m",
+                    "exp_samples": [
+                        {
+                            "labels": f'{{release="{release}",query_type="lookup",'
+                            'metric="faithfulness",judge="x"}',
+                            "value": 1,
+                        }
+                    ],
+                }
+            )
+    spec = tmp_path / "release.test.yml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(RULES)],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+            }
+        )
+    )
+    run = subprocess.run(["promtool", "test", "rules", str(spec)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

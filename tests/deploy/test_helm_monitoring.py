@@ -35,10 +35,8 @@ def test_prometheus_rule_is_deploy_prometheus(tmp_path: Path) -> None:
     objects = render(api_versions=MONITORING)
     (rule,) = of_kind(objects, "PrometheusRule").values()
     deploy = REPO / "deploy" / "prometheus"
-    expected = [
-        *yaml.safe_load((deploy / "rules.yml").read_text())["groups"],
-        *yaml.safe_load((deploy / "alerts.yml").read_text())["groups"],
-    ]
+    recording = yaml.safe_load((deploy / "rules.yml").read_text())["groups"]
+    expected = [*recording, *yaml.safe_load((deploy / "alerts.yml").read_text())["groups"]]
     assert rule["spec"]["groups"] == expected
     assert "{{ $labels.query_type }}" in json.dumps(rule["spec"])
     path = tmp_path / "rules.yml"
@@ -48,7 +46,7 @@ def test_prometheus_rule_is_deploy_prometheus(tmp_path: Path) -> None:
     # Alerts alone would read recording rules nobody records: both go, or the flags say otherwise.
     only_alerts = render({"prometheusRule": {"recordingRules": False}}, api_versions=MONITORING)
     (rule,) = of_kind(only_alerts, "PrometheusRule").values()
-    assert [g["name"] for g in rule["spec"]["groups"]] == [g["name"] for g in expected[1:]]
+    assert [g["name"] for g in rule["spec"]["groups"]] == [g["name"] for g in expected[len(recording) :]]
     # A renamed scrape job follows into the rules that select on it.
     renamed = render({"serviceMonitor": {"jobName": "ragmon"}}, api_versions=MONITORING)
     text = json.dumps(of_kind(renamed, "PrometheusRule"))

@@ -34,9 +34,12 @@ from monitor.model import SpanFacts
 class Spans:
     """A real SDK tracer whose finished spans are kept in memory."""
 
-    def __init__(self, service: str = "rag-svc") -> None:
+    def __init__(self, service: str = "rag-svc", **resource: Any) -> None:
+        """`resource`: more resource attributes, keyed as `attrs` takes them (`service__version`)."""
         self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": service, **attrs(**resource)})
+        )
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.tracer: Tracer = self.provider.get_tracer("test")
 
@@ -178,6 +181,7 @@ def _one_chain_span(**extra: Any) -> list[ReadableSpan]:
 
 KNOWN_KEYS = [
     "service.name",
+    "service.version",
     "openinference.span.kind",
     "input.value",
     "input.mime_type",

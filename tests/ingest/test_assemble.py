@@ -472,3 +472,24 @@ def test_what_open_traces_keep_alive_stays_within_the_byte_bound() -> None:
         tracemalloc.stop()
     assert asm.open_traces > 1000  # the bound, not the count, is what holds them back
     assert most <= bound * 1.05, f"{most / 2**20:.1f} MiB held under a {bound / 2**20:.0f} MiB bound"
+
+
+@pytest.mark.parametrize(
+    ("releases", "expected"),
+    [
+        (("v2", "v1", ""), "v2"),  # the root's
+        (("", "", "v1"), "v1"),  # else any span's
+        (("", "", ""), ""),
+    ],
+)
+def test_record_release_is_the_roots_else_any_spans(releases: tuple[str, str, str], expected: str) -> None:
+    tracker = OffsetTracker()
+    tracker.assign(["p0"])
+    asm = Assembler(AssemblyConfig(grace_seconds=0.0, timeout_seconds=30))
+    out: list[Finished] = []
+    for i, (s, release) in enumerate(zip(rag_spans("t1"), releases, strict=True)):
+        s.release = release
+        out += asm.add(s, tracker.track("p0", i), 100, now=10.0)
+    out += asm.poll(11.0)
+    (fin,) = out
+    assert fin.record is not None and fin.record.release == expected

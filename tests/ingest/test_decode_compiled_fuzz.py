@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from monitor.demo.workload import generate
+from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.kafka.config import Encoding
 from monitor.model import Reject
@@ -143,7 +144,13 @@ def test_fuzz_attributes_of_any_type(
         if values:
             ev.attributes.append(KeyValue(key=key, value=values[i % len(values)]))
     raw = bytes(req.SerializeToString())
-    taken(raw)
+    release_key = any(k in decode_mod.release_keys() for k, _ in kvs) or any(
+        k in decode_mod.release_keys() for _, k in events
+    )
+    if release_key:  # a span's own release: handed back (see the next tests), still the same
+        both(raw)
+    else:
+        taken(raw)
     both(raw, Encoding.AUTO)
 
 
@@ -292,3 +299,46 @@ def test_bad_ids_times_and_services_agree() -> None:
         attrs.append(KeyValue(key="service.name", value=AnyValue(string_value="second")))
         d = taken(bytes(req.SerializeToString()))
         assert d.problems[:1] == [Reject.BAD_ATTRIBUTE]
+
+
+@needs_wire
+@fuzz
+@given(
+    kvs=st.lists(
+        st.tuples(
+            st.sampled_from(["service.name", "service.version", "prompt.version", "x"]), cases.any_value(0)
+        ),
+        max_size=6,
+    )
+)
+def test_fuzz_resource_release_is_decoded_natively(kvs: list[tuple[str, dict[str, Any]]]) -> None:
+    """The release from resource attributes (`service.version` and the like, repeated, of any
+    type) is the compiled path's own: never handed back, the reference's value."""
+    req = ExportTraceServiceRequest()
+    req.CopyFrom(SAMPLE)
+    attrs = req.resource_spans[0].resource.attributes
+    del attrs[:]
+    for key, value in kvs:
+        av = AnyValue()
+        if cases._to_any_value(value, av):
+            attrs.append(KeyValue(key=key, value=av))
+    decode_mod.set_release_keys(["prompt.version", "service.version"])
+    try:
+        taken(bytes(req.SerializeToString()))
+    finally:
+        decode_mod.set_release_keys(decode_mod.DEFAULT_RELEASE_KEYS)
+
+
+@needs_wire
+def test_a_spans_own_release_attribute_goes_to_the_reference_path() -> None:
+    req = ExportTraceServiceRequest()
+    req.CopyFrom(SAMPLE)
+    req.resource_spans[0].resource.attributes.append(
+        KeyValue(key="service.version", value=AnyValue(string_value="v1"))
+    )
+    span = req.resource_spans[0].scope_spans[0].spans[1]
+    span.attributes.append(KeyValue(key="service.version", value=AnyValue(string_value="v2")))
+    value = bytes(req.SerializeToString())
+    assert WIRE is not None and WIRE.decode_spans(value, time.time_ns(), True) is None
+    d = both(value)
+    assert {f.release for f in d.spans} == {"v1", "v2"}

@@ -18,12 +18,63 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from monitor.ingest import decode as decode_mod
 from monitor.ingest.decode import decode
 from monitor.kafka.config import Encoding
 from monitor.model import Chunk, RagRecord, Reject, SpanRole
 
 # ---------------------------------------------------------------------------------------------
 # wire formats
+
+
+def test_release_is_read_from_the_resources_service_version() -> None:
+    new, old, none = (
+        Spans("svc", service__version="v1.4.2"),
+        Spans("svc", service__version="v1.4.1"),
+        Spans("svc"),
+    )
+    for t in (new, old, none):
+        openinference_trace(t)
+    req = encode_spans(new.finished + old.finished + none.finished)
+    for value, enc in (
+        (req.SerializeToString(), Encoding.OTLP_PROTO),
+        (to_otlp_json(req), Encoding.OTLP_JSON),
+    ):
+        d = ok(decode(value, enc))
+        assert sorted(f.release for f in d.spans) == [""] * 4 + ["v1.4.1"] * 4 + ["v1.4.2"] * 4
+
+
+def test_release_keys_in_order_a_spans_own_attribute_before_its_resources() -> None:
+    t = Spans("svc", service__version="v9", prompt__version="p-resource")
+    with (
+        t.span("root", **{"openinference.span.kind": "CHAIN", "prompt.version": "p7"}),
+        t.span("llm", **{"openinference.span.kind": "LLM", "output.value": "a"}),
+    ):
+        pass
+    bare = Spans("svc", service__version="v9")
+    with bare.span("root", **{"openinference.span.kind": "CHAIN", "input.value": "q"}):
+        pass
+    req = encode_spans(t.finished + bare.finished)
+    decode_mod.set_release_keys(["prompt.version", "service.version"])
+    try:
+        for value, enc in (
+            (req.SerializeToString(), Encoding.OTLP_PROTO),
+            (to_otlp_json(req), Encoding.OTLP_JSON),
+        ):
+            by_name = {(f.name, f.release) for f in ok(decode(value, enc)).spans}
+            assert by_name == {("root", "p7"), ("llm", "p-resource"), ("root", "v9")}
+        decode_mod.set_release_keys([])  # no release read at all
+        assert {f.release for f in ok(decode(req.SerializeToString(), Encoding.OTLP_PROTO)).spans} == {""}
+    finally:
+        decode_mod.set_release_keys(decode_mod.DEFAULT_RELEASE_KEYS)
+
+
+def test_a_release_that_is_not_a_non_empty_string_is_no_release() -> None:
+    for version in ("", 7, True):
+        t = Spans("svc", service__version=version)
+        openinference_trace(t)
+        for f in ok(decode(proto_bytes(t.finished), Encoding.OTLP_PROTO)).spans:
+            assert f.release == ""
 
 
 def test_many_traces_and_services_in_one_message() -> None:
@@ -145,7 +196,7 @@ def flat(**overrides: Any) -> dict[str, Any]:
 
 
 def test_flat_json_record() -> None:
-    rec = flat()
+    rec = flat(release="v3")
     d = ok(decode(json.dumps(rec).encode(), Encoding.JSON))
     assert d.spans == [] and d.problems == []
     (r,) = d.records
@@ -161,6 +212,7 @@ def test_flat_json_record() -> None:
         start_ns=r.start_ns,
         end_ns=r.end_ns,
         replay=False,
+        release="v3",
     )
     assert abs(r.start_ns - rec["start"] * 1e9) < 1e3 and abs(r.end_ns - rec["end"] * 1e9) < 1e3
     # The record's own JSON form decodes to the same record.

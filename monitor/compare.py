@@ -1,0 +1,198 @@
+"""Quality by release, with a verdict: each metric's weighted estimate per release, and whether it
+moved against the release before it (or a named baseline).
+
+The releases' samples are independent (different requests, judged once), so the test is unpaired:
+the difference of two weighted (Hájek) estimates, each with its linearised variance (as the
+recording rules compute it), a normal interval on the difference at the chosen confidence. Its
+interval excluding 0 gives `better` or `worse` (by the metric's direction), else `no detectable
+change`; fewer than `min_samples` judged records on either side give `too few samples`. `other`
+and `unknown` pool several releases: shown, never compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from statistics import NormalDist
+
+from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
+from monitor.results import ResultLine
+
+# Higher is better for these; lower for the flags (hallucination, refusal, false_refusal).
+HIGHER_IS_BETTER = frozenset({"faithfulness", "relevance", "context_relevance"})
+METRICS = ("faithfulness", "hallucination", "refusal", "false_refusal", "relevance", "context_relevance")
+_RATES = frozenset({"hallucination", "refusal", "false_refusal"})
+_POOLED = frozenset({"other", "unknown"})
+TEST = "unpaired: difference of two weighted (Hájek) estimates, linearised variances, normal interval"
+
+
+@dataclass(slots=True)
+class ReleaseStats:
+    name: str
+    first_seen: float | None = None  # the earliest record time among its lines
+    sums: dict[str, WeightedSums] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    release: str
+    metric: str
+    estimate: float
+    lower: float
+    upper: float
+    samples: int
+    baseline: str | None  # the release compared with; None: not compared
+    difference: float | None = None
+    diff_lower: float | None = None
+    diff_upper: float | None = None
+    verdict: str = ""  # better | worse | no detectable change | too few samples | "" (not compared)
+
+
+def group(lines: Iterable[ResultLine], by: str = "release") -> tuple[dict[str, ReleaseStats], int]:
+    """The judged production lines' weighted sums per value of `by` (a line field), and how many
+    lines were left out (not judged, replay, no usable weight)."""
+    out: dict[str, ReleaseStats] = {}
+    left_out = 0
+    for line in lines:
+        w = line.sampling_weight
+        if line.replay or not line.judged or w is None or not usable_weight(float(w)):
+            left_out += 1
+            continue
+        key = getattr(line, by, None)
+        name = key if isinstance(key, str) and key else "unknown"
+        stats = out.get(name)
+        if stats is None:
+            stats = out[name] = ReleaseStats(name)
+        when = _time(line.end) or _time(line.start)
+        if when is not None and (stats.first_seen is None or when < stats.first_seen):
+            stats.first_seen = when
+        values = verdict_values(
+            line.faithfulness,
+            line.hallucinated,
+            line.refusal,
+            line.false_refusal,
+            line.answer_relevance,
+            context_relevance=line.context_relevance,
+        )
+        for metric, y in values:
+            s = stats.sums.get(metric)
+            if s is None:
+                s = stats.sums[metric] = WeightedSums()
+            s.add(float(w), y)
+    return out, left_out
+
+
+def compare(
+    groups: dict[str, ReleaseStats],
+    *,
+    baseline: str | None = None,
+    confidence: float = 0.95,
+    min_samples: int = 10,
+) -> list[MetricRow]:
+    """Rows per release (in order of first appearance) and metric: the estimate and interval, and
+    the verdict against `baseline` (default: the release seen before it)."""
+    order = sorted(groups.values(), key=lambda s: (s.first_seen is None, s.first_seen or 0.0, s.name))
+    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
+    rows: list[MetricRow] = []
+    previous: ReleaseStats | None = None
+    for stats in order:
+        pooled = stats.name in _POOLED
+        against = groups.get(baseline) if baseline is not None else previous
+        if pooled or against is stats:
+            against = None
+        for metric in METRICS:
+            s = stats.sums.get(metric)
+            if s is None or s.n == 0:
+                continue
+            est, lo, hi = _interval(metric, s, confidence)
+            row = MetricRow(stats.name, metric, est, lo, hi, s.n, against.name if against else None)
+            b = against.sums.get(metric) if against is not None else None
+            if against is not None:
+                row = _verdict(row, s, b, z, min_samples)
+            rows.append(row)
+        if not pooled:
+            previous = stats
+    return rows
+
+
+def _interval(metric: str, s: WeightedSums, confidence: float) -> tuple[float, float, float]:
+    if metric in _RATES:
+        e = weighted_rate(s, confidence)
+    elif metric == "faithfulness":
+        e = weighted_mean(s, confidence)
+    else:  # 1-3 scales: a normal interval on the Hájek mean
+        m = s.swy / s.sw
+        half = NormalDist().inv_cdf(0.5 + confidence / 2.0) * math.sqrt(_variance(s, m))
+        return m, max(1.0, m - half), min(3.0, m + half)
+    assert e is not None
+    return e.estimate, e.lower, e.upper
+
+
+def _variance(s: WeightedSums, m: float) -> float:
+    """The linearised variance of the Hájek estimate at its own mean (any range of y)."""
+    if s.n < 2:
+        return 0.0
+    ss = s.sw2y2 - 2.0 * m * s.sw2y + m * m * s.sw2
+    return max(0.0, ss) / (s.sw * s.sw) * s.n / (s.n - 1)
+
+
+def _verdict(
+    row: MetricRow, s: WeightedSums, b: WeightedSums | None, z: float, min_samples: int
+) -> MetricRow:
+    if b is None or b.n < min_samples or s.n < min_samples:
+        return replace(row, verdict="too few samples")
+    ma, mb = b.swy / b.sw, s.swy / s.sw
+    d = mb - ma
+    half = z * math.sqrt(_variance(s, mb) + _variance(b, ma))
+    lo, hi = d - half, d + half
+    if lo > 0 or hi < 0:
+        up = lo > 0
+        verdict = "better" if up == (row.metric in HIGHER_IS_BETTER) else "worse"
+    else:
+        verdict = "no detectable change"
+    return replace(row, difference=d, diff_lower=lo, diff_upper=hi, verdict=verdict)
+
+
+def _time(value: object) -> float | None:
+    """A line's `start`/`end`: Unix seconds (or an ISO 8601 string, as older lines wrote)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return None
+
+
+def format_table(rows: list[MetricRow], confidence: float = 0.95) -> str:
+    """The rows as the CLI prints them, the test stated first."""
+    pct = f"{confidence:.0%}"
+    out = [f"test: {TEST} ({pct}); intervals: {pct}"]
+    header = ("release", "metric", "estimate", f"{pct} interval", "n", "vs", "difference", "verdict")
+    table = [header]
+    for r in rows:
+        diff = (
+            f"{r.difference:+.3f} [{r.diff_lower:+.3f}, {r.diff_upper:+.3f}]"
+            if r.difference is not None and r.diff_lower is not None and r.diff_upper is not None
+            else ""
+        )
+        table.append(
+            (
+                r.release,
+                r.metric,
+                f"{r.estimate:.3f}",
+                f"[{r.lower:.3f}, {r.upper:.3f}]",
+                str(r.samples),
+                r.baseline or "",
+                diff,
+                r.verdict,
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(out)

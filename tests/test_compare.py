@@ -1,0 +1,96 @@
+"""`rag-monitor compare --results F --by release`: each metric per release with its interval and
+sample count, and a verdict against the release before it, the test named in the output."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from monitor.compare import compare, group
+from monitor.results import ResultLine
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_800_000_000.0
+
+
+def line(
+    release: str | None, faithful: bool, when: float, weight: float = 2.0, **extra: Any
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "v": 1,
+        "trace_id": f"{random.getrandbits(128):032x}",
+        "query_type": "lookup",
+        "end": when,
+        "sampling_weight": weight,
+        "faithfulness": 1.0 if faithful else 0.5,
+        "hallucinated": not faithful,
+        "answer_relevance": 3 if faithful else 2,
+        "judge": {"backend": "lexical", "outcome": "ok"},
+    }
+    if release is not None:
+        doc["release"] = release
+    return doc | extra
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+
+
+def write(path: Path, docs: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def test_a_worse_release_is_named_worse_and_an_equal_one_no_detectable_change(tmp_path: Path) -> None:
+    random.seed(4)
+    docs = [line("v1.4.1", i % 20 != 0, T0 + i) for i in range(200)]  # 95 % faithful
+    docs += [line("v1.4.2", i % 3 != 0, T0 + 1000 + i) for i in range(200)]  # 67 %
+    docs += [line("v1.4.3", i % 3 != 0, T0 + 2000 + i) for i in range(200)]  # 67 % again
+    docs += [line(None, True, T0 + 3000 + i) for i in range(30)]  # older lines: unknown
+    docs += [line("v1.4.2", False, T0 + 1000, judge={"outcome": "timeout"}) for _ in range(5)]
+    docs += [line("v1.4.2", False, T0 + 1000, replay=True) for _ in range(5)]
+    out = cli("compare", "--results", str(write(tmp_path / "r.jsonl", docs)), "--by", "release", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {(r["release"], r["metric"]): r for r in map(json.loads, out.stdout.splitlines())}
+    first = rows["v1.4.1", "faithfulness"]
+    assert first["samples"] == 200 and first["verdict"] == "" and first["baseline"] is None
+    assert first["lower"] < 0.975 < first["upper"]
+    assert rows["v1.4.2", "faithfulness"]["baseline"] == "v1.4.1"
+    assert rows["v1.4.2", "faithfulness"]["verdict"] == "worse"
+    assert rows["v1.4.2", "hallucination"]["verdict"] == "worse"  # a rate: up is worse
+    assert rows["v1.4.2", "relevance"]["verdict"] == "worse"
+    assert rows["v1.4.3", "faithfulness"]["baseline"] == "v1.4.2"
+    assert rows["v1.4.3", "faithfulness"]["verdict"] == "no detectable change"
+    assert rows["unknown", "faithfulness"]["verdict"] == ""  # pooled: shown, never compared
+    assert "10 line(s) left out" in out.stderr
+    assert all("unpaired" in r["test"] for r in rows.values())
+    # Against a named baseline, and as a table that states the test.
+    table = cli("compare", "--results", str(tmp_path / "r.jsonl"), "--baseline", "v1.4.1")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith("test: unpaired: difference of two weighted")
+    v143 = [t for t in table.stdout.splitlines() if t.startswith("v1.4.3") and " faithfulness " in t]
+    assert len(v143) == 1 and v143[0].rstrip().endswith("worse") and "v1.4.1" in v143[0]
+
+
+def test_weights_count_and_few_samples_give_no_verdict() -> None:
+    docs = [line("a", True, T0 + i, weight=1.0) for i in range(20)]
+    docs += [line("a", False, T0 + 20 + i, weight=9.0) for i in range(20)]  # weighted: 10 % faithful
+    docs += [line("b", False, T0 + 100 + i) for i in range(3)]
+    groups, left_out = group(ResultLine.model_validate(d) for d in docs)
+    assert left_out == 0
+    rows = {(r.release, r.metric): r for r in compare(groups)}
+    assert abs(rows["a", "hallucination"].estimate - 0.9) < 1e-9
+    assert rows["b", "faithfulness"].verdict == "too few samples"
+
+
+def test_an_unknown_baseline_is_an_error(tmp_path: Path) -> None:
+    out = cli(
+        "compare", "--results", str(write(tmp_path / "r.jsonl", [line("v1", True, T0)])), "--baseline", "v9"
+    )
+    assert out.returncode == 2 and "v9" in out.stderr
