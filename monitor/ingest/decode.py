@@ -83,8 +83,11 @@ def set_release_keys(keys: tuple[str, ...] | list[str]) -> None:
     if len(keys) > MAX_RELEASE_KEYS or not all(isinstance(k, str) and k for k in keys):
         raise ValueError(f"release keys: up to {MAX_RELEASE_KEYS} non-empty strings")
     _release_keys = keys
-    if _wire is not None:
-        _wire.set_release_keys(keys)
+    # The compiled module once loaded, in use or not (the differential tests load it beside the
+    # pure-Python path): both must read the same keys.
+    wire = compiled_decoder() if compiled_decoder.cache_info().currsize else None
+    if wire is not None:
+        wire.set_release_keys(keys)
 
 
 def release_keys() -> tuple[str, ...]:
