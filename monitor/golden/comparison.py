@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from monitor.golden.intervals import Interval, IntervalConfig, drop_intervals
 from monitor.golden.scores import (
     ALL,
-    GENERATION_METRICS,
+    JUDGED_METRICS,
     LOWER_IS_BETTER,
     METRICS,
     RowResult,
@@ -88,9 +88,9 @@ class Unmeasured:
 
 
 def find_unmeasured(rows: Sequence[RowResult], gate: GateConfig) -> list[Unmeasured]:
-    """The gated generation metrics whose judge failures exceed `gate.max_judge_failure_share`."""
+    """The gated judged metrics whose judge failures exceed `gate.max_judge_failure_share`."""
     out = []
-    for metric in GENERATION_METRICS:
+    for metric in JUDGED_METRICS:
         if metric not in gate.gated():
             continue
         counted = [r for r in rows if r.counts_for(metric)]

@@ -23,6 +23,9 @@ GAUGE_METRICS = (
     "faithfulness",
     "refusal_accuracy",
     "citation_precision",
+    "answer_relevance",
+    "context_relevance",
+    "correctness",
 )
 
 

@@ -2,12 +2,17 @@
 interval), the paired comparison with the baseline (baseline, now, drop, the drop's interval and a
 verdict), the regressions with the rows that moved, and the diagnosis hints — retrieval and
 generation side by side, never blended (citation precision, "–" when no answer cites its chunks, is
-generation's); with `--baselines`, the normal, oracle and no-context
-replays side by side per query type with the oracle gap. The JSON report
-(`ReplayReport.to_json_dict`) has all of it, per query type too.
+generation's); answer relevance, context relevance and correctness against the reference answer
+per query type in a table of their own (correctness said to be the lexical stand-in); with
+`--baselines`, the normal, oracle and no-context replays side by side per query type with the
+oracle gap; per difficulty tag when rows carry one. The JSON report (`ReplayReport.to_json_dict`)
+has all of it, per query type too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from rich.console import Console, JustifyMethod
 from rich.table import Table
@@ -15,7 +20,7 @@ from rich.table import Table
 from monitor.golden.baselines import Baselines
 from monitor.golden.comparison import MetricChange, Regression
 from monitor.golden.intervals import Interval
-from monitor.golden.report import ReplayReport
+from monitor.golden.report import CORRECTNESS_METHOD, ReplayReport
 from monitor.golden.scores import ALL
 
 __all__ = ["render_report"]
@@ -31,6 +36,20 @@ _COLUMNS = (
     ("false_refusal_rate", "false refusal"),
     ("citation_precision", "citation prec"),
 )
+_RELEVANCE_COLUMNS = (
+    ("answer_relevance", "answer relevance"),
+    ("context_relevance", "context relevance"),
+    ("correctness", "correctness (lexical)"),
+)
+_DIFFICULTY_COLUMNS = (
+    ("recall_at_k", "recall@k"),
+    ("mrr", "MRR"),
+    ("faithfulness", "faithful"),
+    ("refusal_accuracy", "refusal acc"),
+    ("answer_relevance", "answer rel"),
+    ("context_relevance", "context rel"),
+    ("correctness", "correct"),
+)
 _MAX_ROWS_SHOWN = 8
 
 
@@ -45,7 +64,38 @@ def _iv(iv: Interval | None, signed: bool = False) -> str:
 
 
 def _label(metric: str, k: int) -> str:
-    return dict(_COLUMNS).get(metric, metric).replace("@k", f"@{k}")
+    return dict(_COLUMNS + _DIFFICULTY_COLUMNS).get(metric, metric).replace("@k", f"@{k}")
+
+
+def _metric_table(
+    title: str,
+    head: str,
+    groups: Mapping[str, Mapping[str, Any]],
+    intervals: Mapping[str, Mapping[str, Interval | None]],
+    columns: Sequence[tuple[str, str]],
+    k: int,
+    regressed: Collection[tuple[str, str]] = (),
+    count: str = "rows",
+) -> Table:
+    """One row per group (`overall` first), each metric with its interval under it; `count`: the
+    stat the second column shows (`rows`, or `answerable` for metrics of answerable rows)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column(head)
+    table.add_column(count, justify="right")
+    for _, label in columns:
+        table.add_column(label.replace("@k", f"@{k}"), justify="right")
+    for group, stats in groups.items():
+        cells = []
+        for metric, _ in columns:
+            text = _fmt(stats.get(metric))
+            text = f"[bold red]{text}[/]" if (group, metric) in regressed else text
+            iv = intervals.get(group, {}).get(metric)
+            if iv is not None:
+                text += f"\n[dim]{_iv(iv)}[/]"
+            cells.append(text)
+        name = "[bold]overall[/]" if group == ALL else group
+        table.add_row(name, str(stats[count]), *cells, end_section=True)
+    return table
 
 
 _CHANGE_TEXT = {
@@ -194,24 +244,37 @@ def render_report(report: ReplayReport, console: Console) -> None:
         title += (
             f"; [{pct} interval] {cfg.method} bootstrap over rows, {cfg.resamples} resamples, seed {cfg.seed}"
         )
-    table = Table(title=title, title_justify="left")
-    table.add_column("query type")
-    table.add_column("rows", justify="right")
-    for _, label in _COLUMNS:
-        table.add_column(label.replace("@k", f"@{report.k}"), justify="right")
     regressed = {(r.query_type, r.metric) for r in report.regressions}
-    for group, stats in report.metrics.items():
-        cells = []
-        for metric, _ in _COLUMNS:
-            text = _fmt(stats.get(metric))
-            text = f"[bold red]{text}[/]" if (group, metric) in regressed else text
-            iv = report.intervals.get(group, {}).get(metric)
-            if iv is not None:
-                text += f"\n[dim]{_iv(iv)}[/]"
-            cells.append(text)
-        name = "[bold]overall[/]" if group == ALL else group
-        table.add_row(name, str(stats["rows"]), *cells, end_section=True)
-    console.print(table)
+    console.print(
+        _metric_table(title, "query type", report.metrics, report.intervals, _COLUMNS, report.k, regressed)
+    )
+    console.print(
+        _metric_table(
+            "relevance and correctness against the reference answer (answerable rows)",
+            "query type",
+            report.metrics,
+            report.intervals,
+            _RELEVANCE_COLUMNS,
+            report.k,
+            regressed,
+            count="answerable",
+        )
+    )
+    console.print(
+        "answer / context relevance: the judge's 1-3 rating on [0, 1], (rating − 1) / 2 (– when the "
+        f"judge rates none); correctness: {CORRECTNESS_METHOD['note']}"
+    )
+    if report.by_difficulty:
+        console.print(
+            _metric_table(
+                "per difficulty tag (tagged rows; reported, not gated)",
+                "difficulty",
+                report.by_difficulty,
+                report.difficulty_intervals,
+                _DIFFICULTY_COLUMNS,
+                report.k,
+            )
+        )
     _comparison(report, console, pct)
     if report.baselines is not None:
         _baselines(report.baselines, console, pct)

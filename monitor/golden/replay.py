@@ -22,7 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.golden.baselines import REPLAY_SERVICE, BaselineMode, ModeResult, ModeRow, ask_mode, replay_ids
+from monitor.golden.baselines import (
+    REPLAY_SERVICE,
+    BaselineMode,
+    ModeResult,
+    ModeRow,
+    ask_mode,
+    match_reference,
+    replay_ids,
+)
 from monitor.golden.change import Change
 from monitor.golden.comparison import Baseline, BaselineError, GateConfig
 from monitor.golden.gauges import GoldenGauges
@@ -30,7 +38,7 @@ from monitor.golden.intervals import IntervalConfig
 from monitor.golden.report import ReplayReport, build_report
 from monitor.golden.retrieval import score_ranking
 from monitor.golden.schema import GoldenRow
-from monitor.golden.scores import RowResult
+from monitor.golden.scores import RowResult, rating_ratio
 from monitor.golden.targets import Target, TargetError, make_target
 from monitor.judge import Judge, create_judge, skip_reason
 from monitor.judge.citations import check_citations, read_citations
@@ -82,7 +90,15 @@ async def _ask_row(
     retrieved = [c.id for c in resp.chunks]
     scores = score_ranking(retrieved, row.relevance(), k) if row.answerable else None
     result = RowResult(
-        row.id, row.query_type, row.answerable, retrieved, resp.answer, scores, latency_s=latency
+        row.id,
+        row.query_type,
+        row.answerable,
+        retrieved,
+        resp.answer,
+        scores,
+        latency_s=latency,
+        correctness=match_reference(resp.answer, row.reference_answer) if row.answerable else None,
+        difficulty=row.difficulty,
     )
     trace_id, span_id = replay_ids(row.id)
     record = RagRecord(
@@ -126,6 +142,8 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
         result.refused = judgement.refuses  # no answer given; a hedged answer is an answer
         if isinstance(result, RowResult):
             result.citations = check_citations(record.chunks, cited, judgement)
+            result.answer_relevance = rating_ratio(judgement.answer_relevance)
+            result.context_relevance = rating_ratio(judgement.context_relevance)
 
 
 async def run_replay(
@@ -215,7 +233,6 @@ async def run_replay(
     report = await asyncio.to_thread(
         build_report,
         results,
-        rows,
         modes,
         k=k,
         gate=gate,

@@ -1,7 +1,12 @@
 """The report of one golden replay (`ReplayReport`: the `--report` file, and the baseline a later
 run compares with) and its assembly from the scored rows (`build_report`): aggregates, intervals,
 the comparison with a baseline and the gate, warnings, and hints saying which half of the pipeline
-to open when something regressed (`diagnose`).
+to open when something regressed (`diagnose`), among them the two the evaluation practice names:
+the oracle gap (with `--baselines oracle`: the oracle's correctness, else faithfulness, minus this
+run's) under `ORACLE_GAP_GENERATOR` says the generator is what falls short, over
+`ORACLE_GAP_RETRIEVAL` that retrieval is; and answers faithful to their chunks yet not relevant to
+the question point at retrieval. Rows tagged with a `difficulty` get their metrics per tag
+(`by_difficulty`), reported, never gated.
 
 Self-evaluation: when the judge model is the model that generated the answers (`generator_model`:
 the target's answers name no model, the sidecar passes the one production spans showed), the report
@@ -19,11 +24,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from monitor.golden.baselines import (
+    MATCH_SHARE,
     BaselineMode,
     Baselines,
     ModeResult,
     ModeRow,
-    match_reference,
     score_baselines,
 )
 from monitor.golden.change import Change
@@ -40,12 +45,11 @@ from monitor.golden.comparison import (
     split_by_gate,
 )
 from monitor.golden.intervals import Interval, IntervalConfig
-from monitor.golden.schema import GoldenRow
 from monitor.golden.scores import ALL, RowResult, aggregate, metric_intervals
 from monitor.judge import Judge
 from monitor.judge.model import is_self_judged
 
-__all__ = ["Hint", "ReplayReport", "build_report", "diagnose"]
+__all__ = ["CORRECTNESS_METHOD", "Hint", "ReplayReport", "build_report", "diagnose"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,25 @@ log = logging.getLogger(__name__)
 # Diagnosis thresholds: "high" recall with a "low" MRR means the right chunks are there but low.
 HINT_HIGH_RECALL = 0.8
 HINT_LOW_MRR = 0.6
+# The oracle gap (oracle − this run, on correctness or faithfulness): small, perfect retrieval would
+# not help, so the generator falls short; large, retrieval costs the answers that much. Said only
+# when the run falls short (under HINT_GOOD), and nothing between the two: both halves then.
+ORACLE_GAP_GENERATOR = 0.05
+ORACLE_GAP_RETRIEVAL = 0.15
+HINT_GOOD = 0.9
+# Answer relevance (on [0, 1]: a mean rating under "partly relevant") low while faithfulness is high:
+# the answers keep to chunks that do not answer the question.
+HINT_LOW_ANSWER_RELEVANCE = 0.5
+
+# How `correctness` is measured, in the report (the LLM judges have no reference-answer check yet).
+CORRECTNESS_METHOD: Mapping[str, Any] = {
+    "method": "answer_match",
+    "lexical_stand_in": True,
+    "match_share": MATCH_SHARE,
+    "note": f"lexical stand-in for an LLM judgement: 1 when the answer holds >= {MATCH_SHARE:.0%} of the "
+    "reference answer's key tokens (lower-cased words and numbers, stop words out), else 0; it "
+    "misses paraphrases and yes/no verdicts",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +118,9 @@ class ReplayReport:
     self_evaluation: dict[str, Any] | None = None
     # Gated metrics the judge failed on too often: the run could not measure them (exit 2).
     unmeasured: list[Unmeasured] = field(default_factory=list)
+    # Per difficulty tag (tagged rows only; empty: no row is tagged), as `metrics` / `intervals`.
+    by_difficulty: dict[str, dict[str, Any]] = field(default_factory=dict)
+    difficulty_intervals: dict[str, dict[str, Interval | None]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -127,6 +153,15 @@ class ReplayReport:
             "config": self.config,
             "metrics": self.metrics,
             "intervals": self._intervals_json(),
+            "correctness": dict(CORRECTNESS_METHOD),
+            "by_difficulty": (
+                {
+                    "metrics": self.by_difficulty,
+                    "intervals": _json_intervals(self.difficulty_intervals),
+                }
+                if self.by_difficulty
+                else None
+            ),
             "comparison": self.comparison.to_json_dict() if self.comparison else None,
             "regressions": [r.to_json_dict() for r in self.regressions],
             "unmeasured": [u.to_json_dict() for u in self.unmeasured],
@@ -155,19 +190,21 @@ class ReplayReport:
 
     def _intervals_json(self) -> dict[str, Any]:
         """Additive to schema 1: readers of older reports and baselines ignore it."""
-        return {
-            **self.interval_config.model_dump(),
-            "metrics": {
-                group: {m: iv.to_json() if iv else None for m, iv in per.items()}
-                for group, per in self.intervals.items()
-            },
-        }
+        return {**self.interval_config.model_dump(), "metrics": _json_intervals(self.intervals)}
+
+
+def _json_intervals(per: Mapping[str, Mapping[str, Interval | None]]) -> dict[str, Any]:
+    return {group: {m: iv.to_json() if iv else None for m, iv in ms.items()} for group, ms in per.items()}
 
 
 def diagnose(
-    metrics: Mapping[str, Mapping[str, Any]], gate: GateConfig, baseline: Baseline | None
+    metrics: Mapping[str, Mapping[str, Any]],
+    gate: GateConfig,
+    baseline: Baseline | None,
+    side: Baselines | None = None,
 ) -> list[Hint]:
-    """Which half of the pipeline to open, from the shape of the numbers (overall and per slice)."""
+    """Which half of the pipeline to open, from the shape of the numbers (overall and per slice);
+    `side`: the oracle / no-context replays, for the oracle gap."""
     hints: list[Hint] = []
     recall_floor = gate.floors.get("recall_at_k", 0.85)
     faith_floor = gate.floors.get("faithfulness", 0.9)
@@ -219,6 +256,25 @@ def diagnose(
                     "chunks do not — look at the generator / prompt",
                 )
             )
+        relevance = s.get("answer_relevance")
+        if (
+            relevance is not None
+            and relevance < HINT_LOW_ANSWER_RELEVANCE
+            and faith is not None
+            and faith >= faith_floor
+        ):
+            hints.append(
+                Hint(
+                    group,
+                    "retrieval",
+                    f"{scope}: answers are faithful to their chunks ({faith:.2f}) but not relevant to the "
+                    f"question (answer relevance {relevance:.2f}): the chunks do not answer it — look at "
+                    "retrieval (query handling, the embedding model / index, k)",
+                )
+            )
+        gap = _oracle_gap(side, group)
+        if gap is not None:
+            hints.append(gap)
         if refusal is not None and refusal < 0.8:
             hints.append(
                 Hint(
@@ -231,6 +287,44 @@ def diagnose(
     return hints
 
 
+def _oracle_gap(side: Baselines | None, group: str) -> Hint | None:
+    """The oracle gap's verdict for `group`: on correctness (answer match) where the rows have a
+    reference answer, else on faithfulness. None when the oracle was not measured, this run is
+    already good on it, the gap falls between the two thresholds, or its interval reaches past
+    the other threshold (a slice of a dozen rows says nothing either way)."""
+    if side is None:
+        return None
+    gaps = side.oracle_gap.get(group, {})
+    normal = side.metrics.get("normal", {}).get(group, {})
+    for metric, name in (("answer_match", "correctness"), ("faithfulness", "faithfulness")):
+        gap, now = gaps.get(metric), normal.get(metric)
+        if gap is None or gap.value is None or now is None:
+            continue
+        if now >= HINT_GOOD:
+            return None
+        scope = "overall" if group == ALL else group
+        iv = f" [{gap.interval.low:+.2f}, {gap.interval.high:+.2f}]" if gap.interval else ""
+        head = f"{scope}: {name} {now:.2f}, oracle gap {gap.value:+.3f}{iv}"
+        iv_low = gap.interval.low if gap.interval else gap.value
+        iv_high = gap.interval.high if gap.interval else gap.value
+        if gap.value < ORACLE_GAP_GENERATOR and iv_high < ORACLE_GAP_RETRIEVAL:
+            return Hint(
+                group,
+                "generation",
+                f"{head} (< {ORACLE_GAP_GENERATOR}): the labelled chunks would not make the answers "
+                "better — fix the generator / prompt, not retrieval",
+            )
+        if gap.value > ORACLE_GAP_RETRIEVAL and iv_low > ORACLE_GAP_GENERATOR:
+            return Hint(
+                group,
+                "retrieval",
+                f"{head} (> {ORACLE_GAP_RETRIEVAL}): given the labelled chunks the answers are that much "
+                "better — fix retrieval",
+            )
+        return None
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Scored:
     metrics: dict[str, dict[str, Any]]
@@ -238,6 +332,8 @@ class _Scored:
     comparison: Comparison | None
     findings: list[Regression]
     baselines: Baselines | None
+    by_difficulty: dict[str, dict[str, Any]]
+    difficulty_intervals: dict[str, dict[str, Interval | None]]
 
 
 def _score(
@@ -246,9 +342,9 @@ def _score(
     baseline: Baseline | None,
     cfg: IntervalConfig,
     modes: Mapping[BaselineMode, ModeResult],
-    references: Mapping[str, str],
 ) -> _Scored:
-    """Aggregates, intervals, the paired comparison, the findings, the oracle / no-context side."""
+    """Aggregates, intervals, the paired comparison, the findings, the oracle / no-context side,
+    and the same aggregates and intervals per difficulty tag."""
     metrics = aggregate(rows)
     intervals = metric_intervals(rows, cfg)
     comparison = compare(rows, baseline, gate, cfg) if baseline is not None else None
@@ -262,7 +358,7 @@ def _score(
                 r.answerable,
                 r.answer,
                 r.retrieved,
-                match_reference(r.answer, references[r.id]) if r.answerable else None,
+                r.correctness,  # the same answer match as the baselines'
                 r.faithfulness,
                 r.refused,
                 r.judge_error,
@@ -270,12 +366,19 @@ def _score(
             for r in rows
         ]
         side = score_baselines(normal, modes, cfg)
-    return _Scored(metrics, intervals, comparison, findings, side)
+    return _Scored(
+        metrics,
+        intervals,
+        comparison,
+        findings,
+        side,
+        aggregate(rows, difficulty=True),
+        metric_intervals(rows, cfg, difficulty=True),
+    )
 
 
 def build_report(
     results: list[RowResult],
-    golden: Sequence[GoldenRow],
     modes: Mapping[BaselineMode, ModeResult],
     *,
     k: int,
@@ -292,13 +395,12 @@ def build_report(
     change: Change | None,
     generator_model: str | None,
 ) -> ReplayReport:
-    """The report of a replay whose rows are answered and judged (`results`, of the `golden`
-    rows; `modes`: the oracle / no-context replays): aggregates, intervals, the comparison with
+    """The report of a replay whose rows are answered and judged (`results`; `modes`: the
+    oracle / no-context replays): aggregates, intervals, the comparison with
     `baseline` and the gate's findings, hints, and the warnings after those of the run so far
     (`warnings`). CPU only (≈ 0.1–0.5 s of bootstrap): a sidecar runs it in a thread, so that
     its event loop keeps going meanwhile. `t0`: the run's `time.perf_counter()` start."""
-    references = {r.id: r.reference_answer for r in golden}
-    scored = _score(results, gate, baseline, interval_config, modes, references)
+    scored = _score(results, gate, baseline, interval_config, modes)
     regressions, waived = split_by_gate(scored.findings, gate)
     metrics = scored.metrics
     unmeasured = find_unmeasured(results, gate)
@@ -347,7 +449,7 @@ def build_report(
         rows=results,
         metrics=metrics,
         regressions=regressions,
-        hints=diagnose(metrics, gate, baseline),
+        hints=diagnose(metrics, gate, baseline, scored.baselines),
         warnings=warnings,
         config=config,
         golden_sha256=golden_sha256,
@@ -364,4 +466,6 @@ def build_report(
         change=change,
         self_evaluation=self_evaluation,
         unmeasured=unmeasured,
+        by_difficulty=scored.by_difficulty,
+        difficulty_intervals=scored.difficulty_intervals,
     )

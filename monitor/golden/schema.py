@@ -23,6 +23,7 @@ from monitor.slices import DEFAULT_QUERY_TYPES
 
 __all__ = [
     "ChunkText",
+    "Difficulty",
     "GoldenCheck",
     "GoldenRow",
     "Issue",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 GoldenFormat = Literal["json", "jsonl", "yaml"]
+Difficulty = Literal["easy", "hard", "adversarial"]
 
 MIN_ROWS = 20
 MIN_ROWS_PER_TYPE = 5
@@ -56,6 +58,9 @@ class GoldenRow(BaseModel):
     `grades` (optional, an extension) gives graded relevance for nDCG: chunk id → grade ≥ 1; ids
     of `relevant_chunk_ids` without a grade count as grade 1.
 
+    `difficulty` (optional): `easy`, `hard` or `adversarial`; the report gives each tag's metrics
+    as it gives each query type's (a closed set: it names a report group).
+
     `relevant_chunks` (optional) holds the text of the relevant chunks: what the oracle baseline
     gives the target as its context. Rows carry it rather than the monitor fetching it from the
     target, because the replay contract has no "chunk by id" call and the label is about the text
@@ -72,6 +77,7 @@ class GoldenRow(BaseModel):
     answerable: StrictBool = True
     grades: dict[StrictStr, StrictInt] | None = None
     relevant_chunks: list[ChunkText] | None = None
+    difficulty: Difficulty | None = None
     # Provenance, carried along and never scored: where the row came from (a data set's name, or
     # `synthetic` for rows `golden synthesize` wrote, to be reviewed) and under which licence.
     source: StrictStr | None = None

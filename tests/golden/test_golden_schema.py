@@ -138,7 +138,10 @@ def test_example_golden_set_is_the_corpus() -> None:
     assert check.ok and not check.warnings, check.warnings
     corpus = load_corpus()
     want = {q.id: q.golden_row() for q in corpus.questions}
-    optional = {"grades", "source", "license", "relevant_chunks", "trace_id", "added_on", "content_controls"}
+    optional = {
+        "grades", "source", "license", "relevant_chunks", "trace_id", "added_on", "content_controls",
+        "difficulty",
+    }  # fmt: skip
     got = {r.id: r.model_dump(exclude=optional) for r in check.rows}
     assert got == want
     # The oracle baseline's context: every relevant chunk's text, as the corpus has it.
