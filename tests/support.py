@@ -468,3 +468,9 @@ def start_sidecar(
         *args,
     ]
     return subprocess.Popen(cmd, env=environ, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def degrade(url: str, **rates: float) -> None:
+    """Degrade the example service (its `/admin/degrade`: e.g. `invent_rate`, `drop_best_rate`)."""
+    r = httpx.post(f"{url}/admin/degrade", json=rates, timeout=5)
+    assert r.status_code == 200, r.text

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import typer
-from support import example_service
+from support import degrade
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
@@ -44,16 +42,6 @@ def _config(tmp_path: Path, extra: str = "") -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    with example_service() as (url, _):
-        yield url
-
-
-def _degrade(url: str, **rates: float) -> None:
-    assert httpx.post(f"{url}/admin/degrade", json=rates, timeout=5).status_code == 200
-
-
 def _small_golden(path: Path, per_type: int = 4, strip_text: int = 0) -> Path:
     """`per_type` rows of each query type of the example set; the first `strip_text` answerable
     rows lose their chunk text."""
@@ -71,7 +59,7 @@ def _small_golden(path: Path, per_type: int = 4, strip_text: int = 0) -> Path:
 
 def test_oracle_beats_degraded_retrieval_and_no_context_refuses(service: str, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    _degrade(service, drop_best_rate=1.0)
+    degrade(service, drop_best_rate=1.0)
     try:
         out = _replay(
             GOLDEN,
@@ -83,7 +71,7 @@ def test_oracle_beats_degraded_retrieval_and_no_context_refuses(service: str, tm
             str(report),
         )
     finally:
-        _degrade(service, drop_best_rate=0.0)
+        degrade(service, drop_best_rate=0.0)
     rep = json.loads(report.read_text())
     assert out.exit_code == 1, out.output  # recall under its floors: the normal replay's gate
     assert {r["metric"] for r in rep["regressions"]} == {"recall_at_k"}  # baselines are never gated

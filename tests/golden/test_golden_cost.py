@@ -13,14 +13,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
 from fake_llm import FakeAPI, Reply, anthropic_message, chunk_ids_of
-from support import example_service
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
@@ -82,12 +80,6 @@ def billing_judge(path: str, body: dict[str, Any]) -> Reply:
         "cache_read_input_tokens": 0,
     }
     return Reply(body=message)
-
-
-@pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    with example_service() as (url, _):
-        yield url
 
 
 @pytest.fixture

@@ -13,12 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import typer
 from fake_llm import FakeAPI, Reply
 from prometheus_client import CollectorRegistry
-from support import eventually, example_service, running, settings_for
+from support import degrade, eventually, running, settings_for
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
@@ -49,18 +48,6 @@ def _replay(*args: str) -> Any:
     return CliRunner().invoke(_cli(), ["replay", "--golden", str(GOLDEN), *args])
 
 
-@pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    """The example RAG service as a real process (no span exporter: tracing is off)."""
-    with example_service() as (url, _):
-        yield url
-
-
-def _degrade(url: str, **rates: float) -> None:
-    r = httpx.post(f"{url}/admin/degrade", json=rates, timeout=5)
-    assert r.status_code == 200, r.text
-
-
 def test_gate_passes_then_catches_a_retrieval_regression(service: str, tmp_path: Path) -> None:
     target = f"{service}/query"
     baseline, report = tmp_path / "baseline.json", tmp_path / "report.json"
@@ -76,11 +63,11 @@ def test_gate_passes_then_catches_a_retrieval_regression(service: str, tmp_path:
     assert again.exit_code == 0, again.output
     assert "PASS" in again.output and json.loads(report.read_text())["status"] == "pass"
 
-    _degrade(service, drop_best_rate=1.0)
+    degrade(service, drop_best_rate=1.0)
     try:
         bad = _replay("--target", target, "--baseline", str(baseline), "--report", str(report))
     finally:
-        _degrade(service, drop_best_rate=0.0)
+        degrade(service, drop_best_rate=0.0)
     assert bad.exit_code == 1, bad.output
     assert "REGRESSION" in bad.output
     rep = json.loads(report.read_text())
@@ -104,11 +91,11 @@ def test_generation_regression_points_at_the_generator(service: str, tmp_path: P
     target = f"{service}/query"
     baseline, report = tmp_path / "baseline.json", tmp_path / "report.json"
     assert _replay("--target", target, "--write-baseline", str(baseline)).exit_code == 0
-    _degrade(service, invent_rate=1.0)
+    degrade(service, invent_rate=1.0)
     try:
         bad = _replay("--target", target, "--baseline", str(baseline), "--report", str(report))
     finally:
-        _degrade(service, invent_rate=0.0)
+        degrade(service, invent_rate=0.0)
     assert bad.exit_code == 1, bad.output
     rep = json.loads(report.read_text())
     metrics = {(r["metric"], r["kind"]) for r in rep["regressions"]}

@@ -7,16 +7,14 @@ the real anthropic SDK talking to the local fake API."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import typer
 from fake_llm import FakeAPI, Reply
 from prometheus_client import CollectorRegistry
-from support import example_service
+from support import degrade
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
@@ -40,16 +38,6 @@ def _replay(golden: Path, *args: str) -> Any:
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
-
-
-@pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    with example_service() as (url, _):
-        yield url
-
-
-def _degrade(url: str, **rates: float) -> None:
-    assert httpx.post(f"{url}/admin/degrade", json=rates, timeout=5).status_code == 200
 
 
 def _tagged(path: Path, per_type: int = 4) -> Path:
@@ -113,13 +101,13 @@ def test_lost_retrieval_shows_in_the_oracle_gap_and_in_faithful_irrelevant_answe
     service: str, tmp_path: Path
 ) -> None:
     report = tmp_path / "report.json"
-    _degrade(service, drop_best_rate=1.0)
+    degrade(service, drop_best_rate=1.0)
     try:
         out = _replay(
             GOLDEN, "--target", f"{service}/query", "--baselines", "oracle", "--report", str(report)
         )
     finally:
-        _degrade(service, drop_best_rate=0.0)
+        degrade(service, drop_best_rate=0.0)
     assert out.exit_code == 1, out.output  # recall floors, as before
     rep = json.loads(report.read_text())
     assert {r["metric"] for r in rep["regressions"]} == {"recall_at_k"}

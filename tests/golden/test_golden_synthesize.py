@@ -13,15 +13,12 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import typer
 from fake_llm import FakeAPI, Reply, anthropic_message, openai_completion
-from support import example_service
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
@@ -43,12 +40,6 @@ from monitor.golden.targets import make_target
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "monitor" / "data" / "corpus.jsonl"
 TEMPLATE_TYPES = {"lookup", "exact_match", "comparison", UNANSWERABLE}
-
-
-@pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    with example_service() as (url, _):
-        yield url
 
 
 def cli(*args: str) -> Any:
