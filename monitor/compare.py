@@ -124,18 +124,10 @@ def _interval(metric: str, s: WeightedSums, confidence: float) -> tuple[float, f
         e = weighted_mean(s, confidence)
     else:  # 1-3 scales: a normal interval on the Hájek mean
         m = s.swy / s.sw
-        half = NormalDist().inv_cdf(0.5 + confidence / 2.0) * math.sqrt(_variance(s, m))
+        half = NormalDist().inv_cdf(0.5 + confidence / 2.0) * math.sqrt(s.variance(m))
         return m, max(1.0, m - half), min(3.0, m + half)
     assert e is not None
     return e.estimate, e.lower, e.upper
-
-
-def _variance(s: WeightedSums, m: float) -> float:
-    """The linearised variance of the Hájek estimate at its own mean (any range of y)."""
-    if s.n < 2:
-        return 0.0
-    ss = s.sw2y2 - 2.0 * m * s.sw2y + m * m * s.sw2
-    return max(0.0, ss) / (s.sw * s.sw) * s.n / (s.n - 1)
 
 
 def _verdict(
@@ -145,7 +137,7 @@ def _verdict(
         return replace(row, verdict="too few samples")
     ma, mb = b.swy / b.sw, s.swy / s.sw
     d = mb - ma
-    half = z * math.sqrt(_variance(s, mb) + _variance(b, ma))
+    half = z * math.sqrt(s.variance(mb) + b.variance(ma))
     lo, hi = d - half, d + half
     if lo > 0 or hi < 0:
         up = lo > 0
