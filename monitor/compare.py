@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from statistics import NormalDist
 
 from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
@@ -65,7 +64,7 @@ def group(lines: Iterable[ResultLine], by: str = "release") -> tuple[dict[str, R
         stats = out.get(name)
         if stats is None:
             stats = out[name] = ReleaseStats(name)
-        when = _time(line.end) or _time(line.start)
+        when = line.time
         if when is not None and (stats.first_seen is None or when < stats.first_seen):
             stats.first_seen = when
         values = verdict_values(
@@ -145,19 +144,6 @@ def _verdict(
     else:
         verdict = "no detectable change"
     return replace(row, difference=d, diff_lower=lo, diff_upper=hi, verdict=verdict)
-
-
-def _time(value: object) -> float | None:
-    """A line's `start`/`end`: Unix seconds (or an ISO 8601 string, as older lines wrote)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-    return None
 
 
 def format_table(rows: list[MetricRow], confidence: float = 0.95) -> str:

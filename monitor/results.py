@@ -162,6 +162,14 @@ class ResultLine(_Part):
         return self.refuses if "refuses" in self.model_fields_set else self.answer_admits_uncertainty
 
     @property
+    def time(self) -> float | None:
+        """When the request happened, Unix seconds: its end, else its start (None: neither)."""
+        for value in (self.end, self.start):
+            if value is not None:
+                return float(value)
+        return None
+
+    @property
     def ingest_query_type(self) -> str | None:
         """The label the ingest stage gave the record (its retrieval drift's slice): the judge's
         label replaced it in `query_type` when `query_type_source` is "judge". Lines written

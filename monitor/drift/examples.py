@@ -81,7 +81,7 @@ class ExampleBuffers:
         heap = buffer.heap
         if len(heap) >= self.limit and entry <= heap[0][:2]:
             return  # no worse than the ones kept: skip the reason and the example
-        example = Example.of(line.trace_id, reason(line, detector.metric, y), _time(line))
+        example = Example.of(line.trace_id, reason(line, detector.metric, y), line.time)
         if example is None:
             return
         if len(heap) < self.limit:
@@ -101,10 +101,3 @@ class ExampleBuffers:
     def forget(self, query_types: set[str]) -> None:
         for key in [k for k in self._buffers if k[0] in query_types]:
             del self._buffers[key]
-
-
-def _time(line: ResultLine) -> float | None:
-    for value in (line.end, line.start):
-        if value is not None:
-            return float(value)
-    return None
