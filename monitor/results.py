@@ -21,6 +21,7 @@ the samples topic:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import (
@@ -220,3 +221,19 @@ def encode_result(line: ResultLine) -> bytes:
     them (non-ASCII as is)."""
     doc = line.model_dump(exclude_unset=True)
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def read_results(path: Path) -> tuple[list[ResultLine], dict[str, int]]:
+    """A results file's lines, and how many could not be read, by reason (OSError: the file)."""
+    out: list[ResultLine] = []
+    bad: dict[str, int] = {}
+    with path.open(encoding="utf-8") as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            try:
+                out.append(ResultLine.model_validate_json(raw))
+            except ValidationError as exc:
+                reason = unreadable_reason(exc)
+                bad[reason] = bad.get(reason, 0) + 1
+    return out, bad

@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from monitor.cli.drift import _lines
 from monitor.compare import TEST, compare, format_table, group
+from monitor.results import read_results
 
 By = Literal["release", "query_type", "service"]
 
@@ -40,7 +40,11 @@ def compare_command(
     """Each metric per release (weighted estimate, interval, judged records) and a verdict against
     the previous release: better, worse or no detectable change (unpaired test of the difference of
     two weighted estimates, stated in the output)."""
-    lines, unreadable = _lines(results)
+    try:
+        lines, unreadable = read_results(results)
+    except OSError as exc:
+        typer.echo(f"error: cannot read {results}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
     groups, left_out = group(lines, by)
     rows = compare(groups, baseline=baseline, confidence=confidence, min_samples=min_samples)
     if baseline is not None and baseline not in groups:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 
 from monitor.drift.config import RetrievalDriftPolicy
 from monitor.drift.reference import (
@@ -26,12 +25,12 @@ from monitor.drift.reference import (
     retrieval_from_results,
 )
 from monitor.files import write_atomic
-from monitor.results import ResultLine, unreadable_reason
+from monitor.results import ResultLine, read_results
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Pin the references drift detectors compare with.")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -43,29 +42,17 @@ def _when(value: str | None, flag: str) -> float | None:
         moment = datetime.fromisoformat(value)
     except ValueError:
         _fail(f"{flag}: not an ISO 8601 time: {value!r}")
-        raise
     if moment.tzinfo is None:
         _fail(f"{flag}: give a time zone (e.g. {value}Z or {value}+00:00): {value!r}")
     return moment.timestamp()
 
 
 def _lines(path: Path) -> tuple[list[ResultLine], dict[str, int]]:
-    """The results file's lines, and how many could not be read, by reason."""
-    out: list[ResultLine] = []
-    bad: dict[str, int] = {}
+    """The results file's lines and the unreadable ones by reason; exit 2 when it cannot be read."""
     try:
-        with path.open(encoding="utf-8") as fh:
-            for raw in fh:
-                if not raw.strip():
-                    continue
-                try:
-                    out.append(ResultLine.model_validate_json(raw))
-                except ValidationError as exc:
-                    reason = unreadable_reason(exc)
-                    bad[reason] = bad.get(reason, 0) + 1
+        return read_results(path)
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror or exc}")
-    return out, bad
 
 
 @baseline_app.command("pin")
@@ -122,7 +109,6 @@ def pin_command(
             slices = from_golden(json.loads(golden_baseline.read_text()))
         except (OSError, ValueError) as exc:
             _fail(f"{golden_baseline}: {exc}")
-            raise
         dropped = {}
         source = {"kind": "golden", "path": str(golden_baseline)}
     kept: dict[str, Any] = {}
@@ -160,7 +146,6 @@ def show_command(path: Annotated[Path, typer.Argument(help="a drift baseline fil
         baseline = load_baseline(path)
     except BaselineFileError as exc:
         _fail(str(exc))
-        raise
     typer.echo(f"drift baseline {baseline.version}, created {baseline.created_at}, from {baseline.source}")
     _show(baseline)
 
