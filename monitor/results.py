@@ -21,6 +21,7 @@ the samples topic:
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
@@ -176,6 +177,34 @@ class ResultLine(_Part):
         label replaced it in `query_type` when `query_type_source` is "judge". Lines written
         before `record_query_type` was kept have none then (None)."""
         return self.record_query_type if self.query_type_source == "judge" else self.query_type
+
+
+class ReviewReason(StrEnum):
+    """Why the judge stage queued a record for a person (`rag_review`)."""
+
+    DISAGREEMENT = "disagreement"  # two judgements of the record differ (judge.repeat_fraction)
+    BOUNDARY = "boundary"  # near a decision: undecided claims, a score at the threshold
+    ALERT = "alert"  # an example trace of a firing drift alert
+    UNIFORM = "uniform"  # the uniform random share: the only reason that estimates without bias
+
+
+class ReviewMeta(_Part):
+    reasons: Lenient[list[ReviewReason]] = None
+    # Whether the uniform draw picked the record (it may have other reasons too), and then the
+    # weight that makes the uniform share stand for the judged traffic: the record's sampling
+    # weight over the uniform share's inclusion probability. Absent: not in the uniform share,
+    # so its labels describe hard cases only and agreement estimates leave it out.
+    uniform: Lenient[StrictBool] = None
+    weight: Lenient[Number] = None
+    queued_at: Lenient[Number] = None  # Unix seconds
+
+
+class ReviewLine(ResultLine):
+    """One review-queue line: the sample's results line (the full record and the judge's verdicts),
+    and why and with what weight it was queued. The queue's topic and file carry these; `rag-monitor
+    review` reads them."""
+
+    review: Lenient[ReviewMeta] = None
 
 
 def unreadable_reason(exc: ValidationError) -> str:
