@@ -7,6 +7,10 @@ recording rules compute it), a normal interval on the difference at the chosen c
 interval excluding 0 gives `better` or `worse` (by the metric's direction), else `no detectable
 change`; fewer than `min_samples` judged records on either side give `too few samples`. `other`
 and `unknown` pool several releases: shown, never compared.
+
+The same sums come from Prometheus too (`prometheus_groups`): the estimate counters
+(`ragmon_estimate_*_total`) are those sums, labelled by release, query type and service, so a
+window's difference of them is the window's sample, with no results file at hand.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
+
+import httpx
 
 from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
 from monitor.results import ResultLine
@@ -81,6 +87,97 @@ def group(lines: Iterable[ResultLine], by: str = "release") -> tuple[dict[str, R
                 s = stats.sums[metric] = WeightedSums()
             s.add(float(w), y)
     return out, left_out
+
+
+# WeightedSums slot <- the estimate counter that holds it (docs/contract.md, "Metrics").
+_COUNTERS = {
+    "n": "ragmon_estimate_samples_total",
+    "sw": "ragmon_estimate_weight_total",
+    "swy": "ragmon_estimate_weighted_value_total",
+    "sw2": "ragmon_estimate_weight_squared_total",
+    "sw2y": "ragmon_estimate_weight_squared_value_total",
+    "sw2y2": "ragmon_estimate_weight_squared_value_squared_total",
+}
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be asked, or refused the query (the message says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusWindow:
+    """What to read: the counters' growth over `range_s` seconds ending at `at` (None: now),
+    restricted by PromQL label matchers (`judge="lexical"`, `service="rag"`)."""
+
+    url: str
+    range_s: float
+    at: float | None = None
+    matchers: str = ""
+    timeout_s: float = 30.0
+
+
+@dataclass(slots=True)
+class PrometheusGroups:
+    groups: dict[str, ReleaseStats]
+    reset: list[str]  # slices whose counters restarted in the window: their sums undercount
+
+
+def prometheus_groups(window: PrometheusWindow, by: str = "release") -> PrometheusGroups:
+    """The weighted sums per value of `by`, from the estimate counters over the window.
+
+    Each sum is the counters' value at the end of the window minus their value at its start (0
+    for a slice born inside it). Not `increase()`: a labelled counter appears at its first
+    sample, so `increase()` loses what a slice gathered before its first scrape and extrapolates
+    the rest, and n would not be a count. A counter that restarted inside the window (a sidecar
+    restart) makes the difference undercount: such slices are named in `reset`. A release's first
+    appearance in the window orders the releases (the earliest sample of its series, to the step
+    of a subquery); releases older than the window tie at its start and are ordered by name."""
+    sel = f"{{{window.matchers}}}" if window.matchers else ""
+    rng = f"{max(1, round(window.range_s))}s"
+    step = f"{max(15, round(window.range_s / 500))}s"
+    out: dict[str, ReleaseStats] = {}
+    with httpx.Client(base_url=window.url.rstrip("/"), timeout=window.timeout_s) as client:
+        for slot, counter in _COUNTERS.items():
+            now = f"sum by ({by}, metric) ({counter}{sel})"
+            query = f"{now} - (sum by ({by}, metric) ({counter}{sel} offset {rng}) or {now} * 0)"
+            for labels, value in _instant(client, query, window.at):
+                name = labels.get(by) or "unknown"
+                metric = labels.get("metric", "")
+                if metric not in METRICS or not math.isfinite(value) or value < 0:
+                    continue
+                stats = out.setdefault(name, ReleaseStats(name))
+                sums = stats.sums.setdefault(metric, WeightedSums())
+                setattr(sums, slot, round(value) if slot == "n" else value)
+        born = f"min_over_time(timestamp(sum by ({by}) ({_COUNTERS['n']}{sel}))[{rng}:{step}])"
+        for labels, value in _instant(client, born, window.at):
+            seen = out.get(labels.get(by) or "unknown")
+            if seen is not None and math.isfinite(value):
+                seen.first_seen = value
+        resets = f"sum by ({by}) (resets({_COUNTERS['n']}{sel}[{rng}])) > 0"
+        reset = sorted({labels.get(by) or "unknown" for labels, _ in _instant(client, resets, window.at)})
+    for stats in out.values():  # a window in which nothing was judged is no sample
+        stats.sums = {m: s for m, s in stats.sums.items() if s.n > 0 and s.sw > 0}
+    return PrometheusGroups({k: v for k, v in out.items() if v.sums}, reset)
+
+
+def _instant(client: httpx.Client, query: str, at: float | None) -> list[tuple[dict[str, str], float]]:
+    params: dict[str, str | float] = {"query": query}
+    if at is not None:
+        params["time"] = at
+    try:
+        r = client.get("/api/v1/query", params=params)
+    except httpx.HTTPError as exc:
+        raise PrometheusError(f"cannot reach Prometheus: {exc.__class__.__name__}") from None
+    try:
+        body = r.json()
+    except ValueError:
+        raise PrometheusError(f"Prometheus answered HTTP {r.status_code}, not JSON") from None
+    if r.status_code != 200 or body.get("status") != "success":
+        raise PrometheusError(f"Prometheus refused the query: {body.get('error', r.status_code)}")
+    data = body.get("data", {})
+    if data.get("resultType") != "vector":
+        raise PrometheusError(f"expected an instant vector, got {data.get('resultType')}")
+    return [(item["metric"], float(item["value"][1])) for item in data.get("result", [])]
 
 
 def compare(

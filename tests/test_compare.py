@@ -7,10 +7,18 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+import yaml
+from support import eventually, prometheus_process, result_lines, running, settings_for
+
 from monitor.compare import compare, group
+from monitor.demo.broker import EmbeddedBroker, free_port
+from monitor.demo.workload import WorkloadConfig, generate, produce
+from monitor.outputs.http import MetricsServer
 from monitor.results import ResultLine
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,3 +102,71 @@ def test_an_unknown_baseline_is_an_error(tmp_path: Path) -> None:
         "compare", "--results", str(write(tmp_path / "r.jsonl", [line("v1", True, T0)])), "--baseline", "v9"
     )
     assert out.returncode == 2 and "v9" in out.stderr
+
+
+def prometheus_config(path: Path, sidecar_port: int) -> Path:
+    scrape = {"job_name": "rag-monitor", "static_configs": [{"targets": [f"127.0.0.1:{sidecar_port}"]}]}
+    path.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}))
+    return path
+
+
+def scraped_samples(prom: str) -> float:
+    r = httpx.get(f"{prom}/api/v1/query", params={"query": "sum(ragmon_estimate_samples_total)"}, timeout=10)
+    result = r.json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+async def test_compare_from_prometheus_gives_what_the_results_file_gives(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """Two releases through a live sidecar scraped by a real Prometheus: `compare --prometheus`
+    reads the estimate counters and gives each release's n, estimate, interval and verdict as
+    `compare --results` does from the same sidecar's results file."""
+    bs = broker.bootstrap_servers
+    results = tmp_path / "results.jsonl"
+    old = generate(150, seed=31, config=WorkloadConfig(service_version="v1.4.1", ungrounded_rate=0.05))
+    new = generate(150, seed=32, config=WorkloadConfig(service_version="v1.4.2", ungrounded_rate=0.6))
+    port = free_port()
+    config = prometheus_config(tmp_path / "prometheus.yml", port)
+    with prometheus_process(config, tmp_path / "tsdb") as prom:
+        async with running(settings_for(bs, topic, results)) as sidecar:
+            server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", port)
+            server.start()
+            try:
+                await produce(bs, topic, old.pairs())
+                await eventually(lambda: len(result_lines(results)) == 150, within=60, what="150 results")
+                await produce(bs, topic, new.pairs())
+                await eventually(lambda: len(result_lines(results)) == 300, within=60, what="300 results")
+                registry = sidecar.metrics.registry
+                total = sum(
+                    s.value
+                    for m in registry.collect()
+                    for s in m.samples
+                    if s.name == "ragmon_estimate_samples_total"
+                )
+                await eventually(lambda: scraped_samples(prom) == total, within=30, what="final scrape")
+                at = time.time()  # once the sidecar is gone its series go stale: read up to here
+            finally:
+                server.stop()
+        from_prom = cli("compare", "--prometheus", prom, "--range", "1h", "--at", str(at), "--json")
+        from_file = cli("compare", "--results", str(results), "--json")
+    assert from_prom.returncode == 0 and from_file.returncode == 0, from_prom.stderr + from_file.stderr
+    prom_rows = {(r["release"], r["metric"]): r for r in map(json.loads, from_prom.stdout.splitlines())}
+    file_rows = {(r["release"], r["metric"]): r for r in map(json.loads, from_file.stdout.splitlines())}
+    assert prom_rows.keys() == file_rows.keys() and ("v1.4.2", "faithfulness") in prom_rows
+    for key, want in file_rows.items():
+        got = prom_rows[key]
+        assert got["samples"] == want["samples"] and got["baseline"] == want["baseline"], key
+        assert got["verdict"] == want["verdict"], key
+        for field in ("estimate", "lower", "upper"):
+            assert abs(got[field] - want[field]) < 1e-9, (key, field)
+    assert prom_rows["v1.4.2", "faithfulness"]["verdict"] == "worse"
+
+
+def test_compare_needs_one_source_and_says_when_prometheus_cannot_answer(tmp_path: Path) -> None:
+    neither = cli("compare")
+    assert neither.returncode == 2 and "one of --results FILE or --prometheus URL" in neither.stderr
+    down = cli("compare", "--prometheus", f"http://127.0.0.1:{free_port()}", "--range", "2h")
+    assert down.returncode == 2 and "cannot reach Prometheus" in down.stderr
+    bad = cli("compare", "--prometheus", "http://127.0.0.1:1", "--range", "soon")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
