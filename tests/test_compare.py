@@ -116,38 +116,49 @@ def scraped_samples(prom: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
+async def judged_and_scraped(
+    bs: str, spans: str, results: Path, batches: list[list[tuple[bytes, bytes]]], port: int, prom: str
+) -> float:
+    """Each batch of spans judged by a sidecar on `port` (one batch after the other), and its
+    estimate counters' final values scraped by Prometheus at `prom`; the time of that scrape.
+    After it the sidecar is gone and its series stale: read the window up to that time."""
+    async with running(settings_for(bs, spans, results)) as sidecar:
+        server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", port)
+        server.start()
+        try:
+            done = 0
+            for pairs in batches:
+                done += len(pairs)
+                await produce(bs, spans, pairs)
+                await eventually(
+                    lambda n=done: len(result_lines(results)) == n, within=60, what=f"{done} results"
+                )
+            total = sum(
+                s.value
+                for m in sidecar.metrics.registry.collect()
+                for s in m.samples
+                if s.name == "ragmon_estimate_samples_total"
+            )
+            await eventually(lambda: scraped_samples(prom) == total, within=30, what="final scrape")
+            return time.time()
+        finally:
+            server.stop()
+
+
 async def test_compare_from_prometheus_gives_what_the_results_file_gives(
     broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
     """Two releases through a live sidecar scraped by a real Prometheus: `compare --prometheus`
     reads the estimate counters and gives each release's n, estimate, interval and verdict as
     `compare --results` does from the same sidecar's results file."""
-    bs = broker.bootstrap_servers
     results = tmp_path / "results.jsonl"
     old = generate(150, seed=31, config=WorkloadConfig(service_version="v1.4.1", ungrounded_rate=0.05))
     new = generate(150, seed=32, config=WorkloadConfig(service_version="v1.4.2", ungrounded_rate=0.6))
     port = free_port()
     config = prometheus_config(tmp_path / "prometheus.yml", port)
     with prometheus_process(config, tmp_path / "tsdb") as prom:
-        async with running(settings_for(bs, topic, results)) as sidecar:
-            server = MetricsServer(sidecar.metrics.registry, "127.0.0.1", port)
-            server.start()
-            try:
-                await produce(bs, topic, old.pairs())
-                await eventually(lambda: len(result_lines(results)) == 150, within=60, what="150 results")
-                await produce(bs, topic, new.pairs())
-                await eventually(lambda: len(result_lines(results)) == 300, within=60, what="300 results")
-                registry = sidecar.metrics.registry
-                total = sum(
-                    s.value
-                    for m in registry.collect()
-                    for s in m.samples
-                    if s.name == "ragmon_estimate_samples_total"
-                )
-                await eventually(lambda: scraped_samples(prom) == total, within=30, what="final scrape")
-                at = time.time()  # once the sidecar is gone its series go stale: read up to here
-            finally:
-                server.stop()
+        batches = [old.pairs(), new.pairs()]
+        at = await judged_and_scraped(broker.bootstrap_servers, topic, results, batches, port, prom)
         from_prom = cli("compare", "--prometheus", prom, "--range", "1h", "--at", str(at), "--json")
         from_file = cli("compare", "--results", str(results), "--json")
     assert from_prom.returncode == 0 and from_file.returncode == 0, from_prom.stderr + from_file.stderr
@@ -161,6 +172,25 @@ async def test_compare_from_prometheus_gives_what_the_results_file_gives(
         for field in ("estimate", "lower", "upper"):
             assert abs(got[field] - want[field]) < 1e-9, (key, field)
     assert prom_rows["v1.4.2", "faithfulness"]["verdict"] == "worse"
+
+
+async def test_compare_from_prometheus_names_a_release_whose_counters_restarted(
+    broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """A sidecar restart inside the window resets the counters: the end-minus-start sums then
+    undercount, and the command says so for the release it touches."""
+    port = free_port()
+    config = prometheus_config(tmp_path / "prometheus.yml", port)
+    with prometheus_process(config, tmp_path / "tsdb") as prom:
+        for run, n in enumerate((60, 20)):
+            work = generate(n, seed=40 + run, config=WorkloadConfig(service_version="v2"))
+            spans = f"{topic}-{run}"  # a fresh consumer group: no wait for the last one to leave
+            results = tmp_path / f"results-{run}.jsonl"
+            bs = broker.bootstrap_servers
+            at = await judged_and_scraped(bs, spans, results, [work.pairs()], port, prom)
+        out = cli("compare", "--prometheus", prom, "--range", "1h", "--at", str(at), "--json")
+    assert out.returncode == 0, out.stderr
+    assert "the counters of v2 restarted in the window" in out.stderr
 
 
 def test_compare_needs_one_source_and_says_when_prometheus_cannot_answer(tmp_path: Path) -> None:
