@@ -22,6 +22,7 @@ import logging
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
+from monitor.drift.attribution import ChangeAttribution
 from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
 from monitor.drift.examples import ExampleBuffers
@@ -68,6 +69,8 @@ class DriftStage:
         )
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
+        # The releases and services over-represented since each slice's change point.
+        self.attribution = ChangeAttribution(policy.reference_records)
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -79,6 +82,10 @@ class DriftStage:
         )
         self.progress = StageProgress("drift", (self.source.input,))
         self.query_types = BoundedLabel.query_types(slices.query_types)
+        # Bounded again (anything may write to the results topic); room for the stages' own
+        # fallbacks (unknown, other) beside the first `max_releases` they let through.
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases + 2)
+        self.services = BoundedLabel.services(slices.services, slices.max_services + 2)
         self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
@@ -141,6 +148,12 @@ class DriftStage:
                     unreadable_reason(exc),
                 )
             return
+        release, _ = self.releases.bound(line.release)
+        if not line.replay and line.query_type:
+            seen_qt, _ = self.query_types.bound(line.query_type)
+            if self.attribution.seen(seen_qt, release, line.time):
+                at = self.attribution.release_first_seen[release]
+                self.metrics.drift.release_first_seen.labels(release=release).set(at)
         judged = judged_values(line)
         if isinstance(judged, str):
             return  # skipped or failed judgements, golden replays: nothing to detect on
@@ -148,8 +161,10 @@ class DriftStage:
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
         changed = self.monitor.observe(qt, w, values, live=live)
-        for metric, y in values:  # before alerting: the record that raises an alarm is an example
+        labels = (release, self.services.bound(line.service)[0])
+        for metric, y in values:  # before alerting: the record that raises an alarm counts too
             detector = self.monitor.detectors[(qt, metric)]
+            self.attribution.observe(qt, detector, y, labels, line.time)
             if detector.reference.frozen:
                 self.examples.observe(qt, detector, y, line)
         for detector, query_type, raised in changed:
@@ -198,6 +213,7 @@ class DriftStage:
                 "samples": str(n),
             },
             self.examples.pick(query_type, detector),
+            self.attribution.attribute(query_type, detector),
         )
 
     def _pinned(self, query_type: str, metric: str) -> bool:
@@ -217,3 +233,4 @@ class DriftStage:
             self._replaying.discard(tp)
         self.monitor.forget(gone)
         self.examples.forget(gone)
+        self.attribution.forget(gone)

@@ -15,6 +15,12 @@ are span text, so data: control characters become spaces and each reason is clip
 are hex or the example is not shown. Alertmanager gets them as string annotations
 (`example_trace_ids`, `trace_url`, `example_traces`), the webhook also as a structured `examples`
 list; the resolution carries the ones the alert fired with.
+
+It also carries its change attribution (`Attribution`): the releases and services
+over-represented among the failing records since the change point (`monitor.drift.attribution`
+decides which, docs/alerts.md states the rule), at most `MAX_SUSPECTS`, as the annotations
+`attribution` (a line each) and `suspect_release`, and in the webhook as a structured
+`attribution` object. Label values are bounded by the stages, and cleaned here all the same.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ log = logging.getLogger(__name__)
 _MAX_TRANSITIONS = 1000  # webhook transitions waiting; beyond, the oldest are dropped (and counted)
 MAX_EXAMPLES = 5  # example traces per alert
 REASON_CHARS = 200  # an example's reason, clipped
+MAX_SUSPECTS = 3  # label values an alert's attribution names
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-_])")  # terminal escape sequences, whole
 _TRACE_ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{32}")  # W3C (32 hex) or Jaeger's 64-bit ids
 
@@ -103,6 +110,110 @@ def example_annotations(examples: Sequence[Example], template: str | None) -> di
     return out
 
 
+def _hhmm(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC") if at is not None else "an unknown time"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "n/a"
+
+
+def utc_time(at: float | None) -> datetime | None:
+    """Unix seconds as a UTC time; None for none or out of range (anything may write a time)."""
+    if at is None:
+        return None
+    try:
+        return datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """A label value (a release, a service) over-represented among an alert's failing records
+    since the change point: its counts on both sides of the change."""
+
+    dimension: str  # release | service
+    value: str
+    failing: int  # failing judged records since the change point with this value ...
+    failing_total: int  # ... of all failing ones since
+    judged: int  # judged records since the change point with this value ...
+    judged_total: int
+    before: int  # judged records of the comparison window before the change with this value ...
+    before_total: int
+    first_seen: datetime | None = None  # the slice's first record with this value (releases)
+
+    def text(self, since: datetime | None) -> str:
+        """One line: "release v1.4.2: 93 % of failing records since 14:02 UTC (93 of 100) ..."."""
+        out = (
+            f"{self.dimension} {clean_text(self.value, 64)}: "
+            f"{_percent(self.failing, self.failing_total)} of failing records since {_hhmm(since)} "
+            f"({self.failing} of {self.failing_total}; {_percent(self.judged, self.judged_total)} of the "
+            f"{self.judged_total} judged since), {_percent(self.before, self.before_total)} of the "
+            f"{self.before_total} judged before ({self.before})"
+        )
+        if self.first_seen is not None:
+            out += f"; first seen {_hhmm(self.first_seen)}"
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dimension": self.dimension,
+            "value": clean_text(self.value, 64),
+            "failing_since": self.failing,
+            "failing_since_total": self.failing_total,
+            "failing_share_since": round(self.failing / self.failing_total, 4)
+            if self.failing_total
+            else None,
+            "judged_since": self.judged,
+            "judged_since_total": self.judged_total,
+            "judged_before": self.before,
+            "judged_before_total": self.before_total,
+            "share_before": round(self.before / self.before_total, 4) if self.before_total else None,
+            "first_seen": self.first_seen.isoformat() if self.first_seen is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """What changed with a drift: the suspects (most over-represented first) among the failing
+    records since the change point, against the judged records before it."""
+
+    since: datetime | None  # the change point record's time
+    failing_total: int
+    before_total: int
+    suspects: tuple[Suspect, ...] = ()
+
+    @classmethod
+    def of(
+        cls, since: float | None, failing_total: int, before_total: int, suspects: Sequence[Suspect]
+    ) -> Attribution:
+        return cls(utc_time(since), failing_total, before_total, tuple(suspects[:MAX_SUSPECTS]))
+
+    def lines(self) -> list[str]:
+        if self.suspects:
+            return [s.text(self.since) for s in self.suspects]
+        return [
+            f"no release or service over-represented among the {self.failing_total} failing records "
+            f"since {_hhmm(self.since)} (against {self.before_total} judged before)"
+        ]
+
+    def annotations(self) -> dict[str, str]:
+        out = {"attribution": "\n".join(self.lines())}
+        release = next((s for s in self.suspects if s.dimension == "release"), None)
+        if release is not None:
+            out["suspect_release"] = clean_text(release.value, 64)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat() if self.since is not None else None,
+            "failing_since_total": self.failing_total,
+            "judged_before_total": self.before_total,
+            "suspects": [s.to_json() for s in self.suspects],
+        }
+
+
 @dataclass(slots=True)
 class Alert:
     labels: dict[str, str]
@@ -110,6 +221,7 @@ class Alert:
     starts_at: datetime
     ends_at: datetime | None = None  # None while firing
     examples: tuple[Example, ...] = ()
+    attribution: Attribution | None = None
 
     def to_alertmanager(self, resend: float, generator_url: str | None) -> dict[str, Any]:
         now = datetime.now(UTC)
@@ -139,21 +251,25 @@ class AlertDispatcher:
         labels: dict[str, str],
         annotations: dict[str, str],
         examples: Sequence[Example] = (),
+        attribution: Attribution | None = None,
     ) -> None:
         """Raise (or announce again) the alert `key`; `examples` worst first (the first
-        `MAX_EXAMPLES` are kept)."""
+        `MAX_EXAMPLES` are kept); `attribution`: what changed with it, if known."""
         shown = tuple(examples[:MAX_EXAMPLES])
         annotations = {**annotations, **example_annotations(shown, self.config.trace_url_template)}
+        if attribution is not None:
+            annotations.update(attribution.annotations())
         if self.config.dashboard_url:
             annotations["dashboard_url"] = self.config.dashboard_url
-        alert = Alert(labels, annotations, datetime.now(UTC), examples=shown)
+        alert = Alert(labels, annotations, datetime.now(UTC), examples=shown, attribution=attribution)
         self.alerts[key] = alert
         self._transition("firing", alert)
         log.warning(
-            "alert firing: %s %s%s",
+            "alert firing: %s %s%s%s",
             labels.get("alertname"),
             annotations.get("summary", ""),
             f" (example traces {annotations['example_trace_ids']})" if shown else "",
+            f"; {'; '.join(attribution.lines())}" if attribution is not None else "",
         )
 
     def resolve(self, key: tuple[str, ...]) -> None:
@@ -190,6 +306,8 @@ class AlertDispatcher:
             status, alert = self._transitions.popleft()
             body = {"status": status, **alert.to_alertmanager(cfg.resend_seconds, None)}
             body["examples"] = [e.to_json(cfg.trace_url_template) for e in alert.examples]
+            if alert.attribution is not None:
+                body["attribution"] = alert.attribution.to_json()
             await self._post(client, "webhook", cfg.webhook_url, body)
         if cfg.alertmanager_url and self.alerts:
             generator = cfg.generator_url or cfg.dashboard_url
