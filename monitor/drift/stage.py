@@ -39,6 +39,8 @@ from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
+MAX_UPDATES = 3  # times a firing alert is sent again because its attribution changed
+
 
 def slice_key(query_type: str) -> bytes:
     """The results topic's message key: a slice's judgements share a partition."""
@@ -71,6 +73,8 @@ class DriftStage:
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
         # The releases and services over-represented since each slice's change point.
         self.attribution = ChangeAttribution(policy.reference_records)
+        # Per firing alert: the suspects it names, and how many times it was updated since.
+        self._named: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], int]] = {}
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -167,8 +171,23 @@ class DriftStage:
             self.attribution.observe(qt, detector, y, labels, line.time)
             if detector.reference.frozen:
                 self.examples.observe(qt, detector, y, line)
+            if live and detector.active:
+                self._reattribute(detector, qt)
         for detector, query_type, raised in changed:
             self._alert(detector, query_type, raised)
+
+    def _reattribute(self, detector: Detector, query_type: str) -> None:
+        """A firing alert names suspects as the failing records since its change point accrue
+        (it may fire on one): when the names change, it is updated, at most `MAX_UPDATES` times."""
+        key = ("drift", query_type, detector.metric)
+        named = self._named.get(key)
+        if named is None or named[1] >= MAX_UPDATES:
+            return
+        attribution = self.attribution.attribute(query_type, detector)
+        if attribution is None or attribution.names() == named[0]:
+            return
+        self._named[key] = (attribution.names(), named[1] + 1)
+        self.alerts.update(key, attribution)
 
     def _go_live(self, tp: TopicPartition) -> None:
         self._replaying.discard(tp)
@@ -180,8 +199,11 @@ class DriftStage:
     def _alert(self, detector: Detector, query_type: str, raised: bool) -> None:
         key = ("drift", query_type, detector.metric)
         if not raised:
+            self._named.pop(key, None)
             self.alerts.resolve(key)
             return
+        attribution = self.attribution.attribute(query_type, detector)
+        self._named[key] = (attribution.names() if attribution else (), 0)
         ref = detector.reference
         baseline = ref.mean
         current, se, n = detector.current()
@@ -213,7 +235,7 @@ class DriftStage:
                 "samples": str(n),
             },
             self.examples.pick(query_type, detector),
-            self.attribution.attribute(query_type, detector),
+            attribution,
         )
 
     def _pinned(self, query_type: str, metric: str) -> bool:
@@ -234,3 +256,5 @@ class DriftStage:
         self.monitor.forget(gone)
         self.examples.forget(gone)
         self.attribution.forget(gone)
+        for key in [k for k in self._named if k[1] in gone]:
+            del self._named[key]

@@ -5,9 +5,9 @@ change state: sending happens in `run`, a background task, so a down sink never 
 Alertmanager is told the state of every alert each `resend_seconds` (as Prometheus does): a firing
 alert carries `endsAt` = now + 4 × resend, so if this process dies the alert resolves by itself
 rather than firing forever; a resolved one is sent once with `endsAt` = now. The webhook gets
-each transition once. Each send is retried a bounded number of times with backoff; what still
-fails is counted (`ragmon_alerts_sent_total{sink,outcome}`) and, for Alertmanager, sent again at
-the next resend.
+each transition once, and a firing alert again when `update` changes its attribution. Each send
+is retried a bounded number of times with backoff; what still fails is counted
+(`ragmon_alerts_sent_total{sink,outcome}`) and, for Alertmanager, sent again at the next resend.
 
 A drift alert carries example traces (`Example`): up to `MAX_EXAMPLES` judged records that show
 what went wrong, each with its trace id, a link from `trace_url_template` and a short reason. They
@@ -31,7 +31,7 @@ import re
 import unicodedata
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,6 +46,7 @@ _MAX_TRANSITIONS = 1000  # webhook transitions waiting; beyond, the oldest are d
 MAX_EXAMPLES = 5  # example traces per alert
 REASON_CHARS = 200  # an example's reason, clipped
 MAX_SUSPECTS = 3  # label values an alert's attribution names
+_ATTRIBUTION_KEYS = ("attribution", "suspect_release")
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-_])")  # terminal escape sequences, whole
 _TRACE_ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{32}")  # W3C (32 hex) or Jaeger's 64-bit ids
 
@@ -190,6 +191,10 @@ class Attribution:
     ) -> Attribution:
         return cls(utc_time(since), failing_total, before_total, tuple(suspects[:MAX_SUSPECTS]))
 
+    def names(self) -> tuple[tuple[str, str], ...]:
+        """(dimension, value) of the suspects named: what a change of attribution compares."""
+        return tuple((s.dimension, s.value) for s in self.suspects)
+
     def lines(self) -> list[str]:
         if self.suspects:
             return [s.text(self.since) for s in self.suspects]
@@ -272,6 +277,24 @@ class AlertDispatcher:
             f"; {'; '.join(attribution.lines())}" if attribution is not None else "",
         )
 
+    def update(self, key: tuple[str, ...], attribution: Attribution) -> None:
+        """A firing alert's attribution changed (the failing records since the change now name
+        a suspect, or other ones): Alertmanager gets it at the next resend, the webhook a
+        `firing` notification again, with the same `startsAt`."""
+        alert = self.alerts.get(key)
+        if alert is None or alert.ends_at is not None:
+            return
+        annotations = {k: v for k, v in alert.annotations.items() if k not in _ATTRIBUTION_KEYS}
+        alert.annotations = {**annotations, **attribution.annotations()}
+        alert.attribution = attribution
+        self._transition("firing", alert)
+        log.warning(
+            "alert updated: %s %s; %s",
+            alert.labels.get("alertname"),
+            alert.annotations.get("summary", ""),
+            "; ".join(attribution.lines()),
+        )
+
     def resolve(self, key: tuple[str, ...]) -> None:
         alert = self.alerts.get(key)
         if alert is None or alert.ends_at is not None:
@@ -284,7 +307,7 @@ class AlertDispatcher:
         if self.config.webhook_url:
             if len(self._transitions) == self._transitions.maxlen:
                 self.sent.labels(sink="webhook", outcome="dropped").inc()
-            self._transitions.append((status, alert))
+            self._transitions.append((status, replace(alert)))  # as it is now: it may change
         self._wake.set()
 
     async def run(self) -> None:

@@ -314,3 +314,34 @@ async def test_an_alarm_names_the_release_that_holds_the_failing_records(
         first_seen = "ragmon_release_first_seen_timestamp_seconds"
         assert sample(sidecar, first_seen, release="v1.4.2") == t0 + 601
         assert sample(sidecar, first_seen, release="v1.4.1") == t0
+
+
+async def test_an_alert_fired_on_few_records_is_updated_once_they_name_the_release(
+    broker: Any, topic: str, webhook: Webhook
+) -> None:
+    """Against a flawless reference one bad record raises the alarm, too few to name anything:
+    the alert says so, and is sent again (same start) once the failing records name the release."""
+    bs = broker.bootstrap_servers
+    settings = drift_settings(bs, topic, webhook)
+    results = settings.results.topic
+    assert results is not None
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results], partitions=3)
+    good = [line("lookup", False, faithfulness=1.0, release="v1") for _ in range(140)]
+    bad = [line("lookup", True, tag=DRIFTED, faithfulness=0.3, release="v2") for _ in range(30)]
+    await produce(bs, results, good + bad)
+
+    async with running(settings):
+
+        def faithfulness() -> list[dict[str, Any]]:
+            return webhook_alerts(webhook, "firing", "faithfulness")
+
+        await eventually(lambda: len(faithfulness()) >= 2, what="the alert and its update")
+        first, update = faithfulness()[:2]
+        assert first["attribution"]["suspects"] == [] and first["attribution"]["failing_since_total"] < 5
+        assert first["annotations"]["attribution"].startswith("no release or service over-represented")
+        assert "suspect_release" not in first["annotations"]
+        assert [s["value"] for s in update["attribution"]["suspects"]] == ["v2"]
+        assert update["annotations"]["suspect_release"] == "v2"
+        assert update["startsAt"] == first["startsAt"]
+        assert update["examples"]  # the examples stay
+    assert len(faithfulness()) == 2  # nothing changed after: no more updates
