@@ -60,6 +60,16 @@ def clean_text(text: str, limit: int = REASON_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def utc_time(at: float | None) -> datetime | None:
+    """Unix seconds as a UTC time; None for none or out of range (anything may write a time)."""
+    if at is None:
+        return None
+    try:
+        return datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Example:
     """One example trace of an alert: a judged record that shows the failure."""
@@ -75,13 +85,7 @@ class Example:
         tid = (trace_id or "").lower()
         if not _TRACE_ID.fullmatch(tid) or not tid.strip("0"):  # all zeros: no trace (W3C)
             return None
-        when = None
-        if at is not None:
-            try:
-                when = datetime.fromtimestamp(at, UTC)
-            except (OverflowError, OSError, ValueError):
-                when = None
-        return cls(tid, clean_text(reason), when)
+        return cls(tid, clean_text(reason), utc_time(at))
 
     def url(self, template: str | None) -> str | None:
         return template.replace(TRACE_ID_PLACEHOLDER, self.trace_id) if template else None
@@ -117,16 +121,6 @@ def _hhmm(at: datetime | None) -> str:
 
 def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f} %" if whole else "n/a"
-
-
-def utc_time(at: float | None) -> datetime | None:
-    """Unix seconds as a UTC time; None for none or out of range (anything may write a time)."""
-    if at is None:
-        return None
-    try:
-        return datetime.fromtimestamp(at, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 @dataclass(frozen=True, slots=True)
