@@ -347,6 +347,29 @@ def change_annotation() -> Json:
     }
 
 
+RELEASE_FIRST_SEEN = (
+    'min by (release) (ragmon_release_first_seen_timestamp_seconds{release!~"other|unknown"}) * 1000'
+)
+
+
+def release_annotation() -> Json:
+    """A mark where each release (`service.version` by default) first appeared among the sampled
+    records, titled with it: beside a drop, the release that came just before it. `other` (past
+    the label's bound) and `unknown` (no version) have no moment of their own; the min over drift
+    members is the release's first appearance."""
+    return {
+        "name": "Release first seen",
+        "datasource": DATASOURCE,
+        "enable": True,
+        "iconColor": "blue",
+        "expr": RELEASE_FIRST_SEEN,
+        "useValueForTime": True,
+        "step": "1m",
+        "titleFormat": "Release {{release}}",
+        "textFormat": "The first sampled record of release {{release}}",
+    }
+
+
 def layout(panels: Sequence[Json]) -> list[Json]:
     """Left to right, wrapping at the grid's width; ids in order."""
     x = y = row_height = 0
@@ -362,7 +385,13 @@ def layout(panels: Sequence[Json]) -> list[Json]:
 
 
 def dashboard(
-    uid: str, title: str, description: str, panels: Sequence[Json], *, golden: bool = False
+    uid: str,
+    title: str,
+    description: str,
+    panels: Sequence[Json],
+    *,
+    golden: bool = False,
+    releases: bool = False,
 ) -> Json:
     builtin = {
         "builtIn": 1,
@@ -396,7 +425,13 @@ def dashboard(
                 "keepTime": True,
             }
         ],
-        "annotations": {"list": [builtin, *([golden_annotation(), change_annotation()] if golden else [])]},
+        "annotations": {
+            "list": [
+                builtin,
+                *([golden_annotation(), change_annotation()] if golden else []),
+                *([release_annotation()] if releases else []),
+            ]
+        },
         "templating": {"list": variables()},
         "panels": layout(panels),
     }
@@ -666,6 +701,7 @@ def quality() -> Json:
         "Answer quality of the RAG service: faithfulness, hallucination, refusals, relevance, drift.",
         panels,
         golden=True,
+        releases=True,
     )
 
 

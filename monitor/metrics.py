@@ -105,6 +105,7 @@ class DriftMetrics:
     alarms: Counter
     baseline: Gauge  # labels: version
     unreadable: Counter
+    release_first_seen: Gauge  # labels: release
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +272,13 @@ class Metrics:
             Counter(
                 f"{PREFIX}drift_unreadable",
                 "Results-topic messages the drift stage could not read (skipped, logged)",
+                registry=r,
+            ),
+            Gauge(
+                f"{PREFIX}release_first_seen_timestamp_seconds",
+                "Time (Unix seconds) of the earliest sampled record of the release in the results topic "
+                "this drift member reads (min over members: the release's first appearance)",
+                ["release"],
                 registry=r,
             ),
         )

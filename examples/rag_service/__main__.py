@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         "--otlp", metavar="URL", help="OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces"
     )
     p.add_argument("--service-name", default="rag-example")
+    p.add_argument("--service-version", help="the release, as resource attribute service.version")
     p.add_argument("--k", type=int, default=4, help="chunks per request when the request gives none")
     p.add_argument("--refuse-below", type=float, default=5.0, help="BM25 top score under which it refuses")
     p.add_argument("--drop-best-rate", type=float, default=0.0)
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         otlp_endpoint=args.otlp,
         set_global=True,
         schedule_delay_millis=args.flush_interval_ms,
+        resource_attributes={"service.version": args.service_version} if args.service_version else None,
     )
     # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, with the handlers found at start:
     # make those exceptions, so the flush below still runs and SIGTERM exits 0.

@@ -228,16 +228,17 @@ def demo(
         DemoSource, typer.Option(help="traffic: the example RAG service over HTTP, or spans written directly")
     ] = "auto",
     degrade_at: Annotated[
-        float, typer.Option(help="seconds until the demo degrades the example service (0: never)")
+        float,
+        typer.Option(help="seconds until the demo rolls out the example service's faulty release (0: never)"),
     ] = 20.0,
-    degrade_for: Annotated[float, typer.Option(help="seconds the service stays degraded")] = 12.0,
+    degrade_for: Annotated[float, typer.Option(help="seconds until it is rolled back")] = 12.0,
     degrade_invent_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="share of answers with an invented fact while degraded")
+        float, typer.Option(min=0.0, max=1.0, help="share of the new release's answers with an invented fact")
     ] = 0.8,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "WARNING",
 ) -> None:
-    """Everything on one machine: embedded broker, the example RAG service (degraded part-way
-    through, then restored), the sidecar, alerts to a local webhook, a live view."""
+    """Everything on one machine: embedded broker, the example RAG service (a faulty release rolled
+    out part-way through, then rolled back), the sidecar, alerts to a local webhook, a live view."""
     from monitor.demo.scene import SceneConfig
     from monitor.demo.session import DemoOptions, run_demo
 

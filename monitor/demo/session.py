@@ -4,8 +4,9 @@ An embedded broker, the instrumented example RAG service (or, outside a checkout
 workload written as OTLP protobuf, what the Collector's kafkaexporter writes), the sidecar
 consuming it, `/metrics` served, alerts sent to a local webhook, and a live terminal view read
 from the same Prometheus registry that a scrape sees. With the example service, the demo stages
-an incident (`monitor.demo.scene`): it degrades the service through `POST /admin/degrade`, and
-restores it, so the view shows drift detected, alerted and resolved.
+an incident that is a release (`monitor.demo.scene`): a second instance of the service, a new
+`service.version` whose answers gain invented facts, takes the traffic, then gives it back, so
+the view shows drift detected, attributed to that release, alerted and resolved.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rich.live import Live
 
 from monitor.config import Settings, load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
-from monitor.demo.scene import Scene, SceneConfig, SetInventRate
+from monitor.demo.scene import Deploy, Scene, SceneConfig
 from monitor.demo.sink import ReceivedAlert, WebhookReceiver
 from monitor.demo.view import ViewContext, render, summary
 from monitor.demo.workload import (
@@ -58,8 +59,8 @@ class DemoOptions:
     bad_every: int  # one malformed message per this many traces (0 = none)
     seed: int
     source: str = "auto"  # "service": the example RAG service over HTTP; "synthetic": spans written directly
-    # The example service's share of answers with an invented fact until the scene degrades it:
-    # healthy, so that what the detectors take as the reference is the service working.
+    # The serving release's share of answers with an invented fact (the new release's is the
+    # scene's): healthy, so that what the detectors take as the reference is the service working.
     invent_rate: float = 0.0
     scene: SceneConfig | None = field(default_factory=SceneConfig)  # None: no incident
 
@@ -70,10 +71,11 @@ async def _producer(
     """Traffic at the requested rate through one producer, with an occasional malformed message."""
     rng = random.Random(opts.seed)
 
+    release = (opts.scene or SceneConfig()).stable_release
+    config = WorkloadConfig(rps=opts.rate, service_version=release)
+
     def stream() -> Iterator[tuple[bytes | None, bytes]]:
-        for truths, messages in iter_workload(
-            10**9, seed=opts.seed, batch=1, config=WorkloadConfig(rps=opts.rate)
-        ):
+        for truths, messages in iter_workload(10**9, seed=opts.seed, batch=1, config=config):
             if stop.is_set():
                 return
             counter[0] += len(truths)
@@ -92,17 +94,20 @@ def _example_service_dir() -> Path | None:
 
 
 @contextlib.asynccontextmanager
-async def _example_service(bootstrap: str, topic: str, opts: DemoOptions, root: Path) -> AsyncIterator[str]:
-    """The instrumented example service (spans → Kafka) as a subprocess, healthy at start; its URL
-    once it answers."""
+async def _example_service(
+    bootstrap: str, topic: str, opts: DemoOptions, root: Path, release: str, invent_rate: float
+) -> AsyncIterator[str]:
+    """One release of the instrumented example service (spans → Kafka, resource `service.version`
+    = `release`) as a subprocess; its URL once it answers."""
     import httpx
 
     port = free_port()
-    log_path = opts.results_file.parent / "example-service.log"
+    log_path = opts.results_file.parent / f"example-service-{release}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "examples.rag_service", "--port", str(port), "--kafka", bootstrap,
-        "--topic", topic, "--invent-rate", str(opts.invent_rate), "--flush-interval-ms", "200",
+        "--topic", topic, "--invent-rate", str(invent_rate), "--flush-interval-ms", "200",
+        "--service-version", release,
     ]  # fmt: skip
     with log_path.open("ab") as log_file:
         proc = await asyncio.create_subprocess_exec(*cmd, cwd=root, stdout=log_file, stderr=log_file)
@@ -150,21 +155,34 @@ def _rounds(seed: int) -> Iterator[CorpusQuestion]:
             yield decks[qt].pop()
 
 
+@dataclass(slots=True)
+class Releases:
+    """The example service's running releases (name → URL) and the one taking the traffic: the
+    demo's load balancer, and the scene's lever (`deploy`)."""
+
+    urls: dict[str, str]
+    live: str
+
+    async def deploy(self, release: str) -> None:
+        self.live = release
+
+
 async def _query_service(
-    url: str, bootstrap: str, topic: str, opts: DemoOptions, counter: list[int], stop: asyncio.Event
+    releases: Releases, bootstrap: str, topic: str, opts: DemoOptions, counter: list[int], stop: asyncio.Event
 ) -> None:
-    """Query the example service at the requested rate, every query type included; malformed
-    messages go straight to Kafka."""
+    """Query the live release of the example service at the requested rate, every query type
+    included; malformed messages go straight to Kafka."""
     import httpx
 
     rng = random.Random(opts.seed)
     questions = _rounds(opts.seed)
-    async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
+    async with httpx.AsyncClient(timeout=10.0) as client:
         t0 = time.monotonic()
         while not stop.is_set():
             q = next(questions)
+            url = releases.urls[releases.live]
             with contextlib.suppress(httpx.HTTPError):
-                await client.post("/query", json={"query": q.query, "query_type": q.query_type})
+                await client.post(f"{url}/query", json={"query": q.query, "query_type": q.query_type})
                 counter[0] += 1
             if opts.bad_every and rng.random() < 1 / opts.bad_every:
                 await produce(bootstrap, topic, [(None, os.urandom(rng.randint(10, 300)))])
@@ -173,19 +191,6 @@ async def _query_service(
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await stop.wait()
-
-
-def _degrader(url: str) -> SetInventRate:
-    """The scene's lever: the example service's own admin endpoint, as an operator would use it."""
-
-    async def set_invent_rate(rate: float) -> None:
-        import httpx
-
-        async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
-            response = await client.post("/admin/degrade", json={"invent_rate": rate})
-            response.raise_for_status()
-
-    return set_invent_rate
 
 
 def demo_overrides(
@@ -280,29 +285,38 @@ async def _run(
     try:
         async with contextlib.AsyncExitStack() as stack:
             with console.status("starting: the example service, the sidecar joining its consumer groups…"):
-                service_url = (
-                    await stack.enter_async_context(
-                        _example_service(broker.bootstrap_servers, topic, opts, root)
+                releases = None
+                if root is not None:
+                    # The release serving, and (with the scene) the new one waiting to take over.
+                    cfg = opts.scene or SceneConfig()
+                    wanted = {cfg.stable_release: opts.invent_rate}
+                    if with_scene:
+                        wanted[cfg.new_release] = cfg.invent_rate
+                    bs = broker.bootstrap_servers
+                    urls = await asyncio.gather(
+                        *(
+                            stack.enter_async_context(_example_service(bs, topic, opts, root, name, rate))
+                            for name, rate in wanted.items()
+                        )
                     )
-                    if root is not None
-                    else None
-                )
+                    releases = Releases(dict(zip(wanted, urls, strict=True)), cfg.stable_release)
                 # Joining the group takes a few seconds; traffic sent before that would show as lag.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(60):
                         await sidecar.wait_assigned()
             started = time.monotonic()
             tasks: list[asyncio.Task[None]] = []
-            if service_url is not None:
+            if releases is not None:
                 tasks.append(
                     asyncio.create_task(
-                        _query_service(service_url, broker.bootstrap_servers, topic, opts, produced, stop)
+                        _query_service(releases, broker.bootstrap_servers, topic, opts, produced, stop)
                     )
                 )
                 if opts.scene is not None:
                     scene = Scene(opts.scene, registry, receiver)
                     scene.started = started
-                    tasks.append(asyncio.create_task(scene.run(_degrader(service_url), QUERY_TYPES, stop)))
+                    deploy: Deploy = releases.deploy
+                    tasks.append(asyncio.create_task(scene.run(deploy, QUERY_TYPES, stop)))
             else:
                 tasks.append(
                     asyncio.create_task(_producer(broker.bootstrap_servers, topic, opts, produced, stop))

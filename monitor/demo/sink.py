@@ -13,8 +13,9 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-_MAX_BODY = 1 << 20  # an alert is a few hundred bytes
+_MAX_BODY = 1 << 20  # an alert is a few kilobytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +26,20 @@ class ReceivedAlert:
     status: str  # "firing" | "resolved"
     labels: dict[str, str]
     annotations: dict[str, str]
+    wall: float = 0.0  # time.time() on arrival
+    example_trace_ids: tuple[str, ...] = ()  # the payload's `examples`, worst first
+    suspects: tuple[dict[str, Any], ...] = ()  # the payload's `attribution.suspects`
 
     @property
     def name(self) -> str:
         return self.labels.get("alertname", "?")
+
+    def names_release(self, release: str) -> bool:
+        return any(s.get("dimension") == "release" and s.get("value") == release for s in self.suspects)
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 @dataclass(slots=True)
@@ -103,12 +114,17 @@ class WebhookReceiver:
         if not isinstance(alert, dict) or not isinstance(alert.get("labels"), dict):
             return "400 Bad Request"
         annotations = alert.get("annotations")
+        attribution = alert.get("attribution")
+        suspects = _dicts(attribution.get("suspects")) if isinstance(attribution, dict) else []
         self.received.append(
             ReceivedAlert(
                 time.monotonic(),
                 str(alert.get("status", "")),
                 {str(k): str(v) for k, v in alert["labels"].items()},
                 {str(k): str(v) for k, v in annotations.items()} if isinstance(annotations, dict) else {},
+                time.time(),
+                tuple(str(e.get("trace_id", "")) for e in _dicts(alert.get("examples"))),
+                tuple(suspects),
             )
         )
         return "200 OK"

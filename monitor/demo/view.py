@@ -27,7 +27,8 @@ _JUDGED = {
 }
 _DRIFT = {"ragmon_drift_statistic": "s", "ragmon_drift_threshold": "h", "ragmon_drift_active": "active"}
 _BAR = 8
-_ALERTS_SHOWN = 12
+_ALERTS_SHOWN = 10
+_TRACES_SHOWN = 2  # example trace ids per alert, in full (they are what one pastes into a tracing UI)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,49 +162,97 @@ def _drift_table(registry: CollectorRegistry, query_types: list[str]) -> tuple[T
 
 def _scene_line(scene: Scene | None) -> Text:
     if scene is None:
-        return Text("scene: none (off, or no example service to degrade outside a checkout)", "dim")
+        return Text("scene: none (off, or no example service to deploy outside a checkout)", "dim")
     cfg = scene.config
     if scene.phase == "stable":
         return Text.assemble(
             ("scene: ", "dim"),
             ("stable", "bold green"),
-            f" — healthy service; degrade at t≈{cfg.degrade_at:.0f}s once the drift references are "
-            f"frozen ({scene.waiting})",
+            f" — release {cfg.stable_release} serving; release {cfg.new_release} rolled out at "
+            f"t≈{cfg.degrade_at:.0f}s once the drift references are frozen ({scene.waiting})",
         )
     assert scene.degraded_at is not None
     degraded = Text.assemble(
-        ("service degraded", "bold red"),
-        f" at t={scene.degraded_at:.1f}s (POST /admin/degrade invent_rate={cfg.invent_rate:g}: "
-        "answers gain invented facts)",
+        (f"release {cfg.new_release} deployed", "bold red"),
+        f" at t={scene.degraded_at:.1f}s (all traffic; its answers gain invented facts, "
+        f"invent_rate={cfg.invent_rate:g})",
     )
     if scene.phase == "degraded":
-        restore = f"; restore at t≈{scene.degraded_at + cfg.degrade_for:.0f}s once {scene.waiting}"
+        restore = f"; rollback at t≈{scene.degraded_at + cfg.degrade_for:.0f}s once {scene.waiting}"
         return Text.assemble(("scene: ", "dim"), degraded, restore)
     assert scene.restored_at is not None
     return Text.assemble(
         ("scene: ", "dim"),
         degraded,
         ", ",
-        ("restored", "bold green"),
-        f" at t={scene.restored_at:.1f}s (invent_rate=0)",
+        (f"rolled back to {cfg.stable_release}", "bold green"),
+        f" at t={scene.restored_at:.1f}s",
     )
 
 
-def _alert_lines(ctx: ViewContext) -> list[Text]:
-    """One line per alert the webhook got: when it fired (with the values its annotations gave
-    then) and, once it came, when it resolved."""
-    got = ctx.receiver.received
-    started = ctx.scene.started if ctx.scene else (got[0].at if got else 0.0)
-    alerts: list[tuple[ReceivedAlert, ReceivedAlert | None]] = []
-    open_: dict[tuple[tuple[str, str], ...], int] = {}
+@dataclass(slots=True)
+class _Shown:
+    """One alert as the view shows it: its first firing, its latest firing (an update may name
+    the release), its resolution."""
+
+    fired: ReceivedAlert
+    latest: ReceivedAlert
+    resolved: ReceivedAlert | None = None
+
+
+def _alerts(got: list[ReceivedAlert]) -> list[_Shown]:
+    alerts: list[_Shown] = []
+    open_: dict[tuple[tuple[str, str], ...], _Shown] = {}
     for a in got:
         key = tuple(sorted(a.labels.items()))
+        shown = open_.get(key)
         if a.status == "firing":
-            open_[key] = len(alerts)
-            alerts.append((a, None))
-        elif key in open_:
-            i = open_.pop(key)
-            alerts[i] = (alerts[i][0], a)
+            if shown is None:
+                shown = open_[key] = _Shown(a, a)
+                alerts.append(shown)
+            else:
+                shown.latest = a  # an update: same alert, new attribution
+        elif shown is not None:
+            shown.resolved = a
+            del open_[key]
+    return alerts
+
+
+def _attribution_line(shown: _Shown, started: float) -> Text:
+    """What changed (the first suspect named, with its shares) and the example trace ids."""
+    latest = shown.latest
+    parts: list[str | tuple[str, str]] = ["    "]
+    if latest.suspects:
+        s = latest.suspects[0]
+        since, before = s.get("failing_share_since"), s.get("share_before")
+        parts += [
+            (f"{s.get('dimension', '?')} {s.get('value', '?')}", "bold"),
+            f": {_share(since)} of failing records since the change ({_share(before)} before)",
+        ]
+        if latest is not shown.fired:
+            parts.append((f", named t={latest.at - started:.1f}s", "dim"))
+    else:
+        parts.append(("no release named (too few failing records yet)", "dim"))
+    ids = latest.example_trace_ids
+    if ids:
+        parts += [("  traces ", "dim"), " ".join(ids[:_TRACES_SHOWN])]
+        if len(ids) > _TRACES_SHOWN:
+            parts.append((f" +{len(ids) - _TRACES_SHOWN}", "dim"))
+    else:
+        parts.append(("  no example traces", "dim"))
+    return Text.assemble(*parts)
+
+
+def _share(value: object) -> str:
+    return f"{value:.0%}" if isinstance(value, int | float) else "?"
+
+
+def _alert_lines(ctx: ViewContext) -> list[Text]:
+    """Two lines per alert the webhook got: when it fired (with the values its annotations gave
+    then) and, once it came, when it resolved; then the release it names and its example traces."""
+    got = ctx.receiver.received
+    started = ctx.scene.started if ctx.scene else (got[0].at if got else 0.0)
+    alerts = _alerts(got)
     names = sorted({a.name for a in got})
     head = Text.assemble(
         ("alerts received by the local webhook (alerts.webhook_url): ", "dim"),
@@ -213,7 +262,8 @@ def _alert_lines(ctx: ViewContext) -> list[Text]:
     lines = [head]
     if len(alerts) > _ALERTS_SHOWN:
         lines.append(Text(f"  … {len(alerts) - _ALERTS_SHOWN} earlier", "dim"))
-    for fired, resolved in alerts[-_ALERTS_SHOWN:]:
+    for shown in alerts[-_ALERTS_SHOWN:]:
+        fired, resolved = shown.fired, shown.resolved
         labels = fired.labels
         name = f"{fired.name} " if len(names) > 1 else ""
         lines.append(
@@ -229,6 +279,7 @@ def _alert_lines(ctx: ViewContext) -> list[Text]:
                 (f"  current {_num(fired, 'current')} vs baseline {_num(fired, 'baseline')}", "dim"),
             )
         )
+        lines.append(_attribution_line(shown, started))
     return lines
 
 

@@ -22,6 +22,7 @@ import logging
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
+from monitor.drift.attribution import ChangeAttribution
 from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
 from monitor.drift.examples import ExampleBuffers
@@ -37,6 +38,8 @@ from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
+
+MAX_UPDATES = 3  # times a firing alert is sent again because its attribution changed
 
 
 def slice_key(query_type: str) -> bytes:
@@ -68,6 +71,10 @@ class DriftStage:
         )
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
+        # The releases and services over-represented since each slice's change point.
+        self.attribution = ChangeAttribution(policy.reference_records)
+        # Per firing alert: the suspects it names, and how many times it was updated since.
+        self._named: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], int]] = {}
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -79,6 +86,10 @@ class DriftStage:
         )
         self.progress = StageProgress("drift", (self.source.input,))
         self.query_types = BoundedLabel.query_types(slices.query_types)
+        # Bounded again (anything may write to the results topic); room for the stages' own
+        # fallbacks (unknown, other) beside the first `max_releases` they let through.
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases + 2)
+        self.services = BoundedLabel.services(slices.services, slices.max_services + 2)
         self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
@@ -141,6 +152,12 @@ class DriftStage:
                     unreadable_reason(exc),
                 )
             return
+        release, _ = self.releases.bound(line.release)
+        if not line.replay and line.query_type:
+            seen_qt, _ = self.query_types.bound(line.query_type)
+            if self.attribution.seen(seen_qt, release, line.time):
+                at = self.attribution.release_first_seen[release]
+                self.metrics.drift.release_first_seen.labels(release=release).set(at)
         judged = judged_values(line)
         if isinstance(judged, str):
             return  # skipped or failed judgements, golden replays: nothing to detect on
@@ -148,12 +165,29 @@ class DriftStage:
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
         changed = self.monitor.observe(qt, w, values, live=live)
-        for metric, y in values:  # before alerting: the record that raises an alarm is an example
+        labels = (release, self.services.bound(line.service)[0])
+        for metric, y in values:  # before alerting: the record that raises an alarm counts too
             detector = self.monitor.detectors[(qt, metric)]
+            self.attribution.observe(qt, detector, y, labels, line.time)
             if detector.reference.frozen:
                 self.examples.observe(qt, detector, y, line)
+            if live and detector.active:
+                self._reattribute(detector, qt)
         for detector, query_type, raised in changed:
             self._alert(detector, query_type, raised)
+
+    def _reattribute(self, detector: Detector, query_type: str) -> None:
+        """A firing alert names suspects as the failing records since its change point accrue
+        (it may fire on one): when the names change, it is updated, at most `MAX_UPDATES` times."""
+        key = ("drift", query_type, detector.metric)
+        named = self._named.get(key)
+        if named is None or named[1] >= MAX_UPDATES:
+            return
+        attribution = self.attribution.attribute(query_type, detector)
+        if attribution is None or attribution.names() == named[0]:
+            return
+        self._named[key] = (attribution.names(), named[1] + 1)
+        self.alerts.update(key, attribution)
 
     def _go_live(self, tp: TopicPartition) -> None:
         self._replaying.discard(tp)
@@ -165,8 +199,11 @@ class DriftStage:
     def _alert(self, detector: Detector, query_type: str, raised: bool) -> None:
         key = ("drift", query_type, detector.metric)
         if not raised:
+            self._named.pop(key, None)
             self.alerts.resolve(key)
             return
+        attribution = self.attribution.attribute(query_type, detector)
+        self._named[key] = (attribution.names() if attribution else (), 0)
         ref = detector.reference
         baseline = ref.mean
         current, se, n = detector.current()
@@ -198,6 +235,7 @@ class DriftStage:
                 "samples": str(n),
             },
             self.examples.pick(query_type, detector),
+            attribution,
         )
 
     def _pinned(self, query_type: str, metric: str) -> bool:
@@ -217,3 +255,6 @@ class DriftStage:
             self._replaying.discard(tp)
         self.monitor.forget(gone)
         self.examples.forget(gone)
+        self.attribution.forget(gone)
+        for key in [k for k in self._named if k[1] in gone]:
+            del self._named[key]

@@ -5,9 +5,9 @@ change state: sending happens in `run`, a background task, so a down sink never 
 Alertmanager is told the state of every alert each `resend_seconds` (as Prometheus does): a firing
 alert carries `endsAt` = now + 4 × resend, so if this process dies the alert resolves by itself
 rather than firing forever; a resolved one is sent once with `endsAt` = now. The webhook gets
-each transition once. Each send is retried a bounded number of times with backoff; what still
-fails is counted (`ragmon_alerts_sent_total{sink,outcome}`) and, for Alertmanager, sent again at
-the next resend.
+each transition once, and a firing alert again when `update` changes its attribution. Each send
+is retried a bounded number of times with backoff; what still fails is counted
+(`ragmon_alerts_sent_total{sink,outcome}`) and, for Alertmanager, sent again at the next resend.
 
 A drift alert carries example traces (`Example`): up to `MAX_EXAMPLES` judged records that show
 what went wrong, each with its trace id, a link from `trace_url_template` and a short reason. They
@@ -15,6 +15,12 @@ are span text, so data: control characters become spaces and each reason is clip
 are hex or the example is not shown. Alertmanager gets them as string annotations
 (`example_trace_ids`, `trace_url`, `example_traces`), the webhook also as a structured `examples`
 list; the resolution carries the ones the alert fired with.
+
+It also carries its change attribution (`Attribution`): the releases and services
+over-represented among the failing records since the change point (`monitor.drift.attribution`
+decides which, docs/alerts.md states the rule), at most `MAX_SUSPECTS`, as the annotations
+`attribution` (a line each) and `suspect_release`, and in the webhook as a structured
+`attribution` object. Label values are bounded by the stages, and cleaned here all the same.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import re
 import unicodedata
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,6 +45,8 @@ log = logging.getLogger(__name__)
 _MAX_TRANSITIONS = 1000  # webhook transitions waiting; beyond, the oldest are dropped (and counted)
 MAX_EXAMPLES = 5  # example traces per alert
 REASON_CHARS = 200  # an example's reason, clipped
+MAX_SUSPECTS = 3  # label values an alert's attribution names
+_ATTRIBUTION_KEYS = ("attribution", "suspect_release")
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-_])")  # terminal escape sequences, whole
 _TRACE_ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{32}")  # W3C (32 hex) or Jaeger's 64-bit ids
 
@@ -50,6 +58,16 @@ def clean_text(text: str, limit: int = REASON_CHARS) -> str:
     text = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in _ANSI.sub("", text))
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def utc_time(at: float | None) -> datetime | None:
+    """Unix seconds as a UTC time; None for none or out of range (anything may write a time)."""
+    if at is None:
+        return None
+    try:
+        return datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +85,7 @@ class Example:
         tid = (trace_id or "").lower()
         if not _TRACE_ID.fullmatch(tid) or not tid.strip("0"):  # all zeros: no trace (W3C)
             return None
-        when = None
-        if at is not None:
-            try:
-                when = datetime.fromtimestamp(at, UTC)
-            except (OverflowError, OSError, ValueError):
-                when = None
-        return cls(tid, clean_text(reason), when)
+        return cls(tid, clean_text(reason), utc_time(at))
 
     def url(self, template: str | None) -> str | None:
         return template.replace(TRACE_ID_PLACEHOLDER, self.trace_id) if template else None
@@ -103,6 +115,104 @@ def example_annotations(examples: Sequence[Example], template: str | None) -> di
     return out
 
 
+def _hhmm(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC") if at is not None else "an unknown time"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "n/a"
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """A label value (a release, a service) over-represented among an alert's failing records
+    since the change point: its counts on both sides of the change."""
+
+    dimension: str  # release | service
+    value: str
+    failing: int  # failing judged records since the change point with this value ...
+    failing_total: int  # ... of all failing ones since
+    judged: int  # judged records since the change point with this value ...
+    judged_total: int
+    before: int  # judged records of the comparison window before the change with this value ...
+    before_total: int
+    first_seen: datetime | None = None  # the slice's first record with this value (releases)
+
+    def text(self, since: datetime | None) -> str:
+        """One line: "release v1.4.2: 93 % of failing records since 14:02 UTC (93 of 100) ..."."""
+        out = (
+            f"{self.dimension} {clean_text(self.value, 64)}: "
+            f"{_percent(self.failing, self.failing_total)} of failing records since {_hhmm(since)} "
+            f"({self.failing} of {self.failing_total}; {_percent(self.judged, self.judged_total)} of the "
+            f"{self.judged_total} judged since), {_percent(self.before, self.before_total)} of the "
+            f"{self.before_total} judged before ({self.before})"
+        )
+        if self.first_seen is not None:
+            out += f"; first seen {_hhmm(self.first_seen)}"
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dimension": self.dimension,
+            "value": clean_text(self.value, 64),
+            "failing_since": self.failing,
+            "failing_since_total": self.failing_total,
+            "failing_share_since": round(self.failing / self.failing_total, 4)
+            if self.failing_total
+            else None,
+            "judged_since": self.judged,
+            "judged_since_total": self.judged_total,
+            "judged_before": self.before,
+            "judged_before_total": self.before_total,
+            "share_before": round(self.before / self.before_total, 4) if self.before_total else None,
+            "first_seen": self.first_seen.isoformat() if self.first_seen is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """What changed with a drift: the suspects (most over-represented first) among the failing
+    records since the change point, against the judged records before it."""
+
+    since: datetime | None  # the change point record's time
+    failing_total: int
+    before_total: int
+    suspects: tuple[Suspect, ...] = ()
+
+    @classmethod
+    def of(
+        cls, since: float | None, failing_total: int, before_total: int, suspects: Sequence[Suspect]
+    ) -> Attribution:
+        return cls(utc_time(since), failing_total, before_total, tuple(suspects[:MAX_SUSPECTS]))
+
+    def names(self) -> tuple[tuple[str, str], ...]:
+        """(dimension, value) of the suspects named: what a change of attribution compares."""
+        return tuple((s.dimension, s.value) for s in self.suspects)
+
+    def lines(self) -> list[str]:
+        if self.suspects:
+            return [s.text(self.since) for s in self.suspects]
+        return [
+            f"no release or service over-represented among the {self.failing_total} failing records "
+            f"since {_hhmm(self.since)} (against {self.before_total} judged before)"
+        ]
+
+    def annotations(self) -> dict[str, str]:
+        out = {"attribution": "\n".join(self.lines())}
+        release = next((s for s in self.suspects if s.dimension == "release"), None)
+        if release is not None:
+            out["suspect_release"] = clean_text(release.value, 64)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat() if self.since is not None else None,
+            "failing_since_total": self.failing_total,
+            "judged_before_total": self.before_total,
+            "suspects": [s.to_json() for s in self.suspects],
+        }
+
+
 @dataclass(slots=True)
 class Alert:
     labels: dict[str, str]
@@ -110,6 +220,7 @@ class Alert:
     starts_at: datetime
     ends_at: datetime | None = None  # None while firing
     examples: tuple[Example, ...] = ()
+    attribution: Attribution | None = None
 
     def to_alertmanager(self, resend: float, generator_url: str | None) -> dict[str, Any]:
         now = datetime.now(UTC)
@@ -139,21 +250,43 @@ class AlertDispatcher:
         labels: dict[str, str],
         annotations: dict[str, str],
         examples: Sequence[Example] = (),
+        attribution: Attribution | None = None,
     ) -> None:
         """Raise (or announce again) the alert `key`; `examples` worst first (the first
-        `MAX_EXAMPLES` are kept)."""
+        `MAX_EXAMPLES` are kept); `attribution`: what changed with it, if known."""
         shown = tuple(examples[:MAX_EXAMPLES])
         annotations = {**annotations, **example_annotations(shown, self.config.trace_url_template)}
+        if attribution is not None:
+            annotations.update(attribution.annotations())
         if self.config.dashboard_url:
             annotations["dashboard_url"] = self.config.dashboard_url
-        alert = Alert(labels, annotations, datetime.now(UTC), examples=shown)
+        alert = Alert(labels, annotations, datetime.now(UTC), examples=shown, attribution=attribution)
         self.alerts[key] = alert
         self._transition("firing", alert)
         log.warning(
-            "alert firing: %s %s%s",
+            "alert firing: %s %s%s%s",
             labels.get("alertname"),
             annotations.get("summary", ""),
             f" (example traces {annotations['example_trace_ids']})" if shown else "",
+            f"; {'; '.join(attribution.lines())}" if attribution is not None else "",
+        )
+
+    def update(self, key: tuple[str, ...], attribution: Attribution) -> None:
+        """A firing alert's attribution changed (the failing records since the change now name
+        a suspect, or other ones): Alertmanager gets it at the next resend, the webhook a
+        `firing` notification again, with the same `startsAt`."""
+        alert = self.alerts.get(key)
+        if alert is None or alert.ends_at is not None:
+            return
+        annotations = {k: v for k, v in alert.annotations.items() if k not in _ATTRIBUTION_KEYS}
+        alert.annotations = {**annotations, **attribution.annotations()}
+        alert.attribution = attribution
+        self._transition("firing", alert)
+        log.warning(
+            "alert updated: %s %s; %s",
+            alert.labels.get("alertname"),
+            alert.annotations.get("summary", ""),
+            "; ".join(attribution.lines()),
         )
 
     def resolve(self, key: tuple[str, ...]) -> None:
@@ -168,7 +301,7 @@ class AlertDispatcher:
         if self.config.webhook_url:
             if len(self._transitions) == self._transitions.maxlen:
                 self.sent.labels(sink="webhook", outcome="dropped").inc()
-            self._transitions.append((status, alert))
+            self._transitions.append((status, replace(alert)))  # as it is now: it may change
         self._wake.set()
 
     async def run(self) -> None:
@@ -190,6 +323,8 @@ class AlertDispatcher:
             status, alert = self._transitions.popleft()
             body = {"status": status, **alert.to_alertmanager(cfg.resend_seconds, None)}
             body["examples"] = [e.to_json(cfg.trace_url_template) for e in alert.examples]
+            if alert.attribution is not None:
+                body["attribution"] = alert.attribution.to_json()
             await self._post(client, "webhook", cfg.webhook_url, body)
         if cfg.alertmanager_url and self.alerts:
             generator = cfg.generator_url or cfg.dashboard_url

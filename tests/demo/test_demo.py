@@ -1,10 +1,13 @@
-"""`rag-monitor demo` end to end: the example service degraded part-way through through its own
-`POST /admin/degrade`, the drift alarm, the alert at the demo's local webhook, and its resolution
-once the service is restored — what a user watching `make demo` is promised to see."""
+"""`rag-monitor demo` end to end: a faulty release of the example service (a new `service.version`)
+rolled out part-way through, the drift alarm, the alert at the demo's local webhook naming that
+release and carrying example traces, and its resolution once the release is rolled back — what a
+user watching `make demo` is promised to see."""
 
 from __future__ import annotations
 
 import io
+import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -57,5 +60,44 @@ async def test_demo_degrades_the_service_alerts_and_resolves(
     )
     assert alarms >= len(fired) >= 1
 
+    # The incident is a release: the alerts name it and show its failing records.
+    new = scene.config.new_release
+    lines = [json.loads(t) for t in opts.results_file.read_text().splitlines()]
+    degraded = [
+        doc
+        for doc in lines
+        if doc.get("release") == new and (doc.get("unsupported_claims") or doc.get("hallucinated"))
+    ]
+    assert degraded, f"no degraded record of release {new} in the results"
+    failing_new = {doc["trace_id"] for doc in degraded}
+    firings = [a for _, a in got if a.status == "firing"]
+    with_examples = [a for a in firings if a.example_trace_ids]
+    for a in with_examples:
+        assert set(a.example_trace_ids) <= failing_new, (
+            "an example trace that is not a failing record of the release"
+        )
+        assert a.annotations["example_trace_ids"] == ",".join(a.example_trace_ids)
+    naming = [a for a in firings if a.names_release(new)]
+    assert naming, f"no alert named release {new}"
+    for a in naming:
+        assert a.annotations["suspect_release"] == new
+        assert a.annotations["attribution"].startswith(f"release {new}: ")
+    assert not [a for a in firings if a.names_release(scene.config.stable_release)]
+    named_keys = {tuple(sorted(a.labels.items())) for a in naming}
+    first_bad = min(doc["end"] for doc in degraded)
+    delays = sorted(
+        min(a.wall for a in naming if tuple(sorted(a.labels.items())) == k) - first_bad for k in named_keys
+    )
+    print(
+        f"alerts: {len(fired)}, named {new}: {len(named_keys)}; firing notifications with >= 1 example "
+        f"trace: {len(with_examples)}/{len(firings)}; first degraded {new} record -> first alert naming it: "
+        f"{delays[0]:.1f}s (median over alerts {statistics.median(delays):.1f}s, max {delays[-1]:.1f}s)"
+    )
+    assert len(with_examples) == len(firings), "a firing alert without example traces"
+
     shown = view.getvalue()
-    assert "restored at" in shown and ALERT in shown and "resolved" in shown
+    assert "rolled back to" in shown and ALERT in shown and "resolved" in shown
+    assert f"release {new}: " in shown and f"release {new} deployed" in shown
+    assert any(tid in shown for a in with_examples for tid in a.example_trace_ids[:2]), (
+        "no example trace id in the view"
+    )

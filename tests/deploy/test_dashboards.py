@@ -69,6 +69,7 @@ GRAFANA_VARIABLES = {
     "$query_type": ".*",
     "$service": ".*",
 }
+DEGRADED_RELEASE = "v2.0.0"  # the `service.version` of the degraded traffic `drive` sends
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>\w+)\)$")
 
 
@@ -637,7 +638,10 @@ async def drive(sidecar: Sidecar, bs: str, topic: str, dlq: str) -> None:
     n_lookups = 60 + sum(t.query_type == "lookup" for t in good.traces)
     await eventually(lambda: judged_lookups() >= n_lookups, within=60, what="the lookup reference judged")
     # Degraded: every lookup answer gains an invented sentence; the faithfulness detector alarms.
-    degraded = WorkloadConfig(ungrounded_rate=1.0, query_type_weights={"lookup": 1})
+    # The degradation is a release: the new version's annotation marks it on the quality board.
+    degraded = WorkloadConfig(
+        ungrounded_rate=1.0, query_type_weights={"lookup": 1}, service_version=DEGRADED_RELEASE
+    )
     await produce(bs, topic, generate(40, seed=83, config=degraded).pairs())
     await eventually(
         lambda: sample(sidecar, "ragmon_drift_alarms_total", query_type="lookup", metric="faithfulness") >= 1,
@@ -707,6 +711,19 @@ async def check_panels(prom: str) -> None:
         assert ids and all(ids), f"{where}: no exemplar with a trace_id"
 
     quality = {p["title"]: p for p in dashboards()["rag-monitor-quality.json"]["panels"]}
+
+    # The quality board's annotations: the degraded release where it first appeared (the only
+    # version the traffic carries; records without one are `unknown`, which has no mark), and
+    # the golden change markers (every kind exported from the start, at 0 until a change).
+    marks = {a["name"]: a for a in dashboards()["rag-monitor-quality.json"]["annotations"]["list"]}
+    releases = {
+        s["metric"]["release"]: float(s["value"][1]) / 1000
+        for s in query(prom, substitute(marks["Release first seen"]["expr"]))
+    }
+    assert list(releases) == [DEGRADED_RELEASE]
+    assert time.time() - 600 < releases[DEGRADED_RELEASE] <= time.time()
+    changes = query(prom, substitute(marks["Change (golden replay)"]["expr"]))
+    assert {s["metric"]["kind"] for s in changes} >= {"deploy", "reindex", "prompt", "model"}
 
     def read(panel: dict[str, Any], ref: str = "A", at: float | None = None) -> list[dict[str, Any]]:
         expr = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)

@@ -46,6 +46,8 @@ def line(
     weight: float = 1.0,
     tag: int = STABLE,
     faithfulness: float | None = None,
+    release: str | None = None,
+    end: float = 1_790_000_000.5,
 ) -> tuple[bytes, bytes]:
     """A results line as the judge stage writes it (the fields drift reads, a fresh trace id, and
     for a hallucination the claim the context did not support), keyed by slice."""
@@ -54,7 +56,7 @@ def line(
         "trace_id": tid,
         "query_type": query_type,
         "answer": "Yes, it is covered.",
-        "end": 1_790_000_000.5,
+        "end": end,
         "sampling_weight": weight,
         "claims": [{"text": claim_text(tid), "verdict": "not_in_context"}] if hallucinated else [],
         "faithfulness": faithfulness,
@@ -64,6 +66,8 @@ def line(
         "answer_relevance": None,
         "judge": {"outcome": "ok"},
     }
+    if release is not None:
+        body["release"] = release
     return query_type.encode(), json.dumps(body).encode()
 
 
@@ -252,3 +256,92 @@ async def test_an_alarm_names_example_traces_since_the_change_in_alertmanager_an
         await eventually(lambda: bool(resolved()), what="webhook resolved")
         assert resolved()[0]["examples"] == firing["hallucination"]["examples"]
         await eventually(lambda: "hallucination" not in in_alertmanager(), within=15, what="resolved in AM")
+
+
+async def test_an_alarm_names_the_release_that_holds_the_failing_records(
+    broker: Any, topic: str, webhook: Webhook, alertmanager: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new release takes half the traffic and hallucinates: the alert (Alertmanager, webhook,
+    log line) names it with its counts on both sides of the change and its first-seen time, and
+    not the release that served all along; ragmon_release_first_seen_timestamp_seconds has it."""
+    bs = broker.bootstrap_servers
+    settings = drift_settings(bs, topic, webhook, alertmanager_url=alertmanager, resend_seconds=0.5)
+    results = settings.results.topic
+    assert results is not None
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results], partitions=3)
+    t0 = 1_790_000_000.0  # 2026-09-21 14:13:20 UTC
+    old = [line("lookup", i % 20 == 0, release="v1.4.1", end=t0 + i) for i in range(140)]
+    new = [
+        line("lookup", True, tag=DRIFTED, release="v1.4.2", end=t0 + 600 + i)
+        if i % 2
+        else line("lookup", i % 20 == 0, release="v1.4.1", end=t0 + 600 + i)
+        for i in range(100)
+    ]
+    await produce(bs, results, old + new)
+    caplog.set_level("WARNING", logger="monitor.outputs.alerts")
+
+    async with running(settings) as sidecar:
+        await eventually(lambda: webhook_alerts(webhook, "firing", "hallucination"), what="alarm firing")
+        body = webhook_alerts(webhook, "firing", "hallucination")[0]
+        attribution = body["attribution"]
+        suspects = attribution["suspects"]
+        assert [(s["dimension"], s["value"]) for s in suspects] == [("release", "v1.4.2")]
+        v2 = suspects[0]
+        assert v2["first_seen"] == "2026-09-21T14:23:21+00:00"  # t0 + 601: its first record
+        assert v2["judged_before"] == 0 and v2["share_before"] == 0.0
+        assert v2["judged_before_total"] == attribution["judged_before_total"] > 0
+        assert v2["failing_since_total"] == attribution["failing_since_total"]
+        assert v2["failing_share_since"] > 0.8 and v2["failing_since"] >= 5
+        assert attribution["since"] >= "2026-09-21T14:13:20"
+        annotations = body["annotations"]
+        assert annotations["suspect_release"] == "v1.4.2"
+        assert annotations["attribution"].startswith(
+            f"release v1.4.2: {100 * v2['failing_share_since']:.0f} % of failing records since 2026-09-21 "
+        )
+        assert "first seen 2026-09-21 14:23 UTC" in annotations["attribution"]
+        assert "v1.4.1" not in annotations["attribution"]
+        logged = [r.getMessage() for r in caplog.records if "alert firing" in r.getMessage()]
+        assert any(annotations["attribution"] in m for m in logged), logged
+
+        def in_alertmanager() -> dict[str, Any]:
+            shown: list[dict[str, Any]] = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
+            return {a["labels"]["metric"]: a["annotations"] for a in shown}
+
+        await eventually(lambda: "hallucination" in in_alertmanager(), within=15, what="in Alertmanager")
+        shown = in_alertmanager()["hallucination"]
+        assert shown["suspect_release"] == "v1.4.2"
+        assert shown["attribution"] == annotations["attribution"]
+        first_seen = "ragmon_release_first_seen_timestamp_seconds"
+        assert sample(sidecar, first_seen, release="v1.4.2") == t0 + 601
+        assert sample(sidecar, first_seen, release="v1.4.1") == t0
+
+
+async def test_an_alert_fired_on_few_records_is_updated_once_they_name_the_release(
+    broker: Any, topic: str, webhook: Webhook
+) -> None:
+    """Against a flawless reference one bad record raises the alarm, too few to name anything:
+    the alert says so, and is sent again (same start) once the failing records name the release."""
+    bs = broker.bootstrap_servers
+    settings = drift_settings(bs, topic, webhook)
+    results = settings.results.topic
+    assert results is not None
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results], partitions=3)
+    good = [line("lookup", False, faithfulness=1.0, release="v1") for _ in range(140)]
+    bad = [line("lookup", True, tag=DRIFTED, faithfulness=0.3, release="v2") for _ in range(30)]
+    await produce(bs, results, good + bad)
+
+    async with running(settings):
+
+        def faithfulness() -> list[dict[str, Any]]:
+            return webhook_alerts(webhook, "firing", "faithfulness")
+
+        await eventually(lambda: len(faithfulness()) >= 2, what="the alert and its update")
+        first, update = faithfulness()[:2]
+        assert first["attribution"]["suspects"] == [] and first["attribution"]["failing_since_total"] < 5
+        assert first["annotations"]["attribution"].startswith("no release or service over-represented")
+        assert "suspect_release" not in first["annotations"]
+        assert [s["value"] for s in update["attribution"]["suspects"]] == ["v2"]
+        assert update["annotations"]["suspect_release"] == "v2"
+        assert update["startsAt"] == first["startsAt"]
+        assert update["examples"]  # the examples stay
+    assert len(faithfulness()) == 2  # nothing changed after: no more updates
