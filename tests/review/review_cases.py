@@ -8,6 +8,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from textual.pilot import Pilot
+
 from monitor.judge.lexical import LexicalJudge
 from monitor.model import Chunk, RagRecord
 from monitor.results import ResultLine, ReviewLine, encode_result, result_line
@@ -15,6 +17,14 @@ from monitor.results import ResultLine, ReviewLine, encode_result, result_line
 OSLO = "4bf92f3577b34da6a3ce929d0e0e4736"
 BERGEN = "00f067aa0ba902b7a3ce929d0e0e4736"
 TROMSO = "1a2b3c4d5e6f77889900aabbccddeeff"
+SIZE = (80, 24)  # the terminal an SSH session gives by default
+
+
+async def screen(pilot: Pilot[None]) -> str:
+    """The terminal's lines as the reviewer sees them (the compositor's output, styles dropped),
+    once the keys pressed are handled."""
+    await pilot.pause()
+    return "\n".join(strip.text for strip in pilot.app.screen._compositor.render_strips())
 
 
 def _record(trace_id: str, query: str, answer: str, chunks: list[Chunk]) -> RagRecord:

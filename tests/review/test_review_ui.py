@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from review_cases import BERGEN, OSLO, TROMSO, judged, write_queue
-from textual.pilot import Pilot
+from review_cases import BERGEN, OSLO, SIZE, TROMSO, judged, screen, write_queue
 from typer.testing import CliRunner
 
 from monitor.cli import app as cli_app
@@ -22,15 +21,6 @@ from monitor.review.labels import LabelsFile
 from monitor.review.queue import read_queue
 from monitor.review.render import QUOTE_STYLE, SELECTED_QUOTE_STYLE
 from monitor.review.session import ReviewSession
-
-SIZE = (80, 24)
-
-
-async def screen(pilot: Pilot[None]) -> str:
-    """The terminal's 24 lines as the reviewer sees them (the compositor's output, styles dropped),
-    once the keys pressed are handled."""
-    await pilot.pause()
-    return "\n".join(strip.text for strip in pilot.app.screen._compositor.render_strips())
 
 
 def labels_of(path: Path) -> list[dict[str, Any]]:
