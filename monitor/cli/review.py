@@ -63,3 +63,6 @@ def review_command(
         raise typer.Exit(2) from None
     ReviewApp(session, feed=feed, source=source).run()
     typer.echo(f"{session.labelled} of {session.total} queued records labelled in {labels}")
+    if read.bad_total:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(read.bad.items()))
+        typer.echo(f"{read.bad_total} queue line(s) passed over: {why}", err=True)

@@ -67,6 +67,7 @@ class ReviewApp(App[None]):
         Binding("u", "undo", show=False),
         Binding("escape", "cancel_edit", show=False),
         Binding("q", "quit", show=False),
+        Binding("ctrl+c", "quit", show=False, priority=True),  # every save is on disk already
         *(Binding(str((i + 1) % 10), f"chunk({i})", show=False) for i in range(10)),
     ]
 

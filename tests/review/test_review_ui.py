@@ -153,6 +153,20 @@ async def test_bad_queue_lines_are_counted_and_shown(bad_queue: Path, tmp_path: 
     assert json.loads(labels.read_text().splitlines()[1])["trace_id"] == OSLO
 
 
+async def test_a_labels_file_that_cannot_be_written_is_said_not_crashed_on(
+    queue: Path, tmp_path: Path
+) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        labels.mkdir()  # meanwhile, a directory where the file should be
+        await pilot.press("s", "s", "a", "enter")
+        shown = await screen(pilot)
+        assert "error: cannot write" in shown
+        assert "0 of 3 labelled" in shown
+        assert "When was the Oslo office opened?" in shown  # still on the record, labels kept
+        assert "answerable: yes" in shown
+
+
 async def test_the_judges_quotes_are_marked_in_the_chunks(queue: Path, tmp_path: Path) -> None:
     app = make_app(queue, tmp_path / "labels.jsonl")
     async with app.run_test(size=SIZE) as pilot:
