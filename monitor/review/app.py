@@ -163,10 +163,27 @@ class ReviewApp(App[None]):
     def action_claim(self, label: str) -> None:
         self.session.mark_claim(ClaimLabel(label))
         self._act("")
+        self._follow_selection()
 
     def action_select(self, delta: int) -> None:
         self.session.select(delta)
         self._act()
+        self._follow_selection()
+
+    def _follow_selection(self) -> None:
+        """Keep the selected claim (and its verdict line) in view on a short screen. Its line is
+        counted in the text before wrapping: near enough, and PgUp/PgDn are there."""
+        body = self.query_one("#body", VerticalScroll)
+        plain = str(self.query_one("#record", Static).content)
+        at = plain.find("▶")
+        if at < 0:
+            return
+        row = plain.count("\n", 0, at)
+        height = body.scrollable_content_region.height
+        if row < body.scroll_y:  # the first claim: the question above it too
+            body.scroll_to(y=0 if self.session.selected == 0 else row, animate=False)
+        elif row + 2 > body.scroll_y + height:
+            body.scroll_to(y=row + 2 - height, animate=False)
 
     def action_scroll_body(self, direction: int) -> None:
         body = self.query_one("#body", VerticalScroll)

@@ -65,6 +65,12 @@ REVIEWS: list[dict[str, Any]] = [
 ]
 
 
+def long_record() -> RagRecord:
+    """An answer the judge splits into twelve claims: more than 80x24 shows at once."""
+    facts = " ".join(f"The office number {i} opened in {1990 + i}." for i in range(12))
+    return _record("ab" * 16, "When did the offices open?", facts, [Chunk("c1", facts, 0.5)])
+
+
 def judged(records: list[RagRecord] = RECORDS) -> list[ResultLine]:
     """The results lines the judge stage writes for `records` (the offline judge's verdicts)."""
     judge = LexicalJudge()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from review_cases import BERGEN, OSLO, SIZE, TROMSO, judged, screen, write_queue
+from review_cases import BERGEN, OSLO, SIZE, TROMSO, judged, long_record, screen, write_queue
 from typer.testing import CliRunner
 
 from monitor.cli import app as cli_app
@@ -165,6 +165,24 @@ async def test_a_labels_file_that_cannot_be_written_is_said_not_crashed_on(
         assert "0 of 3 labelled" in shown
         assert "When was the Oslo office opened?" in shown  # still on the record, labels kept
         assert "answerable: yes" in shown
+
+
+@pytest.fixture
+def long_queue(tmp_path: Path) -> Path:
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"".join(encode_result(line) for line in judged([long_record()])))
+    return path
+
+
+async def test_the_selected_claim_stays_in_view_on_a_short_screen(long_queue: Path, tmp_path: Path) -> None:
+    queue = long_queue
+    async with make_app(queue, tmp_path / "labels.jsonl").run_test(size=SIZE) as pilot:
+        await pilot.press(*"s" * 10)
+        shown = await screen(pilot)
+        assert "▶11. The office number 10 opened in 2000." in shown
+        assert "When did the offices open?" not in shown  # scrolled past the question
+        await pilot.press(*["up"] * 10)
+        assert "When did the offices open?" in await screen(pilot)
 
 
 async def test_the_judges_quotes_are_marked_in_the_chunks(queue: Path, tmp_path: Path) -> None:
