@@ -4,61 +4,10 @@ sent with `tmux send-keys`, the screen read with `tmux capture-pane -p`."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from review_cases import OSLO, write_queue
-
-
-class Pane:
-    """One tmux server of its own (a socket in the test's directory) with one 80x24 pane."""
-
-    def __init__(self, socket: Path) -> None:
-        path = shutil.which("tmux")
-        if path is None:
-            pytest.fail("tmux not found: `make debs` installs it (Debian tmux)")
-        self.base = [path, "-S", str(socket)]
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run([*self.base, *args], check=True, capture_output=True, text=True).stdout
-
-    def start(self, command: list[str], cwd: Path) -> None:
-        # remain-on-exit: the pane (and what the command printed last) stays after it exits
-        self.tmux(
-            "new-session", "-d", "-x", "80", "-y", "24", "-s", "review", "-c", str(cwd),
-            "-e", "TERM=xterm-256color", *command, ";", "set-option", "-t", "review", "remain-on-exit", "on",
-        )  # fmt: skip
-
-    def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "review")
-
-    def keys(self, *keys: str) -> None:
-        self.tmux("send-keys", "-t", "review", *keys)
-
-    def wait_for(self, text: str, within: float = 30.0) -> str:
-        deadline = time.monotonic() + within
-        while True:
-            shown = self.screen()
-            if text in shown:
-                return shown
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} not on the screen within {within}s:\n{shown}")
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        subprocess.run([*self.base, "kill-server"], capture_output=True)
-
-
-@pytest.fixture
-def pane(tmp_path: Path) -> Iterator[Pane]:
-    p = Pane(tmp_path / "tmux.sock")
-    yield p
-    p.close()
+from review_cases import OSLO, Pane, write_queue
 
 
 def test_review_in_an_80x24_tmux_pane(pane: Pane, tmp_path: Path) -> None:

@@ -4,14 +4,16 @@ reached is said on the screen, the labelling of what came going on."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from review_cases import BERGEN, OSLO, SIZE, queue_lines, screen
+from review_cases import BERGEN, OSLO, SIZE, Pane, queue_lines, screen
 from textual.pilot import Pilot
 
 from monitor.demo.broker import EmbeddedBroker
@@ -79,6 +81,25 @@ async def test_records_come_from_the_topic_as_they_are_queued(
     async with _app(bs, topic, labels).run_test(size=SIZE) as pilot:
         shown = await _until(pilot, "2 of 2 labelled")
         assert "All 2 queued records labelled" in shown
+
+
+async def test_the_command_reads_the_topic_in_a_terminal(
+    broker: EmbeddedBroker, topic: str, lines: list[bytes], tmp_path: Path, pane: Pane
+) -> None:
+    bs = broker.bootstrap_servers
+    await _send(bs, topic, *lines)
+    labels = tmp_path / "labels.jsonl"
+    command = [sys.executable, "-m", "monitor", "review", "--topic", topic, "--bootstrap-servers", bs]
+    pane.start([*command, "--labels", str(labels)], tmp_path)
+    await asyncio.to_thread(pane.wait_for, "0 of 3 labelled")
+    pane.keys("x")  # Oslo skipped: Bergen
+    shown = await asyncio.to_thread(pane.wait_for, "Who leads the Bergen office?")
+    assert "reasons: disagreement" in shown
+    pane.keys("s", "a", "Enter")
+    await asyncio.to_thread(pane.wait_for, "1 of 3 labelled")
+    pane.keys("q")
+    await asyncio.to_thread(pane.wait_for, "1 of 3 queued records labelled in")
+    assert [json.loads(x)["trace_id"] for x in labels.read_text().splitlines()] == [BERGEN]
 
 
 async def test_a_broker_out_of_reach_is_said_on_the_screen(tmp_path: Path) -> None:
