@@ -38,7 +38,7 @@ async def _send(bootstrap: str, topic: str, *values: bytes) -> None:
     await producer.start()
     try:
         for value in values:
-            await producer.send_and_wait(topic, value)
+            await producer.send_and_wait(topic, value, partition=0)  # one partition: in order
     finally:
         await producer.stop()
 
