@@ -209,6 +209,8 @@ def test_failed_judgement_has_error_and_no_scores() -> None:
         "unsupported_claims",
         "asserts_unsupported",
         "context_relevance",
+        "decided",
+        "undecided",
     ):
         assert d[k] is None
     assert d["claims"] == [] and d["answer_relevance"] is None
@@ -232,12 +234,15 @@ def test_results_line_shape() -> None:
                 "text": "text a",
                 "verdict": "supported",
                 "supported": True,
+                "decided": True,
                 "chunk_ids": ["c1"],
                 "evidence": [{"chunk_id": "c1", "quote": "text of c1", "found": True}],
                 "note": None,
             }
         ],
         "faithfulness": 1.0,
+        "decided": True,
+        "undecided": {},
         "unsupported_claims": 0,
         "asserts_unsupported": False,
         "evidence_mismatches": 0,
