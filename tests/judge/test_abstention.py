@@ -5,12 +5,17 @@ decided/undecided counters, and is scored neither as faithful nor as unfaithful.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import pytest
+from fake_llm import PARIS, FakeAPI, Reply, anthropic, anthropic_message, openai, openai_completion, shown
+from fake_llm import record as fake_record
 from prometheus_client import CollectorRegistry
 
 from monitor.drift.reference import drift_values, judged_values
 from monitor.estimate import estimate_values
+from monitor.judge.prompt import SYSTEM_PROMPT
 from monitor.metrics import Metrics
 from monitor.model import Chunk, Claim, Judgement, RagRecord, Undecided, Verdict
 from monitor.results import ResultLine, encode_result, result_line
@@ -137,3 +142,95 @@ def test_decided_and_undecided_counters_per_check() -> None:
     # The hallucination check counts decided records only.
     labels = {"service": "svc", "query_type": "comparison", "judge": "lexical"}
     assert g("ragmon_judged_total", {**labels, "check": "unanswerable"}) == 2
+
+
+# -- an LLM judge's abstention: the real SDKs against the local fake API ------------------------------
+
+JUDGES = [pytest.param(anthropic, id="anthropic"), pytest.param(openai, id="openai")]
+
+
+def wrapped(path: str, output: dict[str, Any]) -> Reply:
+    if path == "/v1/messages":
+        return Reply(body=anthropic_message(output))
+    return Reply(body=openai_completion(json.dumps(output)))
+
+
+def llm_verdict(claims: list[dict[str, Any]], ids: list[str]) -> dict[str, Any]:
+    return {
+        "claims": claims,
+        "answerable_from_context": True,
+        "refuses": False,
+        "hedges": False,
+        "answer_relevance": 2,
+        "context_relevance": [2 for _ in ids],
+    }
+
+
+@pytest.mark.parametrize("make", JUDGES)
+async def test_an_llm_judges_uncertain_claims_make_the_same_undecided_record(
+    api: FakeAPI, make: Callable[..., Any]
+) -> None:
+    """The prompt offers `uncertain`; a judge that uses it for every claim leaves the record
+    undecided as the offline judge does: same fields, same counters, no faithfulness. A claim it
+    quotes nothing for (or nothing found) it could not place; one it quotes it placed."""
+    answer = "Paris is the capital of France. It has 90 million inhabitants."
+    claims = [
+        {
+            "text": "Paris is the capital of France.",
+            "verdict": "uncertain",
+            "quotes": [{"chunk": "1", "quote": PARIS[:40]}],
+        },
+        {"text": "It has 90 million inhabitants.", "verdict": "uncertain", "quotes": []},
+    ]
+    api.default = lambda path, body: wrapped(path, llm_verdict(claims, list(shown(body)[1])))
+    judge = make(api)
+    j = await judge.judge(fake_record(answer))
+    await judge.aclose()
+    assert j.ok and j.requests == 1, j.error  # uncertain needs no quote: nothing to repair
+    system = json.dumps(api.requests[0].body)
+    assert '"uncertain" only if you cannot tell' in SYSTEM_PROMPT and "uncertain" in system
+    assert [(c.verdict, c.note) for c in j.claims] == [
+        (Verdict.UNCERTAIN, None),
+        (Verdict.UNCERTAIN, "unplaced"),
+    ]
+    assert j.claims[0].evidence[0].found
+    # The most specific reason of its claims: one could not be placed in the context.
+    assert j.faithfulness is None and j.undecided == {"faithfulness": Undecided.UNPLACED}
+    assert j.hallucinated is False  # the judge decided answerability itself: that check stands
+    doc = json.loads(
+        encode_result(
+            result_line(fake_record(answer), sampling_weight=1.0, query_type_source="span", judgement=j)
+        )
+    )
+    assert doc["decided"] is False and doc["undecided"] == {"faithfulness": "unplaced"}
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.judge.observe_verdicts(j, "svc")
+    labels = {"judge": j.backend, "query_type": "lookup", "check": "faithfulness"}
+    assert registry.get_sample_value("ragmon_judge_undecided_total", {**labels, "reason": "unplaced"}) == 1
+    assert registry.get_sample_value("ragmon_judge_decided_total", labels) == 0
+    assert registry.get_sample_value("ragmon_judge_decided_total", {**labels, "check": "unanswerable"}) == 1
+
+
+@pytest.mark.parametrize("make", JUDGES)
+async def test_a_quote_not_found_still_counts_against_faithfulness(
+    api: FakeAPI, make: Callable[..., Any]
+) -> None:
+    """A supported claim whose quote is in no chunk is not made undecided: injected text that makes
+    a model say supported must not take a bad claim out of the score."""
+    answer = "Paris is the capital of France. It has 90 million inhabitants."
+    claims = [
+        {"text": "Paris is the capital of France.", "verdict": "uncertain", "quotes": []},
+        {
+            "text": "It has 90 million inhabitants.",
+            "verdict": "supported",
+            "quotes": [{"chunk": "1", "quote": "Paris has 90 million inhabitants"}],
+        },
+    ]
+    api.default = lambda path, body: wrapped(path, llm_verdict(claims, list(shown(body)[1])))
+    judge = make(api)
+    j = await judge.judge(fake_record(answer))
+    await judge.aclose()
+    assert j.ok, j.error
+    assert (j.claims[1].verdict, j.claims[1].note) == (Verdict.NOT_IN_CONTEXT, "not_in_chunk")
+    assert j.faithfulness == 0.0 and j.decided is True

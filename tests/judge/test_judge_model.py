@@ -300,7 +300,10 @@ def test_output_schema_is_strict_and_derived_from_the_model() -> None:
     claim = schema["properties"]["claims"]["items"]["properties"]
     wire = {f.alias or name for name, f in ClaimVerdict.model_fields.items()}
     assert set(claim) == wire == {"text", "verdict", "quotes"}
-    assert claim["verdict"] == {"enum": ["supported", "contradicted", "not_in_context"], "type": "string"}
+    assert claim["verdict"] == {
+        "enum": ["supported", "contradicted", "not_in_context", "uncertain"],
+        "type": "string",
+    }
     assert set(claim["quotes"]["items"]["properties"]) == {"chunk", "quote"}
     assert schema["properties"]["context_relevance"] == {
         "items": {"enum": [1, 2, 3], "type": "integer"},
