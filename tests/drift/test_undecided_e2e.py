@@ -132,6 +132,9 @@ async def test_undecided_records_are_counted_apart_and_a_rise_in_their_share_is_
         alert = next(b for b in webhook.bodies if b["labels"].get("metric") == "undecided")
         assert alert["labels"]["query_type"] == "lookup"
         assert "could not decide" in alert["annotations"]["summary"]
+        # Its examples are undecided records, with the judge's reason.
+        assert alert["examples"] and all(e["trace_id"] not in judge.decided_ids for e in alert["examples"])
+        assert all(e["reason"].startswith("undecided (faithfulness uncertain") for e in alert["examples"])
 
         # Counters: per slice, decided + undecided = judged; estimates count decided records only.
         for qt in SLICES:
