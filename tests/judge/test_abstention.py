@@ -234,3 +234,26 @@ async def test_a_quote_not_found_still_counts_against_faithfulness(
     assert j.ok, j.error
     assert (j.claims[1].verdict, j.claims[1].note) == (Verdict.NOT_IN_CONTEXT, "not_in_chunk")
     assert j.faithfulness == 0.0 and j.decided is True
+
+
+def test_a_pinned_baseline_takes_the_undecided_share_and_leaves_undecided_records_out_of_faithfulness() -> (
+    None
+):
+    """`baseline pin` from results lines: the undecided share's reference is over every judged
+    line, faithfulness's over the decided ones only."""
+    from monitor.drift.reference import from_results
+
+    lines = []
+    for i in range(10):
+        abstain = i < 3
+        j = judgement(
+            [Claim("x", Verdict.UNCERTAIN if abstain else Verdict.SUPPORTED, "c1")],
+            answerable=None if abstain else True,
+        )
+        lines.append(result_line(record(), sampling_weight=1.0, query_type_source="span", judgement=j))
+    slices, dropped = from_results(lines, None, None)
+    refs = slices["comparison"]
+    assert not dropped
+    assert (refs["undecided"].records, refs["undecided"].mean) == (10, 0.3)
+    assert (refs["faithfulness"].records, refs["faithfulness"].mean) == (7, 1.0)
+    assert refs["hallucination"].records == 7
