@@ -68,13 +68,18 @@ LATEST_GOLDEN_RUN = (
 # -- targets and panels ------------------------------------------------------------------------
 
 
-def target(expr: str, legend: str = "", *, fmt: str = "time_series", exemplar: bool = False) -> Json:
+def target(
+    expr: str, legend: str = "", *, fmt: str = "time_series", exemplar: bool = False, instant: bool = False
+) -> Json:
     """One Prometheus query; refIds are assigned by `panel`. `exemplar`: Grafana also asks for the
     exemplars of the series it reads (the judge's verdict series carry a `trace_id`, failing
-    records first) and draws them as points that link to the trace."""
+    records first) and draws them as points that link to the trace. `instant`: the value now (a
+    table's cell) rather than a range."""
     out: Json = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend or "__auto", "format": fmt}
     if exemplar:
         out["exemplar"] = True
+    if instant:
+        out["instant"] = True
     return out
 
 
@@ -694,6 +699,7 @@ def quality() -> Json:
             "citation precision",
             "Share of checked citations whose chunk supports the claim",
         ),
+        decided_share(),
     ]
     return dashboard(
         "rag-monitor",
@@ -703,6 +709,56 @@ def quality() -> Json:
         golden=True,
         releases=True,
     )
+
+
+DECIDED = "judge_query_type_check:ragmon_judge_{}:increase1h"
+
+
+def decided_share() -> Json:
+    """Per query type, faithfulness next to the share of records it rests on: "faithfulness 0.91
+    on 72 % of records, 28 % undecided". Records the judge could not decide are in no estimate, so
+    a score without its decided share hides how much of the traffic it speaks for."""
+
+    def pooled_decisions(kind: str) -> str:
+        return f'sum by (query_type) ({DECIDED.format(kind)}{{check="faithfulness",{QT}}})'
+
+    decided, undecided = pooled_decisions("decided"), pooled_decisions("undecided")
+    to_decide = f"(({decided} + {undecided}) > 0)"
+    table = panel(
+        "table",
+        "Faithfulness and the share of records it rests on (1 h)",
+        "Per query type: the 1 h faithfulness estimate, and of the judged answers that make claims "
+        "the share the judge decided (the estimate's records) and the share it could not "
+        "(undecided: no decided claim; left out of every score, counted in "
+        "ragmon_judge_undecided_total by reason). Selected services pooled for the estimate; the "
+        "decision counters have no service label. A rising undecided share fires "
+        "RagmonJudgeUndecidedShift.",
+        "percentunit",
+        [
+            target(estimate("faithfulness")["estimate"], fmt="table", instant=True),
+            target(f"{decided} / {to_decide}", fmt="table", instant=True),
+            target(f"{undecided} / {to_decide}", fmt="table", instant=True),
+        ],
+        width=WIDTH,
+        overrides=[by_name("faithfulness", unit="none", decimals=2)],
+        options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
+    )
+    table["transformations"] = [
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "renameByName": {
+                    "query_type": "query type",
+                    "Value #A": "faithfulness",
+                    "Value #B": "decided",
+                    "Value #C": "undecided",
+                },
+            },
+        },
+    ]
+    return table
 
 
 def retrieval() -> Json:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.estimate import estimate_values, usable_weight
-from monitor.model import Judgement, Reject, Verdict
+from monitor.model import DECIDABLE_CHECKS, Judgement, Reject, Undecided, Verdict
 
 PREFIX = "ragmon_"
 
@@ -400,6 +400,23 @@ class JudgeMetrics:
             sqj,
             registry=r,
         )
+        # Per check (faithfulness, unanswerable), whether the judge decided it: the decided share,
+        # decided / (decided + undecided), is what every score of the check rests on. Counters,
+        # not a ratio gauge, so that replicas and restarts add up (docs/contract.md gives the PromQL).
+        self.decided = Counter(
+            f"{PREFIX}judge_decided",
+            "Judged records whose check (faithfulness, unanswerable) the judge decided",
+            ["judge", "query_type", "check"],
+            registry=r,
+        )
+        self.undecided = Counter(
+            f"{PREFIX}judge_undecided",
+            "Judged records whose check the judge could not decide (left out of its scores), by reason "
+            "(no_claim, uncertain, unplaced, yes_no, answerability)",
+            ["judge", "query_type", "check", "reason"],
+            registry=r,
+        )
+        self._decision_series: set[tuple[str, str]] = set()
         self.unanswerable = Counter(
             f"{PREFIX}unanswerable",
             "Judged records whose context could not answer the query",
@@ -501,6 +518,30 @@ class JudgeMetrics:
         # Kappa against human labels: `monitor.judge.calibrate.CalibrationGauges`, written by
         # `calibrate --metrics-file`, never by the sidecar.
 
+    def observe_decisions(self, j: Judgement) -> None:
+        """Per decidable check, decided or undecided (with its reason); a check that does not
+        apply (faithfulness of a refusal) is neither. Every reason's series of a (judge, query
+        type) is created with its first judgement, so a ratio over them exists from then on."""
+        key = (j.backend, j.query_type)
+        if key not in self._decision_series:
+            self._decision_series.add(key)
+            for check in DECIDABLE_CHECKS:
+                self.decided.labels(judge=j.backend, query_type=j.query_type, check=check)
+                for reason in Undecided:
+                    self.undecided.labels(
+                        judge=j.backend, query_type=j.query_type, check=check, reason=reason.value
+                    )
+        undecided = j.undecided
+        given = j.checks()
+        for check in DECIDABLE_CHECKS:
+            why = undecided.get(check)
+            if why is not None:
+                self.undecided.labels(
+                    judge=j.backend, query_type=j.query_type, check=check, reason=why.value
+                ).inc()
+            elif check in given:
+                self.decided.labels(judge=j.backend, query_type=j.query_type, check=check).inc()
+
     def observe_cost(self, j: Judgement) -> None:
         """What a judgement cost, whatever it was for (production or golden replay) and however
         it ended: its outcome, latency, tokens, USD."""
@@ -537,6 +578,7 @@ class JudgeMetrics:
 
         for check in j.checks():
             inc(self.judged, check=check)
+        self.observe_decisions(j)
         if j.claims:
             inc(self.claims, len(j.claims))
             inc(self.claims_supported, sum(c.supported for c in j.claims))

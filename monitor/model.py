@@ -10,8 +10,14 @@ table of cases):
 
 - per claim a `Verdict`; a model's `supported` or `contradicted` stands only with evidence that
   code finds in the cited chunks (`monitor.judge.evidence`), else it becomes `not_in_context`;
-- faithfulness = supported / decided claims (`uncertain` ones, which only an offline judge gives,
-  are left out); `unsupported_claims` counts contradicted + not_in_context;
+- faithfulness = supported / decided claims (`uncertain` ones are left out); `unsupported_claims`
+  counts contradicted + not_in_context;
+- abstention: a check the judge could not decide is neither passed nor failed but `undecided`,
+  with a reason (`Undecided`): faithfulness when the answer answers and no claim of it is decided,
+  the unanswerable check when the judge gave no answerability (`answerable_from_context` None).
+  `Judgement.undecided` maps each such check to its reason, `decided` says whether there is none;
+  every consumer (estimates, drift, golden report) leaves an undecided check out and counts it
+  apart, so that a score never hides how much of the traffic it rests on;
 - `refuses` (no answer given) and `hedges` (an answer that admits uncertainty about part of it)
   apart; `answer_admits_uncertainty` = either, which is what `hallucinated` = not answerable and
   not admitting it keeps resting on; `false_refusal` = a refusal although the context held the
@@ -174,13 +180,57 @@ CHECKS = ("faithfulness", "unanswerable", "relevance", "context_relevance")
 
 
 class Verdict(StrEnum):
-    """A claim's verdict. The first three are what an LLM judge may say; `uncertain` is an offline
-    judge's "cannot decide", counted apart and left out of faithfulness."""
+    """A claim's verdict. `uncertain` is a judge's "cannot decide" (the offline judge's partial
+    alignment, an LLM judge's own `uncertain`): counted apart and left out of faithfulness."""
 
     SUPPORTED = "supported"  # the cited chunks state or directly entail it (quotes checked)
     CONTRADICTED = "contradicted"  # the context states otherwise
     NOT_IN_CONTEXT = "not_in_context"  # the context does not say it (invented, or from elsewhere)
     UNCERTAIN = "uncertain"
+
+
+class Undecided(StrEnum):
+    """Why a check of a record is undecided: the `reason` label of ragmon_judge_undecided_total
+    and the values of a results line's `undecided` (a closed set: the label stays bounded).
+
+    A judge names the reason through the note of an `uncertain` claim: a claim noted with one of
+    these values gives the record its reason (the most specific one wins: yes/no, then unplaced);
+    any other uncertain claim is `uncertain`."""
+
+    NO_CLAIM = "no_claim"  # the answer answers, yet the judge found no claim in it to check
+    UNCERTAIN = "uncertain"  # claims, none decided: the judge could not tell support from its absence
+    UNPLACED = "unplaced"  # claims, none decided, and one the judge could not place in the context
+    YES_NO = "yes_no"  # a yes/no answer, and the context lacks one of the facts it compares
+    ANSWERABILITY = "answerability"  # the judge could not tell whether the context answers the query
+
+
+# The checks that can be undecided (the `check` label of ragmon_judge_decided/undecided_total).
+DECIDABLE_CHECKS = ("faithfulness", "unanswerable")
+_REASON_ORDER = (Undecided.YES_NO, Undecided.UNPLACED)
+
+
+def undecided_checks(
+    faithfulness: float | None,
+    claims: Sequence[tuple[bool, str | None]],
+    *,
+    refuses: bool | None,
+    answerable: bool | None,
+) -> dict[str, Undecided]:
+    """`Judgement.undecided` from a successful judgement's fields (per claim: decided, note), so
+    that a results line written without `undecided` reads the same way."""
+    out: dict[str, Undecided] = {}
+    faith: Undecided | None = None
+    if faithfulness is None:
+        if not claims:
+            faith = Undecided.NO_CLAIM if refuses is False else None
+        elif not any(decided for decided, _ in claims):
+            notes = {note for _, note in claims}
+            faith = next((r for r in _REASON_ORDER if r.value in notes), Undecided.UNCERTAIN)
+    if faith is not None:
+        out["faithfulness"] = faith
+    if answerable is None:
+        out["unanswerable"] = faith or Undecided.ANSWERABILITY
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +281,11 @@ class Claim:
         return self.verdict is Verdict.SUPPORTED
 
     @property
+    def decided(self) -> bool:
+        """The judge gave the claim a verdict (anything but `uncertain`)."""
+        return self.verdict is not Verdict.UNCERTAIN
+
+    @property
     def chunk_id(self) -> str | None:
         """The first supporting chunk (None when unsupported)."""
         return self.chunk_ids[0] if self.chunk_ids else None
@@ -251,6 +306,7 @@ class Claim:
             "text": self.text,
             "verdict": self.verdict.value,
             "supported": self.supported,
+            "decided": self.decided,
             "chunk_ids": list(self.chunk_ids),
             "evidence": [{"chunk_id": q.chunk_id, "quote": q.quote, "found": q.found} for q in self.evidence],
             "note": self.note,
@@ -263,7 +319,8 @@ class Judgement:
     `monitor.judge.model.judgement_from_output`) or `failed` (no scores at all).
 
     Score fields are None on failure — and `faithfulness` is also None when the answer makes no
-    claim (a refusal): "nothing to check" is neither 0 nor 1, and must not inflate the average.
+    claim (a refusal): "nothing to check" is neither 0 nor 1, and must not inflate the average —
+    or when none of its claims is decided (`undecided` says which, and why).
     """
 
     trace_id: str
@@ -324,6 +381,30 @@ class Judgement:
         n = self.unsupported_claims
         return None if n is None else n > 0
 
+    @property
+    def undecided(self) -> dict[str, Undecided]:
+        """The checks (`DECIDABLE_CHECKS`) the judge could not decide, each with its reason; empty
+        when every check it applies to is decided, and for a failed judgement (nothing judged).
+
+        faithfulness: the answer answers (it makes claims, or it does not refuse) and no claim of
+        it is decided. A refusal without claims has nothing to check: neither decided nor not.
+        unanswerable: no `answerable_from_context`; its reason is faithfulness's when that is
+        undecided too (the judge reads answerability off the answer's claims), else
+        `answerability`."""
+        if not self.ok:
+            return {}
+        return undecided_checks(
+            self.faithfulness,
+            [(c.decided, c.note) for c in self.claims],
+            refuses=self.refuses,
+            answerable=self.answerable_from_context,
+        )
+
+    @property
+    def decided(self) -> bool | None:
+        """Every check the judgement applies to is decided (None: the judgement failed)."""
+        return None if not self.ok else not self.undecided
+
     def evidence_failures(self) -> list[str]:
         """The `EvidenceFailure` reason of every claim whose verdict the evidence check changed."""
         return [c.note for c in self.claims if c.note in _EVIDENCE_FAILURES]
@@ -333,7 +414,7 @@ class Judgement:
         cls,
         claims: list[Claim],
         *,
-        answerable_from_context: bool,
+        answerable_from_context: bool | None,
         answer_relevance: Literal[1, 2, 3],
         answer_admits_uncertainty: bool | None = None,
         refuses: bool | None = None,
@@ -354,12 +435,14 @@ class Judgement:
 
         A judge that has only one "admits uncertainty" flag (`answer_admits_uncertainty`, the
         offline judge) gets it split by its claims: with none it refused, with some it hedged.
+        `answerable_from_context` None: the judge could not tell, so neither `hallucinated` nor
+        `false_refusal` is given (the unanswerable check is undecided).
         """
         if refuses is None or hedges is None:
             admits = bool(answer_admits_uncertainty)
             refuses = admits and not claims if refuses is None else refuses
             hedges = admits and bool(claims) if hedges is None else hedges
-        decided = [c for c in claims if c.verdict is not Verdict.UNCERTAIN]
+        decided = [c for c in claims if c.decided]
         supported = sum(c.supported for c in decided)
         answerable = answerable_from_context
         admits = refuses or hedges
@@ -377,8 +460,8 @@ class Judgement:
             refuses=refuses,
             hedges=hedges,
             answer_admits_uncertainty=admits,
-            hallucinated=not answerable and not admits,
-            false_refusal=answerable and refuses,
+            hallucinated=None if answerable is None else not answerable and not admits,
+            false_refusal=None if answerable is None else answerable and refuses,
             answer_relevance=answer_relevance,
             chunk_relevance=ratings,
             context_relevance=sum(r for _, r in ratings) / len(ratings) if ratings else None,
@@ -422,7 +505,7 @@ class Judgement:
             return ()
         given = {
             "faithfulness": self.faithfulness is not None,
-            "unanswerable": True,
+            "unanswerable": self.answerable_from_context is not None,
             "relevance": True,
             "context_relevance": self.context_relevance is not None,
         }
@@ -451,6 +534,10 @@ class Judgement:
             "sampling_weight": self.sampling_weight,
             "claims": claims,
             "faithfulness": self.faithfulness,
+            "decided": self.decided,
+            "undecided": {check: reason.value for check, reason in self.undecided.items()}
+            if self.ok
+            else None,
             "unsupported_claims": self.unsupported_claims,
             "asserts_unsupported": self.asserts_unsupported,
             "evidence_mismatches": len(self.evidence_failures()) if self.ok else None,

@@ -36,7 +36,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
-from monitor.model import Judgement, RagRecord, Verdict
+from monitor.model import Judgement, RagRecord, Undecided, Verdict, undecided_checks
 
 RESULTS_VERSION: Final = 1
 
@@ -74,6 +74,7 @@ class ClaimLine(_Part):
     text: Lenient[str] = None
     verdict: Lenient[Verdict] = None
     supported: Lenient[StrictBool] = None
+    decided: Lenient[StrictBool] = None  # absent in older lines: the verdict says (not `uncertain`)
     chunk_ids: Lenient[list[str]] = None
     evidence: Lenient[list[QuoteLine]] = None
     note: Lenient[str] = None
@@ -131,6 +132,10 @@ class ResultLine(_Part):
     judge_query_type: Lenient[str] = None
     claims: Lenient[list[ClaimLine]] = None
     faithfulness: Lenient[Number] = None
+    # Whether every check is decided, and the undecided ones' reasons (check → `Undecided` value);
+    # absent in older lines (`undecided_checks` derives them from the verdicts).
+    decided: Lenient[StrictBool] = None
+    undecided: Lenient[dict[str, Undecided]] = None
     unsupported_claims: Lenient[StrictInt] = None
     asserts_unsupported: Lenient[StrictBool] = None
     evidence_mismatches: Lenient[StrictInt] = None
@@ -156,6 +161,33 @@ class ResultLine(_Part):
     def judged(self) -> bool:
         """Whether the line carries a judgement (not skipped, not failed)."""
         return self.judge is not None and self.judge.outcome == "ok"
+
+    @property
+    def undecided_checks(self) -> dict[str, str] | None:
+        """The checks the judge left undecided, with their reasons (None: not judged). Lines
+        written before `undecided` was kept derive it from their verdicts as the judge would."""
+        if not self.judged:
+            return None
+        if self.undecided is not None:
+            return {check: reason.value for check, reason in self.undecided.items()}
+        claims = [
+            (c.verdict is not Verdict.UNCERTAIN if c.decided is None else c.decided, c.note)
+            for c in self.claims or []
+        ]
+        faith = self.faithfulness
+        derived = undecided_checks(
+            None if faith is None else float(faith),
+            claims,
+            refuses=self.refusal,
+            answerable=self.answerable_from_context,
+        )
+        return {check: reason.value for check, reason in derived.items()}
+
+    @property
+    def is_decided(self) -> bool | None:
+        """Every check of the judgement decided (None: not judged)."""
+        checks = self.undecided_checks
+        return None if checks is None else not checks
 
     @property
     def refusal(self) -> bool | None:

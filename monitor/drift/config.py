@@ -52,7 +52,12 @@ MIN_EFFECT = {
     "false_refusal": 0.03,
     "relevance": 0.15,
     "context_relevance": 0.15,
+    # A rise in the share of records the judge cannot decide: answers changed style (terse,
+    # yes/no, multi-hop) under a judge that does not read them, so its scores rest on fewer records.
+    "undecided": 0.05,
 }
+# What the detectors watch: every estimate metric, and the undecided share (`reference.drift_values`).
+DRIFT_METRICS = (*ESTIMATE_METRICS, "undecided")
 
 
 class DriftPolicy(BaseModel):
@@ -86,11 +91,9 @@ class DriftPolicy(BaseModel):
         return {**MIN_EFFECT, **given}
 
     def model_post_init(self, _context: object) -> None:
-        unknown = set(self.min_effect) - set(ESTIMATE_METRICS)
+        unknown = set(self.min_effect) - set(DRIFT_METRICS)
         if unknown:
-            raise ValueError(
-                f"min_effect: unknown metrics {sorted(unknown)} (known: {list(ESTIMATE_METRICS)})"
-            )
+            raise ValueError(f"min_effect: unknown metrics {sorted(unknown)} (known: {list(DRIFT_METRICS)})")
         if any(v <= 0 for v in self.min_effect.values()):
             raise ValueError("min_effect values must be > 0")
 

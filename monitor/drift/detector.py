@@ -10,7 +10,7 @@ needs the whole window to see a real change); `bench/drift.py` measures both sid
 
 Per observation (one judged answer's value y, weight w = 1/p):
 
-- rates (hallucination, refusal, false refusal): the Bernoulli log-likelihood ratio of
+- rates (hallucination, refusal, false refusal, undecided): the Bernoulli log-likelihood ratio of
   p1 = p0 + δ against p0: y·ln(p1/p0) + (1−y)·ln((1−p1)/(1−p0));
 - means (faithfulness, relevance): the Gaussian one, for a shift of δ in the bad direction:
   (δ/σ²)·(x − δ/2), x the deviation from μ0 in that direction, σ² the reference's variance.
@@ -53,8 +53,9 @@ BAD_DIRECTION: dict[str, Direction] = {
     "false_refusal": 1,
     "relevance": -1,
     "context_relevance": -1,
+    "undecided": 1,  # the share of judged records the judge could not decide (abstentions)
 }
-RATES = frozenset({"hallucination", "refusal", "false_refusal"})
+RATES = frozenset({"hallucination", "refusal", "false_refusal", "undecided"})
 
 
 @dataclass(slots=True)

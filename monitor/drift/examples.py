@@ -47,6 +47,9 @@ def reason(line: ResultLine, metric: str, y: float) -> str:
         return f"refused although the context holds the answer: {answer}"
     if metric == "relevance":
         return f"answer relevance {y:.2f}: {answer}"
+    if metric == "undecided":
+        why = ", ".join(f"{check} {r}" for check, r in sorted((line.undecided_checks or {}).items()))
+        return f"undecided ({why or 'no reason given'}): {answer}"
     return f"{metric.replace('_', ' ')} {y:.2f}"
 
 

@@ -217,6 +217,21 @@ def judged_values(line: ResultLine) -> tuple[str, float, list[tuple[str, float]]
     return qt, float(w), values
 
 
+def drift_values(line: ResultLine) -> tuple[str, float, list[tuple[str, float]]] | str:
+    """`judged_values`, plus the record's `undecided` value (1: a check the judge could not
+    decide, 0: every check decided): what the drift detectors and their references take. The
+    undecided share is watched like a rate, so a shift in answer style that the judge cannot read
+    shows as drift instead of silently thinning the records every score rests on."""
+    judged = judged_values(line)
+    if isinstance(judged, str):
+        return judged
+    decided = line.is_decided
+    if decided is None:
+        return judged
+    qt, w, values = judged
+    return qt, w, [*values, ("undecided", 0.0 if decided else 1.0)]
+
+
 def _outside(line: ResultLine, since: float | None, until: float | None) -> str | None:
     """Why a line is not in the window [since, until) of its record's end (else start) time."""
     when = _parse_time(line.end) or _parse_time(line.start)
@@ -239,7 +254,7 @@ def from_results(
         dropped[reason] = dropped.get(reason, 0) + 1
 
     for line in lines:
-        judged = judged_values(line)
+        judged = drift_values(line)
         outside = None if isinstance(judged, str) else _outside(line, since, until)
         if isinstance(judged, str):
             drop(judged)

@@ -26,7 +26,7 @@ from monitor.drift.attribution import ChangeAttribution
 from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
 from monitor.drift.examples import ExampleBuffers
-from monitor.drift.reference import DriftBaseline, judged_values
+from monitor.drift.reference import DriftBaseline, drift_values
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
@@ -158,7 +158,7 @@ class DriftStage:
             if self.attribution.seen(seen_qt, release, line.time):
                 at = self.attribution.release_first_seen[release]
                 self.metrics.drift.release_first_seen.labels(release=release).set(at)
-        judged = judged_values(line)
+        judged = drift_values(line)
         if isinstance(judged, str):
             return  # skipped or failed judgements, golden replays: nothing to detect on
         raw_qt, w, values = judged
@@ -220,7 +220,10 @@ class DriftStage:
                 "severity": "warning",
             },
             {
-                "summary": f"{metric} of {query_type} queries drifted from its reference",
+                "summary": f"the share of {query_type} records the judge could not decide drifted "
+                "from its reference"
+                if metric == "undecided"
+                else f"{metric} of {query_type} queries drifted from its reference",
                 "description": (
                     f"{metric} of {query_type}: {current:.3f} (95% {lower:.3f} to {upper:.3f}, "
                     f"{n} judged records since the estimated change, weighted) against "

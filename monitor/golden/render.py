@@ -248,6 +248,14 @@ def render_report(report: ReplayReport, console: Console) -> None:
     console.print(
         _metric_table(title, "query type", report.metrics, report.intervals, _COLUMNS, report.k, regressed)
     )
+    for group, stats in report.metrics.items():
+        if stats.get("undecided"):
+            share = stats.get("decided_share") or 0.0
+            name = "overall" if group == ALL else group
+            console.print(
+                f"{name}: faithfulness on {share:.0%} of the answers to judge ({stats['judged_claims']}), "
+                f"{1 - share:.0%} undecided ({stats['undecided']}): left out of the score and its interval"
+            )
     console.print(
         _metric_table(
             "relevance and correctness against the reference answer (answerable rows)",

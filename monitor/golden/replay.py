@@ -141,6 +141,8 @@ async def _judge_row(asked: _Asked, judge: Judge, slots: asyncio.Semaphore) -> N
         result.faithfulness = judgement.faithfulness
         result.refused = judgement.refuses  # no answer given; a hedged answer is an answer
         if isinstance(result, RowResult):
+            reason = judgement.undecided.get("faithfulness")
+            result.undecided = None if reason is None else reason.value
             result.citations = check_citations(record.chunks, cited, judgement)
             result.answer_relevance = rating_ratio(judgement.answer_relevance)
             result.context_relevance = rating_ratio(judgement.context_relevance)

@@ -87,6 +87,10 @@ class RowResult:
     context_relevance: float | None = None  # mean chunk rating on [0, 1]; None: no ratings
     correctness: float | None = None  # answer match against the reference (answerable rows)
     difficulty: str | None = None  # the golden row's optional tag (easy, hard, adversarial)
+    # Why the judge could not decide the row's faithfulness (a `monitor.model.Undecided` value);
+    # None: decided, or nothing to decide (a refusal, not judged). An undecided row has no
+    # faithfulness: it is out of the mean and its interval, and counted in `decided_share`.
+    undecided: str | None = None
 
     def counts_for(self, metric: str) -> bool:
         """Whether a judgement of this row would give `metric` a value: the rows a judge failure
@@ -134,6 +138,7 @@ class RowResult:
             "citations": None
             if self.citations is None
             else {"count": len(self.citations.citations), **self.citations.counts()},
+            "undecided": self.undecided,
             "judge_error": self.judge_error,
             "latency_s": round(self.latency_s, 4),
         }
@@ -171,9 +176,13 @@ def aggregate(rows: Sequence[RowResult], *, difficulty: bool = False) -> dict[st
             "answerable": sum(r.answerable for r in members),
             "unanswerable": sum(not r.answerable for r in members),
             "judged_claims": sum(r.faithfulness is not None for r in members),
+            "undecided": sum(r.undecided is not None for r in members),
             "judge_errors": sum(r.judge_error is not None for r in members),
             "cited_rows": sum(r.citations is not None for r in members),
         }
+        # Faithfulness rests on the decided rows only: its share of the rows the judge had to decide.
+        to_decide = stats["judged_claims"] + stats["undecided"]
+        stats["decided_share"] = stats["judged_claims"] / to_decide if to_decide else None
         for m in METRICS:
             stats[m] = mean([r.value(m) for r in members])
         out[name] = stats

@@ -693,8 +693,9 @@ class LexicalJudge:
                 **({"clipped": cut} if cut else {}),
             },
         )
-        if verdicts and not decided and not refusal:
-            # Every claim undecided: no hallucination verdict either, rather than a confident one.
+        if not decided and not refusal:
+            # No claim decided (or none found): no hallucination verdict either, rather than a
+            # confident one (`Judgement.undecided` gives the reason).
             judgement.answerable_from_context = judgement.hallucinated = judgement.false_refusal = None
         judgement.cost_usd = 0.0
         judgement.latency_s = time.perf_counter() - t0

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from monitor.judge.evidence import check_evidence
-from monitor.model import Claim, EvidenceFailure, Judgement, Quote, Verdict
+from monitor.model import Claim, EvidenceFailure, Judgement, Quote, Undecided, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ class ClaimVerdict(BaseModel):
         max_length=MAX_CLAIM_CHARS,
         description="One atomic factual claim made by the answer, quoted or minimally paraphrased.",
     )
-    verdict: Literal["supported", "contradicted", "not_in_context"] = Field(
+    verdict: Literal["supported", "contradicted", "not_in_context", "uncertain"] = Field(
         description="supported: the chunks state or entail it; contradicted: they state otherwise; "
-        "not_in_context: they do not say.",
+        "not_in_context: they do not say; uncertain: the judge cannot tell (it abstains).",
     )
     evidence: list[Evidence] = Field(
         alias="quotes",
@@ -226,11 +226,23 @@ def validate_against_record(output: JudgeOutput, chunk_ids: set[str]) -> list[st
 def checked_claim(verdict: ClaimVerdict, chunks: Mapping[str, str]) -> Claim:
     """A model's claim after its evidence is checked against the chunk texts: supported or
     contradicted only if every quote occurs in its chunk (and, for support, carries the
-    claim's numbers); else not_in_context, with the reason as `note`."""
+    claim's numbers); else not_in_context, with the reason as `note`.
+
+    `uncertain` (the judge abstains) stays uncertain, as the offline judge's does: left out of
+    faithfulness, its record undecided when no claim is decided. Without a quote found in its
+    chunk the judge could not place the claim in the context (note `unplaced`); with one, it
+    placed it and could not decide. A supported or contradicted claim whose quote is not found
+    is NOT made uncertain: that would let text injected into a chunk ("mark every claim
+    supported") take a bad claim out of the score instead of counting it unsupported."""
     said = Verdict(verdict.verdict)
     if said is Verdict.NOT_IN_CONTEXT:
         return Claim(verdict.text, said)
     pairs = [(e.chunk_id, e.quote) for e in verdict.evidence]
+    if said is Verdict.UNCERTAIN:
+        found, _ = check_evidence(verdict.text, pairs, dict(chunks))
+        quotes = [Quote(c, q, f) for (c, q), f in zip(pairs, found, strict=False)]
+        placed = any(found)
+        return Claim(verdict.text, said, evidence=quotes, note=None if placed else Undecided.UNPLACED.value)
     found, failure = check_evidence(verdict.text, pairs, dict(chunks))
     if said is Verdict.CONTRADICTED and failure in (EvidenceFailure.NUMBERS, EvidenceFailure.UNRELATED):
         failure = None  # a contradiction states other numbers or words, by definition

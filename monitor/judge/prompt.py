@@ -68,9 +68,11 @@ Call `{TOOL_NAME}` once with:
 {MAX_CLAIMS}), quoted or minimally paraphrased; skip greetings, hedges, refusals and remarks about \
 the documents. Per claim, text; verdict: "supported" if the chunks state or directly entail it, \
 "contradicted" if they state otherwise, "not_in_context" if they do not say it (a name, number, \
-date or detail they lack makes a claim not_in_context, even if true); quotes: for a supported or \
-contradicted claim, one per chunk needed (several for a comparison or multi-step claim): chunk, \
-its number, and quote, copied verbatim from it (quotes are checked); else empty.
+date or detail they lack makes a claim not_in_context, even if true), "uncertain" only if you \
+cannot tell (e.g. a yes/no answer when the chunks give one of the two facts it compares); \
+quotes: for a supported or contradicted claim, one per chunk needed (several for a comparison or \
+multi-step claim): chunk, its number, and quote, copied verbatim from it (quotes are checked); \
+for an uncertain one, the passage it is about if any; else empty.
 2. answerable_from_context: the chunks hold what is needed to answer the query, whatever the answer \
 says.
 3. refuses: the answer gives no answer (declines, does not know, cannot find it). hedges: it \

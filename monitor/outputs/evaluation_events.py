@@ -12,7 +12,7 @@ Events of a successful judgement, one per check that produced a verdict:
 =================  ===================================  ===========================  =================
 evaluation.name    emitted when                         score.value                  score.label
 =================  ===================================  ===========================  =================
-faithfulness       the answer makes at least one claim  supported / claims (0..1)    pass (all) / fail
+faithfulness       one claim at least is decided        supported / decided claims   pass (all) / fail
 hallucination      context cannot answer the query      1.0 / 0.0                    hallucinated /
                                                                                      admitted_uncertainty
 false_refusal      context can answer the query         1.0 / 0.0                    false_refusal /
@@ -178,14 +178,17 @@ def evaluation_events(judgement: Judgement) -> list[dict[str, AttrValue]]:
             }
         )
 
-    if judgement.claims:
-        supported = sum(c.supported for c in judgement.claims)
-        total = len(judgement.claims)
+    decided = [c for c in judgement.claims if c.decided]
+    if decided:  # an undecided record (no decided claim) is scored neither pass nor fail
+        supported = sum(c.supported for c in decided)
+        total = len(decided)
+        undecided = len(judgement.claims) - total
         add(
             "faithfulness",
             supported / total,
             "pass" if supported == total else "fail",
-            f"{supported} of {total} claims supported",
+            f"{supported} of {total} claims supported"
+            + (f" ({undecided} undecided left out)" if undecided else ""),
         )
     if judgement.answerable_from_context is False:
         if judgement.hallucinated:

@@ -25,6 +25,7 @@ SEVERITY = {
     "RagmonAnswerRelevanceLow": "warning",
     "RagmonContextRelevanceLow": "warning",
     "RagmonDriftActive": "warning",
+    "RagmonJudgeUndecidedShift": "warning",
     "RagmonRetrievalDrift": "warning",
     "RagmonGoldenRegression": "warning",
     "RagmonGoldenBelowTarget": "warning",

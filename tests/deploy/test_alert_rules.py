@@ -36,6 +36,8 @@ COUNTERS = frozenset(
         "ragmon_false_refusals_total",
         "ragmon_claims_contradicted_total",
         "ragmon_claims_uncertain_total",
+        "ragmon_judge_decided_total",
+        "ragmon_judge_undecided_total",
         "ragmon_judge_evidence_mismatch_total",
         "ragmon_judge_coverage_gaps_total",
         "ragmon_judge_requests_total",
@@ -127,6 +129,7 @@ LABEL_VALUES = {
     "check": {"faithfulness", "unanswerable", "relevance", "context_relevance"},
     "metric": {
         *("faithfulness", "hallucination", "refusal", "false_refusal", "relevance", "context_relevance"),
+        "undecided",
         *("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k", "refusal_accuracy"),
     },
 }

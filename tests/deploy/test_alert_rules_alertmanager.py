@@ -20,6 +20,7 @@ QUALITY = {
     "RagmonDriftActive",
     "RagmonAnswerRelevanceLow",
     "RagmonContextRelevanceLow",
+    "RagmonJudgeUndecidedShift",
 }
 PIPELINE_TROUBLE = {"RagmonJudgeErrorRateHigh", "RagmonJudgeCircuitOpen", "RagmonConsumerLagGrowing"}
 

@@ -168,6 +168,41 @@ def drift() -> dict[str, Any]:
     }
 
 
+def undecided_drift() -> dict[str, Any]:
+    """The drift detectors on the share of records the judge could not decide: an alert of its
+    own (with the decided share of the last hour), not RagmonDriftActive's."""
+    lookup = {"query_type": "lookup", "metric": "undecided"}
+    decisions = {"judge": "lexical", "query_type": "lookup", "check": "faithfulness"}
+    s = [
+        series("ragmon_drift_active", "0x9 1x19 0x61", instance="judge-0", **lookup),
+        series("ragmon_drift_statistic", "0x9 12.5x19 2x61", instance="judge-0", **lookup),
+        series("ragmon_drift_threshold", "10x90", instance="judge-0", **lookup),
+        # Decided 6 a minute, undecided 4: 60 % decided.
+        counter("ragmon_judge_decided_total", 6, instance="judge-0", **decisions),
+        counter("ragmon_judge_undecided_total", 3, instance="judge-0", reason="uncertain", **decisions),
+        counter("ragmon_judge_undecided_total", 1, instance="judge-0", reason="yes_no", **decisions),
+    ]
+    alert = fired(
+        "RagmonJudgeUndecidedShift",
+        lookup,
+        "The judge leaves more lookup records undecided than in its reference: CUSUM statistic 12.5 "
+        "against threshold 10.0. Over the last hour it decided faithfulness on 60% of them: the "
+        "slice's scores rest on those only. The answers changed style (terse, yes/no, multi-hop) or "
+        "the judge did.",
+    )
+    return {
+        "name": "undecided share drift",
+        "interval": "1m",
+        "input_series": s,
+        "alert_rule_test": [
+            check("RagmonJudgeUndecidedShift", "5m"),
+            check("RagmonJudgeUndecidedShift", "15m", alert),
+            check("RagmonDriftActive", "15m"),  # not a quality drift: not paged twice
+            check("RagmonJudgeUndecidedShift", "65m"),
+        ],
+    }
+
+
 def retrieval_drift() -> dict[str, Any]:
     """Label-free retrieval drift from the ingest replicas (PSI against a frozen reference)."""
     lookup = {"query_type": "lookup", "feature": "chunk_count"}
@@ -768,6 +803,7 @@ def scenarios() -> list[dict[str, Any]]:
         quality(),
         context_relevance(),
         drift(),
+        undecided_drift(),
         retrieval_drift(),
         golden(),
         golden_measured(),

@@ -762,3 +762,15 @@ async def check_panels(prom: str) -> None:
     for qt, value in estimate.items():
         assert value == pytest.approx(rule[qt], rel=1e-9)
         assert 0 <= lower[qt] <= value <= upper[qt] <= 1
+
+    # "faithfulness 0.91 on 72 % of records, 28 % undecided": the table's faithfulness is the
+    # band's estimate, and its decided and undecided shares add up to the records judged for it.
+    table = quality["Faithfulness and the share of records it rests on (1 h)"]
+    faith, decided, undecided = (
+        {s["metric"]["query_type"]: float(s["value"][1]) for s in read(table, r, at)} for r in "ABC"
+    )
+    assert faith.keys() == estimate.keys() and "lookup" in decided
+    for qt, value in faith.items():
+        assert value == pytest.approx(estimate[qt], rel=1e-9)
+    for qt, share in decided.items():
+        assert 0 <= share <= 1 and share + undecided[qt] == pytest.approx(1.0)

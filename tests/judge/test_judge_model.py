@@ -209,6 +209,8 @@ def test_failed_judgement_has_error_and_no_scores() -> None:
         "unsupported_claims",
         "asserts_unsupported",
         "context_relevance",
+        "decided",
+        "undecided",
     ):
         assert d[k] is None
     assert d["claims"] == [] and d["answer_relevance"] is None
@@ -232,12 +234,15 @@ def test_results_line_shape() -> None:
                 "text": "text a",
                 "verdict": "supported",
                 "supported": True,
+                "decided": True,
                 "chunk_ids": ["c1"],
                 "evidence": [{"chunk_id": "c1", "quote": "text of c1", "found": True}],
                 "note": None,
             }
         ],
         "faithfulness": 1.0,
+        "decided": True,
+        "undecided": {},
         "unsupported_claims": 0,
         "asserts_unsupported": False,
         "evidence_mismatches": 0,
@@ -295,7 +300,10 @@ def test_output_schema_is_strict_and_derived_from_the_model() -> None:
     claim = schema["properties"]["claims"]["items"]["properties"]
     wire = {f.alias or name for name, f in ClaimVerdict.model_fields.items()}
     assert set(claim) == wire == {"text", "verdict", "quotes"}
-    assert claim["verdict"] == {"enum": ["supported", "contradicted", "not_in_context"], "type": "string"}
+    assert claim["verdict"] == {
+        "enum": ["supported", "contradicted", "not_in_context", "uncertain"],
+        "type": "string",
+    }
     assert set(claim["quotes"]["items"]["properties"]) == {"chunk", "quote"}
     assert schema["properties"]["context_relevance"] == {
         "items": {"enum": [1, 2, 3], "type": "integer"},
