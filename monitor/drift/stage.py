@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
 from pydantic import ValidationError
@@ -37,6 +38,11 @@ from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
+
+
+# Handed the example records of each drift alert this stage raises (the review queue's, when the
+# wiring has one: the judge stage's, which this stage does not import).
+AlertExamplesHook = Callable[[Sequence[ResultLine]], None]
 
 
 def slice_key(query_type: str) -> bytes:
@@ -68,6 +74,7 @@ class DriftStage:
         )
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
+        self._on_examples: AlertExamplesHook | None = None
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -83,6 +90,13 @@ class DriftStage:
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
         self._bad = 0
+
+    def send_examples_to(self, hook: AlertExamplesHook) -> None:
+        """Hand `hook` the results lines of a raised alert's examples, worst first: alerts raised
+        live, not those announced again after a replay (their examples went when first raised).
+        The example buffers then keep whole lines (at most five per slice and metric)."""
+        self._on_examples = hook
+        self.examples.keep_lines = True
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`. Nothing is held across a stop: the next owner rebuilds from the topic."""
@@ -154,6 +168,8 @@ class DriftStage:
                 self.examples.observe(qt, detector, y, line)
         for detector, query_type, raised in changed:
             self._alert(detector, query_type, raised)
+            if raised and self._on_examples is not None:
+                self._on_examples(self.examples.pick_lines(query_type, detector))
 
     def _go_live(self, tp: TopicPartition) -> None:
         self._replaying.discard(tp)
