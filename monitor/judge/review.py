@@ -108,6 +108,10 @@ class HourlyBudget:
         self._clock = clock
         self._taken: dict[ReviewReason, collections.deque[float]] = {r: collections.deque() for r in split}
 
+    def __len__(self) -> int:
+        """The lines taken in the window (expired ones until their reason takes again)."""
+        return sum(len(taken) for taken in self._taken.values())
+
     def take(self, reason: ReviewReason) -> bool:
         """Whether `reason` has room now; if it has, the room is taken."""
         now = self._clock()
