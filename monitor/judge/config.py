@@ -168,7 +168,12 @@ class ReviewConfig(BaseModel):
         description="share of judged records drawn at random (per trace id) for review, whatever "
         "they look like: the labels that estimate judge agreement without selection bias",
     )
-    max_per_hour: int = Field(200, gt=0, description="queued records in any 60 minutes, all reasons")
+    max_per_hour: int = Field(
+        200,
+        gt=0,
+        description="queued records in any 60 minutes, all reasons, group-wide: each judge replica takes"
+        " the share of it its samples-topic partitions carry",
+    )
     uniform_budget: float = Field(
         0.5,
         ge=0,

@@ -15,9 +15,10 @@ weight / `uniform_share`, so that its labels, weighted, stand for the judged tra
 
 Bounded: at most `max_per_hour` lines in any 60 minutes (`HourlyBudget`: `uniform_budget` of them
 kept for the uniform share, the rest split evenly between the hard reasons, none borrowing from
-another), each trace once (`SeenTraces`, the last few days' queued ids), and at most `queue_size`
-lines waiting for the sinks. Writing happens on a task of its own (`run`), so a slow or failing
-sink costs review lines (counted), never the judge stage's progress.
+another; each judge replica takes its partitions' share), each trace once (`SeenTraces`, the last
+days' queued ids), and at most `queue_size` lines waiting for the sinks. Writing happens on a task
+of its own (`run`), so a slow or failing sink costs review lines (counted), never the judge
+stage's progress.
 """
 
 from __future__ import annotations
@@ -101,12 +102,19 @@ def budget_split(config: ReviewConfig) -> dict[ReviewReason, int]:
 
 class HourlyBudget:
     """Sliding 60-minute windows, one per reason: a reason may queue `split[reason]` lines in any
-    60 minutes. Memory: one timestamp per line in the window, at most `max_per_hour`."""
+    60 minutes, or this member's share of them (`set_share`). Memory: one timestamp per line in
+    the window, at most `max_per_hour`."""
 
     def __init__(self, split: dict[ReviewReason, int], clock: Callable[[], float] = time.monotonic) -> None:
         self.split = split
+        self.caps = dict(split)
         self._clock = clock
         self._taken: dict[ReviewReason, collections.deque[float]] = {r: collections.deque() for r in split}
+
+    def set_share(self, share: float) -> None:
+        """This member's part of the group-wide bound: each reason's part times `share`, rounded,
+        at least 1 where the part is not 0 (so every reason keeps a line an hour on every member)."""
+        self.caps = {r: max(1, round(n * share)) if n and share > 0 else 0 for r, n in self.split.items()}
 
     def __len__(self) -> int:
         """The lines taken in the window (expired ones until their reason takes again)."""
@@ -118,7 +126,7 @@ class HourlyBudget:
         taken = self._taken[reason]
         while taken and taken[0] <= now - WINDOW_SECONDS:
             taken.popleft()
-        if len(taken) >= self.split[reason]:
+        if len(taken) >= self.caps[reason]:
             return False
         taken.append(now)
         return True
@@ -175,6 +183,13 @@ class ReviewQueue:
         self._warned: dict[str, float] = {}
         self.queued = 0  # lines handed to the writer
         self.written = 0  # lines the sinks took
+
+    def set_group(self, owned: int, total: int) -> None:
+        """After a rebalance: this member owns `owned` of the samples topic's `total` partitions,
+        and takes that share of `max_per_hour` (traces are keyed to partitions, so each member
+        sees its share of the traffic and the group stays near the bound)."""
+        if total > 0:
+            self.budget.set_share(owned / total)
 
     # -- selecting: on the event loop, never waiting -------------------------------------------
 

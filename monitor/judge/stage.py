@@ -546,9 +546,12 @@ class JudgeStage:
                         gauge.labels(query_type=qt, bound=bound).set(getattr(est, bound))
 
     def _on_assigned(self, owned: int, total: int) -> None:
-        """Budgets are group-wide: this member takes the share its partitions carry."""
+        """Budgets (the judge's, the review queue's) are group-wide: this member takes the share
+        its partitions carry."""
         if self.budget is not None:
             self.budget.set_group(owned, total)
+        if self.review is not None:
+            self.review.set_group(owned, total)
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._drop_queued(lambda s: s.partition in revoked)

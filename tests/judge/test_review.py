@@ -224,3 +224,12 @@ def test_a_flood_stays_bounded_and_never_waits() -> None:
     assert seconds < 5.0  # offers never wait (~160 µs a record here, building it and tracemalloc included)
     # The de-duplication set holds the queued ids only (100), not the flood's.
     assert grown < 1_000_000, grown
+
+
+def test_each_replica_takes_its_partitions_share_of_the_hour() -> None:
+    q, _ = queue(uniform_share=1.0, max_per_hour=60)  # 30 uniform, 10/10/10 hard
+    q.set_group(1, 3)
+    assert q.budget.caps == {"uniform": 10, "alert": 3, "disagreement": 3, "boundary": 3}
+    assert sum(bool(q.offer(judged(i))) for i in range(100)) == 10
+    q.set_group(3, 3)  # the others left: the whole bound again
+    assert sum(bool(q.offer(judged(i))) for i in range(100, 200)) == 20
