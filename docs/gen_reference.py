@@ -156,6 +156,8 @@ def _default(value: Any) -> str:
         return "(secret)"
     if isinstance(value, enum.Enum):
         value = value.value
+    if isinstance(value, list):
+        value = [v.value if isinstance(v, enum.Enum) else v for v in value]
     if isinstance(value, Path):
         value = str(value)
     if isinstance(value, BaseModel):

@@ -30,7 +30,7 @@ from monitor.errors import error_line
 from monitor.estimate import EstimatePolicy
 from monitor.golden.config import GoldenConfig
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
-from monitor.judge.config import JudgeConfig, JudgeQueue
+from monitor.judge.config import JudgeConfig, JudgeQueue, ReviewConfig
 from monitor.kafka.config import KafkaConfig
 from monitor.outputs.config import MetricsConfig, ResultsConfig
 from monitor.outputs.evaluation_events import EventsConfig
@@ -50,6 +50,7 @@ Role = Literal["all", "ingest", "judge", "drift"]
 DERIVED_NAMES: dict[str, dict[str, str]] = {
     "pipeline": {"samples_topic": "samples", "judge_group_id": "judge", "drift_group_id": "drift"},
     "results": {"topic": "judgements"},
+    "review": {"topic": "review"},
 }
 
 
@@ -169,6 +170,7 @@ class Settings(BaseSettings):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
 
     @model_validator(mode="after")
     def _derive_internal_names(self) -> Settings:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.estimate import estimate_values, usable_weight
 from monitor.model import DECIDABLE_CHECKS, Judgement, Reject, Undecided, Verdict
+from monitor.results import ReviewReason
 
 PREFIX = "ragmon_"
 
@@ -116,6 +117,39 @@ class RetrievalDriftMetrics:
     threshold: Gauge
     active: Gauge
     alarms: Counter
+
+
+class ReviewMetrics:
+    """The review queue's series (`monitor.judge.review`), every label value present from start."""
+
+    DROP_REASONS = ("duplicate", "rate_limited", "queue_full")
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.queued = Counter(
+            f"{PREFIX}review_queued",
+            "Records queued for human review, by reason (a record queued for two reasons counts under both)",
+            ["reason"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            f"{PREFIX}review_dropped",
+            "Records selected for review and not queued (duplicate: trace already queued; rate_limited:"
+            " review.max_per_hour; queue_full: the review sinks are behind); uniform=true: of the"
+            " uniform share",
+            ["reason", "uniform"],
+            registry=r,
+        )
+        self.write_errors = Counter(
+            f"{PREFIX}review_write_errors",
+            "Failed writes of the review file (no_space, io_error: retried; torn_tail: cut at open)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ReviewReason:
+            self.queued.labels(reason=reason.value)
+        for drop in self.DROP_REASONS:
+            for uniform in ("true", "false"):
+                self.dropped.labels(reason=drop, uniform=uniform)
 
 
 class Metrics:
@@ -304,6 +338,7 @@ class Metrics:
             ),
             Counter(f"{PREFIX}retrieval_drift_alarms", "Retrieval drift alarms raised", qf, registry=r),
         )
+        self.review = ReviewMetrics(r)
         self.alerts_sent = Counter(
             f"{PREFIX}alerts_sent",
             "Alert notifications by sink (alertmanager, webhook) and outcome (ok, failed, dropped)",

@@ -98,6 +98,7 @@ def judge_stage(settings: Settings, metrics: Metrics, output: KafkaOutput, judge
         estimates=settings.estimates,
         results=settings.results,
         events=settings.events,
+        review=settings.review,
     )
 
 
@@ -180,6 +181,9 @@ class Sidecar:
         self.golden = None
         if self.judge_stage is not None:
             self.golden = build_golden(settings, self.metrics, self.judge_stage)
+        if self.drift is not None and self.judge_stage is not None and self.judge_stage.review is not None:
+            # Both here: the examples of the alerts the drift stage raises go to the review queue.
+            self.drift.send_examples_to(self.judge_stage.review.alert_examples)
 
         self.stages = [s.progress for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
         for stage in self.stages:
@@ -340,12 +344,16 @@ class Sidecar:
         return True
 
     async def _ensure_topics(self) -> None:
-        """Create the samples and results topics when missing, with the input topic's partition
+        """Create the samples and results topics (and the review topic, with a review queue here)
+        when missing, with the input topic's partition
         count (so the judge group scales as far as the ingest group) and
         `pipeline.topics_replication`; with `pipeline.create_topics` off, only say which are
         missing. Where the cluster forbids it, a warning says to provision them."""
         kafka = self.settings.kafka
-        wanted = [t for t in (self.settings.pipeline.samples_topic, self.settings.results.topic) if t]
+        topics = [self.settings.pipeline.samples_topic, self.settings.results.topic]
+        if self.judge_stage is not None and self.judge_stage.review is not None:
+            topics.append(self.settings.review.topic)
+        wanted = [t for t in topics if t]
         admin = AIOKafkaAdminClient(
             **client_kwargs(kafka, client=AIOKafkaAdminClient, client_id=f"{kafka.client_id}-admin")
         )

@@ -112,10 +112,11 @@ async def eventually(check: Callable[[], bool], within: float = 30.0, what: str 
         await asyncio.sleep(0.1)
 
 
-def result_lines(path: Path) -> list[dict[str, Any]]:
+def result_lines(path: Path, model: type[ResultLine] = ResultLine) -> list[dict[str, Any]]:
     """The complete lines of a results file: the sidecar may be appending, and a line without its
-    newline yet is not written. Each is read through the results-line contract too, which must
-    give back every field as written (a field of the wrong type would read as absent)."""
+    newline yet is not written. Each is read through the results-line contract too (`model`: the
+    review queue's lines are `ReviewLine`s), which must give back every field as written (a field
+    of the wrong type would read as absent)."""
     if not path.exists():
         return []
     *complete, _partial = path.read_text().split("\n")
@@ -123,7 +124,7 @@ def result_lines(path: Path) -> list[dict[str, Any]]:
     for text in complete:
         if text.strip():
             line = json.loads(text)
-            assert ResultLine.model_validate_json(text).model_dump(exclude_unset=True) == line, text
+            assert model.model_validate_json(text).model_dump(exclude_unset=True) == line, text
             lines.append(line)
     return lines
 

@@ -164,9 +164,18 @@ def calibrate(
         int, typer.Option(min=0, help="bootstrap resamples of the kappa intervals (0: none)")
     ] = 2000,
     seed: Annotated[int, typer.Option(help="bootstrap seed: the same labels give the same intervals")] = 0,
+    all_labels: Annotated[
+        bool,
+        typer.Option(
+            "--all-labels",
+            help="labels from the review queue: use every one, unweighted (biased towards hard cases), "
+            "not only the uniform share, weighted",
+        ),
+    ] = False,
 ) -> None:
     """Judge against human labels: agreement, Cohen's kappa with its 95% bootstrap interval (over
-    records) and the confusion matrix per check, overall and per query type.
+    records) and the confusion matrix per check, overall and per query type. Labels from the review
+    queue (lines with its `review` object): kappa on its uniform share, weighted, by default.
     Exit 0 when every kappa is >= 0.6, 1 when the judge is not reliable, 2 on bad input."""
     from prometheus_client import write_to_textfile
 
@@ -178,6 +187,7 @@ def calibrate(
         last_review,
         load_labels,
         run_calibration,
+        select_labels,
     )
 
     _setup_logging("WARNING")
@@ -189,6 +199,12 @@ def calibrate(
     try:
         items = load_labels(labels, flat_record)
         reviewed_at = last_review(labels, items)
+        items, selection = select_labels(items, include_all=all_labels)
+        if not items and selection is not None:
+            raise ValueError(
+                f"{labels}: no label of the review queue's uniform share ({selection.hard} hard-case labels,"
+                f" {selection.unmarked} without a review object); --all-labels calibrates on them, biased"
+            )
         j = create_judge(backend, settings.judge.options)
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -199,6 +215,7 @@ def calibrate(
             result, _ = await run_calibration(
                 j, items, concurrency=settings.judge.workers, resamples=resamples, seed=seed
             )
+            result.selection = selection
             return result
         finally:
             await j.aclose()

@@ -57,13 +57,16 @@ def reason(line: ResultLine, metric: str, y: float) -> str:
 class _Buffer:
     start: int | None = None  # the change point its records are since
     heap: list[tuple[float, int, Example]] = field(default_factory=list)  # least bad, oldest first
+    lines: dict[int, ResultLine] = field(default_factory=dict)  # by position, with `keep_lines`
 
 
 class ExampleBuffers:
-    """The example records of every slice the drift stage watches."""
+    """The example records of every slice the drift stage watches. With `keep_lines`, each
+    example's whole results line is kept too (`pick_lines`: for the review queue), as bounded."""
 
-    def __init__(self, limit: int = MAX_EXAMPLES) -> None:
+    def __init__(self, limit: int = MAX_EXAMPLES, *, keep_lines: bool = False) -> None:
         self.limit = limit
+        self.keep_lines = keep_lines
         self._buffers: dict[tuple[str, str], _Buffer] = {}
 
     def observe(self, query_type: str, detector: Detector, y: float, line: ResultLine) -> None:
@@ -90,7 +93,10 @@ class ExampleBuffers:
         if len(heap) < self.limit:
             heapq.heappush(heap, (*entry, example))
         else:
-            heapq.heapreplace(heap, (*entry, example))
+            _, gone, _ = heapq.heapreplace(heap, (*entry, example))
+            buffer.lines.pop(gone, None)
+        if self.keep_lines:
+            buffer.lines[detector.position] = line
 
     def pick(self, query_type: str, detector: Detector) -> list[Example]:
         """The examples of a slice since its change point, worst (then newest) first."""
@@ -100,6 +106,15 @@ class ExampleBuffers:
             return []
         ranked = sorted(buffer.heap, key=lambda e: (e[0], e[1]), reverse=True)
         return [example for _, position, example in ranked if position >= start]
+
+    def pick_lines(self, query_type: str, detector: Detector) -> list[ResultLine]:
+        """The results lines of `pick`'s examples, in its order (none without `keep_lines`)."""
+        buffer = self._buffers.get((query_type, detector.metric))
+        start = detector.change_point
+        if buffer is None or start is None or buffer.start != start:
+            return []
+        ranked = sorted(buffer.heap, key=lambda e: (e[0], e[1]), reverse=True)
+        return [buffer.lines[p] for _, p, _ in ranked if p >= start and p in buffer.lines]
 
     def forget(self, query_types: set[str]) -> None:
         for key in [k for k in self._buffers if k[0] in query_types]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
 from pydantic import ValidationError
@@ -40,6 +41,11 @@ from monitor.tasks import cancel_all
 log = logging.getLogger(__name__)
 
 MAX_UPDATES = 3  # times a firing alert is sent again because its attribution changed
+
+
+# Handed the example records of each drift alert this stage raises (the review queue's, when the
+# wiring has one: the judge stage's, which this stage does not import).
+AlertExamplesHook = Callable[[Sequence[ResultLine]], None]
 
 
 def slice_key(query_type: str) -> bytes:
@@ -75,6 +81,7 @@ class DriftStage:
         self.attribution = ChangeAttribution(policy.reference_records)
         # Per firing alert: the suspects it names, and how many times it was updated since.
         self._named: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], int]] = {}
+        self._on_examples: AlertExamplesHook | None = None
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -94,6 +101,13 @@ class DriftStage:
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
         self._bad = 0
+
+    def send_examples_to(self, hook: AlertExamplesHook) -> None:
+        """Hand `hook` the results lines of a raised alert's examples, worst first: alerts raised
+        live, not those announced again after a replay (their examples went when first raised).
+        The example buffers then keep whole lines (at most five per slice and metric)."""
+        self._on_examples = hook
+        self.examples.keep_lines = True
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`. Nothing is held across a stop: the next owner rebuilds from the topic."""
@@ -175,6 +189,8 @@ class DriftStage:
                 self._reattribute(detector, qt)
         for detector, query_type, raised in changed:
             self._alert(detector, query_type, raised)
+            if raised and self._on_examples is not None:
+                self._on_examples(self.examples.pick_lines(query_type, detector))
 
     def _reattribute(self, detector: Detector, query_type: str) -> None:
         """A firing alert names suspects as the failing records since its change point accrue

@@ -24,6 +24,10 @@ reliable on lookups may not be on multi-hop questions. `CalibrationGauges` expor
 figures for node_exporter's textfile collector, which the `RagmonJudgeUnreliable` (upper bound
 below 0.6 with enough labels) and `RagmonJudgeCalibrationStale` alerts read.
 
+Labels of the review queue (`monitor.judge.review`) carry its `review` object; `select_labels`
+then keeps the uniform share, weighted, unless asked for every label (biased towards the hard
+cases the queue picks): docs/judges.md, "Selection".
+
 Also "judge twice": `disagreements` names the checks on which two judgements of one record differ,
 and `self_agreement` turns many such pairs into per-check kappas (a judge that disagrees with
 itself cannot agree with people).
@@ -32,6 +36,7 @@ itself cannot agree with people).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -45,6 +50,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from monitor.judge.protocol import Judge
 from monitor.model import Judgement, RagRecord
+from monitor.results import ReviewMeta
 
 __all__ = [
     "KAPPA_WARNING",
@@ -54,6 +60,7 @@ __all__ = [
     "Confusion",
     "LabelledRecord",
     "Labels",
+    "Selection",
     "cohen_kappa",
     "compare",
     "disagreements",
@@ -64,6 +71,7 @@ __all__ = [
     "parse_labelled",
     "predictions",
     "run_calibration",
+    "select_labels",
     "self_agreement",
 ]
 
@@ -78,6 +86,9 @@ class Labels:
     claims_supported: tuple[bool, ...] | None = None  # aligned with the judge's claims
     hallucinated: bool | None = None
     answerable: bool | None = None
+    # What these labels count for in kappa: the review queue's weight of a record of its uniform
+    # share (`select_labels`); None: 1, unweighted.
+    weight: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class LabelledRecord:
     record: RagRecord
     labels: Labels
     reviewed_at: float | None = None  # Unix seconds, when the line says
+    review: ReviewMeta | None = None  # why the review queue queued it, when the line says
 
 
 def _reviewed_at(value: Any) -> float | None:
@@ -122,10 +134,11 @@ def parse_labelled(obj: dict[str, Any], to_record: RecordDecoder) -> LabelledRec
     raw_labels = obj.get("labels")
     if not isinstance(raw_labels, dict):
         raise ValueError('missing "labels" object')
-    fields = obj.get("record", {k: v for k, v in obj.items() if k not in ("labels", "reviewed_at")})
+    fields = obj.get("record", {k: v for k, v in obj.items() if k not in ("labels", "reviewed_at", "review")})
     if not isinstance(fields, dict):
         raise ValueError('"record" must be an object')
-    record = to_record(fields)
+    review = _review(obj.get("review", fields.get("review")))
+    record = to_record({k: v for k, v in fields.items() if k != "review"})
     if not record.query_type:
         record.query_type = "unknown"
 
@@ -145,7 +158,21 @@ def parse_labelled(obj: dict[str, Any], to_record: RecordDecoder) -> LabelledRec
         hallucinated=_label_bool(raw_labels, "hallucinated"),
         answerable=_label_bool(raw_labels, "answerable"),
     )
-    return LabelledRecord(record, labels, _reviewed_at(obj.get("reviewed_at")))
+    return LabelledRecord(record, labels, _reviewed_at(obj.get("reviewed_at")), review)
+
+
+def _review(value: Any) -> ReviewMeta | None:
+    """The review queue's `review` object of a labels line (beside "labels", or in the record as
+    the queue wrote it); None when absent. A weight that is no positive number is an error: it
+    would silently change every kappa."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError('"review" must be an object')
+    meta = ReviewMeta.model_validate(value)
+    if meta.uniform and (meta.weight is None or not math.isfinite(meta.weight) or meta.weight <= 0):
+        raise ValueError('"review": a record of the uniform share needs a positive "weight"')
+    return meta
 
 
 def last_review(path: Path, items: Sequence[LabelledRecord]) -> float:
@@ -168,28 +195,123 @@ def load_labels(path: Path, to_record: RecordDecoder) -> list[LabelledRecord]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which labels `select_labels` kept of a file whose lines carry the review queue's `review`
+    object, and so what the kappas describe."""
+
+    weighted: bool  # kappa on the uniform share, weighted (else: every label, unweighted, biased)
+    uniform: int  # labels of the uniform share
+    hard: int  # labels of hard cases only (disagreement, boundary, alert): left out when weighted
+    unmarked: int  # labels without a `review` object (how they were chosen is unknown): likewise
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "weighted": self.weighted,
+            "uniform_labels": self.uniform,
+            "hard_case_labels": self.hard,
+            "labels_without_review": self.unmarked,
+            "left_out": self.hard + self.unmarked if self.weighted else 0,
+            "biased": not self.weighted,
+        }
+
+    def describe(self) -> str:
+        if self.weighted:
+            return (
+                f"on the review queue's uniform share: {self.uniform} labels, weighted (sampling weight"
+                f" / uniform share); left out: {self.hard} hard-case labels (disagreement, boundary,"
+                f" alert)"
+                + (f" and {self.unmarked} without a review object" if self.unmarked else "")
+                + " (--all-labels: every label, unweighted, biased)"
+            )
+        return (
+            f"every label, unweighted ({self.uniform} of the uniform share, {self.hard} hard cases,"
+            f" {self.unmarked} without a review object): BIASED towards hard cases, not an estimate"
+            " of agreement on production traffic"
+        )
+
+
+def select_labels(
+    items: Sequence[LabelledRecord], *, include_all: bool = False
+) -> tuple[list[LabelledRecord], Selection | None]:
+    """The labels kappa is estimated on, and what was selected (None: no line carries `review`,
+    every label counts 1, as before the review queue).
+
+    Labels from the review queue describe hard cases unless the uniform draw picked the record:
+    by default only the uniform share is kept, each label weighted by its line's `weight` (the
+    record's sampling weight over the uniform share), so that kappa estimates agreement on the
+    judged traffic. `include_all` keeps every label unweighted: agreement on what people labelled,
+    biased towards the hard cases."""
+    if not any(i.review is not None for i in items):
+        return list(items), None
+    uniform = [i for i in items if i.review is not None and i.review.uniform]
+    hard = sum(1 for i in items if i.review is not None and not i.review.uniform)
+    unmarked = sum(1 for i in items if i.review is None)
+    if include_all:
+        return list(items), Selection(False, len(uniform), hard, unmarked)
+    kept = []
+    for item in uniform:
+        weight = float(item.review.weight or 1.0) if item.review is not None else None
+        kept.append(dataclasses.replace(item, labels=dataclasses.replace(item.labels, weight=weight)))
+    return kept, Selection(True, len(uniform), hard, unmarked)
+
+
 # -- agreement ----------------------------------------------------------------------------------------
+
+
+# (label, predicted) -> the cell's index in (tp, fp, fn, tn)
+_CELL = {(True, True): 0, (False, True): 1, (True, False): 2, (False, False): 3}
 
 
 @dataclass(slots=True)
 class Confusion:
-    """Binary confusion matrix; "positive" is the label value True (faithful, hallucinated, ...)."""
+    """Binary confusion matrix; "positive" is the label value True (faithful, hallucinated, ...).
+
+    The counts are items; with weighted items (`add(..., weight)`: the review queue's uniform
+    share) each cell also sums its items' weights, and agreement and kappa are computed on those
+    sums, so that the labelled sample stands for the traffic it was drawn from."""
 
     tp: int = 0
     fp: int = 0
     fn: int = 0
     tn: int = 0
+    weights: list[float] | None = None  # Σ weight per cell (tp, fp, fn, tn) once an item is weighted
 
-    def add(self, label: bool, predicted: bool) -> None:
-        if label:
-            if predicted:
-                self.tp += 1
-            else:
-                self.fn += 1
-        elif predicted:
+    def add(self, label: bool, predicted: bool, weight: float | None = None) -> None:
+        cell = _CELL[label, predicted]
+        if cell == 0:
+            self.tp += 1
+        elif cell == 1:
             self.fp += 1
+        elif cell == 2:
+            self.fn += 1
         else:
             self.tn += 1
+        if weight is not None and self.weights is None:
+            before = [float(x) for x in (self.tp, self.fp, self.fn, self.tn)]
+            before[cell] -= 1  # the items before this one counted 1 each
+            self.weights = before
+        if self.weights is not None:
+            self.weights[cell] += 1.0 if weight is None else weight
+
+    def merge(self, other: Confusion) -> None:
+        mine, theirs = self.cells(), other.cells()
+        weighted = self.weights is not None or other.weights is not None
+        self.tp, self.fp, self.fn, self.tn = (
+            self.tp + other.tp,
+            self.fp + other.fp,
+            self.fn + other.fn,
+            self.tn + other.tn,
+        )
+        if weighted:
+            self.weights = [a + b for a, b in zip(mine, theirs, strict=True)]
+
+    def cells(self) -> tuple[float, float, float, float]:
+        """(tp, fp, fn, tn) as kappa reads them: the weight sums when weighted, else the counts."""
+        if self.weights is not None:
+            tp, fp, fn, tn = self.weights
+            return tp, fp, fn, tn
+        return float(self.tp), float(self.fp), float(self.fn), float(self.tn)
 
     @property
     def n(self) -> int:
@@ -197,20 +319,29 @@ class Confusion:
 
     @property
     def agreement(self) -> float | None:
-        return (self.tp + self.tn) / self.n if self.n else None
+        tp, fp, fn, tn = self.cells()
+        total = tp + fp + fn + tn
+        return (tp + tn) / total if self.n and total > 0 else None
+
+
+def _kappa(tp: float, fp: float, fn: float, tn: float) -> float | None:
+    n = tp + fp + fn + tn
+    if n <= 0:
+        return None
+    po = (tp + tn) / n
+    pe = ((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn)) / (n * n)
+    if pe >= 1.0 - 1e-12:
+        return None
+    return (po - pe) / (1 - pe)
 
 
 def cohen_kappa(c: Confusion) -> float | None:
-    """Cohen's kappa; None when undefined (no items, or both raters constant and equal — chance
-    agreement is then 1, and agreement says nothing about the judge)."""
-    n = c.n
-    if n == 0:
+    """Cohen's kappa (weighted cells when the items are: `Confusion.cells`); None when undefined
+    (no items, or both raters constant and equal — chance agreement is then 1, and agreement
+    says nothing about the judge)."""
+    if c.n == 0:
         return None
-    po = (c.tp + c.tn) / n
-    pe = ((c.tp + c.fp) * (c.tp + c.fn) + (c.fn + c.tn) * (c.fp + c.tn)) / (n * n)
-    if pe >= 1.0:
-        return None
-    return (po - pe) / (1 - pe)
+    return _kappa(*c.cells())
 
 
 def _quantile(ordered: Sequence[float], p: float) -> float:
@@ -231,14 +362,14 @@ def kappa_interval(
     n = len(per_record)
     if n < 2 or resamples <= 0:
         return None
-    cols = [[c.tp for c in per_record], [c.fp for c in per_record], [c.fn for c in per_record]]
-    tn = [c.tn for c in per_record]
+    cells = [c.cells() for c in per_record]
+    cols = [[c[i] for c in cells] for i in range(4)]
     population = range(n)
     kappas = []
     for _ in range(resamples):
         idx = rng.choices(population, k=n)
-        tp_, fp_, fn_ = (sum(map(col.__getitem__, idx)) for col in cols)
-        k = cohen_kappa(Confusion(tp_, fp_, fn_, sum(map(tn.__getitem__, idx))))
+        tp_, fp_, fn_, tn_ = (sum(map(col.__getitem__, idx)) for col in cols)
+        k = _kappa(tp_, fp_, fn_, tn_)
         if k is not None:
             kappas.append(k)
     if not kappas:
@@ -281,6 +412,7 @@ class CalibrationReport:
     by_query_type: dict[str, dict[str, CheckReport]] = field(default_factory=dict)
     resamples: int = 0
     confidence: float = 0.95
+    selection: Selection | None = None  # which review-queue labels were used (`select_labels`)
 
     @property
     def warning(self) -> bool:
@@ -288,6 +420,7 @@ class CalibrationReport:
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
+            "selection": None if self.selection is None else self.selection.to_json_dict(),
             "judged": self.judged,
             "failed": self.failed,
             "claims_misaligned": self.claims_misaligned,
@@ -321,6 +454,7 @@ def _record_items(labels: Labels, j: Judgement) -> tuple[dict[str, Confusion], b
     misaligned with the judge's claims."""
     out: dict[str, Confusion] = {}
     pred = predictions(j)
+    w = labels.weight
     for check, label in (
         ("faithful", labels.faithful),
         ("hallucinated", labels.hallucinated),
@@ -328,7 +462,7 @@ def _record_items(labels: Labels, j: Judgement) -> tuple[dict[str, Confusion], b
     ):
         p = pred.get(check)
         if label is not None and p is not None:
-            out.setdefault(check, Confusion()).add(label, p)
+            out.setdefault(check, Confusion()).add(label, p, w)
     misaligned = False
     if labels.claims_supported is not None:
         if len(labels.claims_supported) != len(j.claims):
@@ -336,7 +470,7 @@ def _record_items(labels: Labels, j: Judgement) -> tuple[dict[str, Confusion], b
         elif j.claims:
             m = out.setdefault("claim_supported", Confusion())
             for label, claim in zip(labels.claims_supported, j.claims, strict=True):
-                m.add(label, claim.supported)
+                m.add(label, claim.supported, w)
     return out, misaligned
 
 
@@ -355,12 +489,7 @@ def _check_reports(
             continue
         total = Confusion()
         for c in items:
-            total.tp, total.fp, total.fn, total.tn = (
-                total.tp + c.tp,
-                total.fp + c.fp,
-                total.fn + c.fn,
-                total.tn + c.tn,
-            )
+            total.merge(c)
         kappa = cohen_kappa(total)
         # A str seed is hashed with SHA-512 by `random`: stable across runs and PYTHONHASHSEED.
         rng = random.Random(f"{seed}/{group}/{check}")
@@ -500,6 +629,8 @@ def format_report(report: CalibrationReport) -> str:
         ),
         head,
     ]
+    if report.selection is not None:
+        lines.insert(1, f"labels: {report.selection.describe()}")
     lines += [_row(name, r, report.threshold) for name, r in report.checks.items()]
     if len(report.by_query_type) > 1:
         for qt, checks in report.by_query_type.items():

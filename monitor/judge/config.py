@@ -1,4 +1,4 @@
-"""The judge stage's config sections (`judge`, its `breaker` and `budget`), the check of
+"""The judge stage's config sections (`judge`, its `breaker` and `budget`; `review`), the check of
 `judge.options` against the backend's own option model, and what the stage takes from `pipeline`."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
 from pydantic import (
@@ -22,6 +23,7 @@ from pydantic import (
 from monitor.errors import error_line
 from monitor.judge.budget import BudgetPolicy
 from monitor.judge.lexical import LexicalJudge
+from monitor.results import ReviewReason
 
 
 class BreakerConfig(BaseModel):
@@ -135,3 +137,56 @@ class JudgeQueue:
     queue_size: int
     queue_bytes: int
     max_message_bytes: int
+
+
+class ReviewConfig(BaseModel):
+    """The review queue (`monitor.judge.review`): judged records a person should look at, each
+    with why. Off by default; on, its lines go to `topic` and/or `file`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="queue judged records for human review (rag-monitor review)")
+    topic: str | None = Field(
+        "rag-monitor-review",
+        description='keyed by trace id; unset: <kafka.group_id>-review; null or "": no review topic',
+    )
+    file: Path | None = Field(None, description="JSONL review queue (rotated like results.file)")
+    file_max_bytes: int = Field(
+        100 * 1024 * 1024, ge=0, description="rotate the review file past this size (0: never)"
+    )
+    file_keep: int = Field(5, ge=0, description="rotated review files kept: file.1 (newest) .. file.N")
+    reasons: list[ReviewReason] = Field(
+        default_factory=lambda: list(ReviewReason),
+        description="which reasons queue a record: disagreement (repeat judgements differ, needs "
+        "judge.repeat_fraction), boundary (undecided or overridden claims, one claim from faithful), "
+        "alert (an example trace of a drift alert raised in this process), uniform (a random share)",
+    )
+    uniform_share: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="share of judged records drawn at random (per trace id) for review, whatever "
+        "they look like: the labels that estimate judge agreement without selection bias",
+    )
+    max_per_hour: int = Field(
+        200,
+        gt=0,
+        description="queued records in any 60 minutes, all reasons, group-wide: each judge replica takes"
+        " the share of it its samples-topic partitions carry",
+    )
+    uniform_budget: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="part of max_per_hour kept for the uniform share; the rest is split evenly between "
+        "the other reasons, so hard cases never crowd out the unbiased share (nor one another)",
+    )
+    queue_size: int = Field(
+        1000, gt=0, description="lines waiting for the topic or file; past it (sinks down) lines are dropped"
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _empty_is_off(cls, topic: str | None) -> str | None:
+        """`RAGMON_REVIEW__TOPIC=` (an environment variable cannot be null) turns it off too."""
+        return topic or None

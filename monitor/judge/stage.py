@@ -27,9 +27,10 @@ from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
 from monitor.judge.calibrate import disagreements
 from monitor.judge.citations import check_citations, read_citations
-from monitor.judge.config import JudgeConfig, JudgeQueue
+from monitor.judge.config import JudgeConfig, JudgeQueue, ReviewConfig
 from monitor.judge.metered import MeteredJudge
 from monitor.judge.model import SelfEvaluationGuard
+from monitor.judge.review import ReviewQueue
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import MessageRef, OffsetTracker
@@ -40,7 +41,7 @@ from monitor.outputs.config import ResultsConfig
 from monitor.outputs.evaluation_events import EvaluationEventSink, EventsConfig
 from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, reopen_on_sighup
 from monitor.progress import Progress, StageProgress
-from monitor.results import encode_result, result_line
+from monitor.results import ResultLine, encode_result, result_line
 from monitor.samples import BadSample, blake2b_fraction, decode_sample
 from monitor.slices import BoundedLabel, SlicesConfig
 from monitor.tasks import cancel_all
@@ -92,9 +93,11 @@ class JudgeStage:
         estimates: EstimatePolicy,
         results: ResultsConfig,
         events: EventsConfig,
+        review: ReviewConfig | None = None,
     ) -> None:
         """Built from its own sections (the sidecar picks them from the configuration): `config`
-        is the `judge` section, `queue` what the stage takes from `pipeline`."""
+        is the `judge` section, `queue` what the stage takes from `pipeline`, `review` the review
+        queue's (None, or not enabled: no queue)."""
         self.kafka = kafka
         self.config = config
         self.queue = queue
@@ -162,6 +165,13 @@ class JudgeStage:
         self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
         self.judged_seen = 0
         self.written = 0  # samples whose results are written (judged, skipped or failed)
+        self._review_config = review
+        self.review: ReviewQueue | None = None  # judged records for people: `monitor.judge.review`
+        if review is not None and review.enabled:
+            if review.topic or review.file is not None:
+                self.review = ReviewQueue(review, metrics.review)
+            else:
+                log.warning("review.enabled without review.topic or review.file: no review queue")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -177,6 +187,8 @@ class JudgeStage:
         ]
         tasks.append(asyncio.create_task(self._write_loop(), name="ragmon-writer"))
         tasks.append(asyncio.create_task(self._housekeeping(), name="ragmon-judge-housekeeping"))
+        if self.review is not None:
+            tasks.append(asyncio.create_task(self.review.run(), name="ragmon-review-writer"))
         try:
             await self.source.consume(stop, self._admit)
             # Samples not yet started are left for the next owner; those being judged finish.
@@ -184,6 +196,8 @@ class JudgeStage:
             await self._settle(lambda: left() - 3.0)
             if self._held:
                 log.warning("shutdown: %d judgements unfinished; their samples are re-read", self._held)
+            if self.review is not None:
+                await self.review.drain(min(5.0, left() - 3.0))
         finally:
             await cancel_all(tasks)
             if self.judge is not None:
@@ -251,10 +265,22 @@ class JudgeStage:
                 )
             )
         self.events = EvaluationEventSink.from_config(self._events_config)
+        review, config = self.review, self._review_config
+        if review is not None and config is not None:
+            if config.file is not None:
+                errors = self.metrics.review.write_errors
+                review.sinks.append(FileSink(config.file, config.file_max_bytes, config.file_keep, errors))
+            if config.topic:
+                dropped = self.metrics.produce_dropped
+                review.sinks.append(
+                    TopicSink(self._output, config.topic, self.queue.max_message_bytes, dropped, "review")
+                )
 
     async def _close_outputs(self) -> None:
         for sink in self._sinks:
             await sink.close()
+        if self.review is not None:
+            await self.review.close()
         if self.events is not None:
             await asyncio.to_thread(self.events.shutdown, 5.0)
             self._count_events()
@@ -365,22 +391,20 @@ class JudgeStage:
 
         def line(
             judgement: Judgement | None = None, skipped: str | None = None, repeat: list[str] | None = None
-        ) -> bytes:
-            return encode_result(
-                result_line(
-                    record,
-                    sampling_weight=item.weight,
-                    query_type_source=source,
-                    clipped=item.clipped,
-                    judge_skipped=skipped,
-                    record_query_type=record_query_type,
-                    judgement=judgement,
-                    repeat_disagreements=repeat,
-                )
+        ) -> ResultLine:
+            return result_line(
+                record,
+                sampling_weight=item.weight,
+                query_type_source=source,
+                clipped=item.clipped,
+                judge_skipped=skipped,
+                record_query_type=record_query_type,
+                judgement=judgement,
+                repeat_disagreements=repeat,
             )
 
         if self.judge is None:
-            return line()
+            return encode_result(line())
         # The judge reads the answer without its citation markers ("[2]" is neither a number of
         # a claim nor a word to cover); the citations are checked against its claims afterwards.
         judged, cited = read_citations(record)
@@ -414,7 +438,7 @@ class JudgeStage:
             self.metrics.judge.skipped.labels(
                 service=item.service, query_type=record.query_type, reason=skip
             ).inc()
-            return line(skipped=skip)
+            return encode_result(line(skipped=skip))
         if self._judge_labels and item.type_source == "rules" and judgement.judged_query_type:
             # The judge read the query: its label beats the rules' for what it judged.
             # Weights stay 1/p, so per-type estimates are domain estimates, still unbiased.
@@ -442,7 +466,10 @@ class JudgeStage:
                 for check in differ:
                     self.metrics.judge.disagreements.labels(check=check).inc()
         self.judged_seen += 1
-        return line(judgement, repeat=differ)
+        result = line(judgement, repeat=differ)
+        if self.review is not None:
+            self.review.offer(result)  # never waits: a full queue or budget drops (counted)
+        return encode_result(result)
 
     async def _write_loop(self) -> None:
         while True:
@@ -519,9 +546,12 @@ class JudgeStage:
                         gauge.labels(query_type=qt, bound=bound).set(getattr(est, bound))
 
     def _on_assigned(self, owned: int, total: int) -> None:
-        """Budgets are group-wide: this member takes the share its partitions carry."""
+        """Budgets (the judge's, the review queue's) are group-wide: this member takes the share
+        its partitions carry."""
         if self.budget is not None:
             self.budget.set_group(owned, total)
+        if self.review is not None:
+            self.review.set_group(owned, total)
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._drop_queued(lambda s: s.partition in revoked)

@@ -1,5 +1,6 @@
 """The sinks of the results lines (`monitor.results`): the results file and topic (the HTTP
-endpoint is in `monitor.outputs.http`).
+endpoint is in `monitor.outputs.http`), and the review queue's file and topic, which carry results
+lines too.
 
 A result is written before the offsets behind it may be committed, so the sinks report success
 only once the line is on disk (file, fsynced) or acknowledged by the broker (topic).
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 class ResultSink(Protocol):
     async def write(self, lines: list[tuple[str, bytes]]) -> None:
-        """(query type, JSON line) pairs."""
+        """(key, JSON line) pairs: the topic's message key (the results: the query type)."""
 
     async def close(self) -> None: ...
 
@@ -231,16 +232,20 @@ class TopicSink:
     once a minute): no retry could send it, and retrying would hold every offset behind it. The
     results file, where configured, still has it."""
 
-    def __init__(self, output: KafkaOutput, topic: str, max_bytes: int, dropped: Counter) -> None:
+    def __init__(
+        self, output: KafkaOutput, topic: str, max_bytes: int, dropped: Counter, stream: str = "results"
+    ) -> None:
         self._out = output
         self._topic = topic
         self._max_bytes = max_bytes
-        self._dropped = dropped.labels(stream="results", reason="too_large")
+        self._stream = stream
+        self._dropped = dropped.labels(stream=stream, reason="too_large")
         self._warned = -float("inf")
 
     async def write(self, lines: list[tuple[str, bytes]]) -> None:
-        # Keyed by query type: every judgement of a slice in one partition, in one order, which
-        # is what gives the drift stage one detector state per slice (monitor/drift/stage.py).
+        # Keyed by the pair's first item. The results topic: by query type, every judgement of a
+        # slice in one partition, in one order, which is what gives the drift stage one detector
+        # state per slice (monitor/drift/stage.py). The review queue: by trace id.
         items: list[tuple[bytes | None, bytes]] = [(qt.encode(), line.rstrip(b"\n")) for qt, line in lines]
         refused = await self._out.send_many(self._topic, items, self._max_bytes)
         if refused:
@@ -249,9 +254,10 @@ class TopicSink:
             if now - self._warned >= 60.0:
                 self._warned = now
                 log.error(
-                    "%d results line(s) of up to %d bytes left out of %s (max %d bytes); counted in"
+                    "%d %s line(s) of up to %d bytes left out of %s (max %d bytes); counted in"
                     " ragmon_produce_dropped_total",
                     len(refused),
+                    self._stream,
                     max(len(items[i][1]) for i in refused),
                     self._topic,
                     self._max_bytes,
