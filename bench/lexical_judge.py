@@ -577,10 +577,13 @@ def report(name: str, result: dict[str, Any]) -> None:
 
 GRID: dict[str, tuple[float, ...]] = {  # the judge's data-chosen settings; the defaults are in the grid
     "support_threshold": (0.5, 0.6, 0.7),
-    "uncertain_threshold": (0.25, 0.35, 0.45),
-    "terse_words": (2, 3, 4),
+    "uncertain_threshold": (0.35,),
+    "terse_words": (3,),
     "terse_alignment": (0.4, 0.5, 0.6),
+    # the threshold that trades accuracy for coverage: the accuracy-coverage curve is drawn along it
+    "decide_margin": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
 }
+CURVE = "decide_margin"
 MIN_DECIDED = 0.7  # a tuning setting must decide this share of every tuning family's cases
 
 
@@ -594,6 +597,11 @@ def _label(setting: dict[str, Any]) -> str:
 
 def _choose(per_setting: list[dict[str, Tally]], tuning: list[str]) -> int:
     """The setting (index) chosen on the tuning families alone (module docstring)."""
+
+    # A family that no setting decides MIN_DECIDED of (yes/no answers: word overlap cannot compare
+    # the facts) would make every setting fail the constraint: it does not constrain the choice.
+    decidable = [f for f in tuning if any(1 - s[f].uncertain_share() >= MIN_DECIDED for s in per_setting)]
+    tuning = decidable or tuning
 
     def key(i: int) -> tuple[bool, float]:
         ts = [per_setting[i][f] for f in tuning]
@@ -661,6 +669,16 @@ def lofo(all_cases: list[Case]) -> None:
                 for k in kinds
             )
         )
+        # The accuracy-coverage curve: the chosen setting with only `CURVE` varied.
+        points = []
+        for i, setting in enumerate(settings):
+            if all(setting[k] == settings[chosen][k] for k in GRID if k != CURVE):
+                tc = per_setting[i][family]
+                mark = "*" if i == chosen else ""
+                points.append(
+                    f"{setting[CURVE]:g}{mark}: {_fmt(tc.balanced())} on {1 - tc.uncertain_share():.0%}"
+                )
+        print(f"{'':<18}curve ({CURVE}: balanced on decided share): " + ", ".join(points))
         if bal is not None and (worst is None or bal < worst[0]):
             worst = (bal, family)
     if worst:
