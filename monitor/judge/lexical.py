@@ -599,6 +599,20 @@ def _local(near: dict[str, frozenset[str]], sent: _Text, names: frozenset[str]) 
     return all(not near.get(n) or near[n] & sent.words for n in names)
 
 
+def _near_its_words(near: dict[str, frozenset[str]], sent: _Text, names: frozenset[str]) -> bool:
+    """Whether each of these names stands in the sentence within `_WINDOW` tokens of a word it
+    stands next to in the claim (`near`: the claim's `_neighbours`), where the sentence has any."""
+    for n in names:
+        words = near.get(n, _EMPTY) & sent.words
+        if not words:
+            continue
+        at = [k for k, t in enumerate(sent.toks) if n in t.stems]
+        by = [k for k, t in enumerate(sent.toks) if not words.isdisjoint(t.stems)]
+        if at and by and min(abs(a - b) for a in at for b in by) > _WINDOW:
+            return False
+    return True
+
+
 def _opposite(marker: str) -> str:
     return marker[:-1] + ("-" if marker.endswith("+") else "+")
 
@@ -893,7 +907,7 @@ class LexicalJudge:
                 return self._checked(claim, [(chunk, sent)])
         pair, loose = self._pair(claim, rows)
         if pair is not None:
-            return self._checked(claim, pair)
+            return self._placed(claim, pair)
         if ok and hits >= self.uncertain_threshold * total:
             return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_alignment")
         everywhere = frozenset().union(*(c.words for c in chunks))
@@ -953,6 +967,24 @@ class LexicalJudge:
                 elif not named and (loose is None or hits > loose[0]):
                     loose = (hits, pair)
         return (best[1] if best else None), (loose[1] if loose else None)
+
+    def _placed(self, claim: _Claim, aligned: list[tuple[_Chunk, _Text]]) -> Claim:
+        """Supported, unless a name of the claim stands in its sentence away from the words it
+        stands next to in the claim ("... most common in the North American, where rookies ..."
+        on "... most common in the National Football League, where rookies ...", North American
+        being elsewhere in the passage): the sentence says something of another name there, so the
+        claim is `uncertain` (`name_misplaced`)."""
+        names = claim.required - claim.query
+        if names:
+            near = _neighbours(claim.text)
+            for _, sent in aligned:
+                if not _near_its_words(near, sent, names & sent.words):
+                    quote = [Quote(c.id, t.text, True) for c, t in aligned]
+                    flip = _polarity(claim, [t for _, t in aligned])
+                    if flip is not None:
+                        return self._checked(claim, aligned)
+                    return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="name_misplaced")
+        return self._checked(claim, aligned)
 
     def _checked(
         self,
@@ -1061,16 +1093,18 @@ class LexicalJudge:
             # A name of another chunk that the answer's chunk also holds links the two (the bridge
             # entity of a multi-hop question: "played for the Philadelphia Eagles" -> "The
             # Philadelphia Eagles are ... based in Pennsylvania"): no alternative to the answer.
+            # So is a name the answer's own sentence shares with a chunk that lacks the answer
+            # ("Maximum Overdrive ... directed by Stephen King" + "Maximum Overdrive was shot in
+            # Leland").
             homes = {id(r[3]) for r in ok}
             linked = frozenset().union(*(r[3].words for r in ok))
+            away = frozenset().union(*(r[4].words for r in rows if id(r[3]) not in homes))
+            bridged = claim.words | (frozenset().union(*(r[4].words for r in ok)) & away)
             for i, r in enumerate(rows):
                 toks = r[4].toks
                 mine = [k for k, t in enumerate(toks) if claim.required.intersection(t.stems)] if r[2] else []
                 others = _alternatives(
-                    toks,
-                    claim.kind,
-                    claim.words if id(r[3]) in homes else claim.words | linked,
-                    claim.required,
+                    toks, claim.kind, bridged if id(r[3]) in homes else claim.words | linked, claim.required
                 )
                 if not mine and not others:
                     continue

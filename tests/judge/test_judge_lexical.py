@@ -518,3 +518,27 @@ def test_decide_margin_trades_decisions_for_accuracy() -> None:
     assert acme("Philadelphia Eagles.", query=q, chunks=chunks).faithfulness == 1.0
     strict = LexicalJudge(decide_margin=0.99).judge_sync(rec("Philadelphia Eagles.", query=q, chunks=chunks))
     assert strict.claims[0].verdict is Verdict.UNCERTAIN
+
+
+def test_name_a_sentence_pair_supplies_away_from_its_words_is_undecided() -> None:
+    """The second sentence supplies "United States", but far from "school begins", where the first
+    sentence has another name (ClapNQ, a same-passage swap the pair rule passed)."""
+    chunks = [
+        Chunk(
+            "school",
+            "In some other school districts, school begins in August and late July. In the United "
+            "States, educational policy is determined primarily at the state level and at the level "
+            "of individual school districts.",
+        )
+    ]
+    q = "When does a new school year start in America?"
+    ok = acme(
+        "In some other school districts, school begins in August and late July.", query=q, chunks=chunks
+    )
+    assert ok.faithfulness == 1.0
+    swap = acme(
+        "In some other school districts, school begins in United States and late July.",
+        query=q,
+        chunks=chunks,
+    )
+    assert swap.claims[0].verdict is Verdict.UNCERTAIN and swap.claims[0].note == "name_misplaced"
