@@ -28,7 +28,9 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   word the context lacks is read as a name. A claim that joins two sentences is supported by the
   pair when each adds words of its own, and a name that one of them supplies stands there next to
   a word it stands next to in the claim; a pair that states the rest of the claim without its
-  name or number is evidence that the name or number was swapped in (`name_or_number_elsewhere`).
+  name or number is evidence that the name or number was swapped in (`name_or_number_elsewhere`);
+  a pair whose sentence holds one of the claim's names more than a few tokens away from the words
+  it stands next to in the claim leaves the claim `uncertain` (`name_misplaced`).
 - polarity: a claim that negates what the aligned sentence asserts, or asserts what it negates
   (not, no, never, n't, without, ... scoped to the next few words; a word the sentence also
   asserts outside that scope does not count as negated; a terse answer to a negated question, or
