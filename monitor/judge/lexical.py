@@ -534,40 +534,67 @@ def _of_kind(t: _Tok, kind: str, first: bool) -> bool:
     return any(n[0].isdigit() and (kind == "year") == bool(_YEAR_STEM.fullmatch(n)) for n in t.stems)
 
 
-def _alternatives(
-    toks: tuple[_Tok, ...], kind: str, known: frozenset[str], answer: frozenset[str]
-) -> list[int]:
+_RUNS: dict[tuple[str, str], tuple[tuple[int, ...], ...]] = {}
+
+
+def _runs(sent: _Text, kind: str) -> tuple[tuple[int, ...], ...]:
+    """The runs of consecutive words of this kind in a chunk sentence, cached like its tokens
+    (popular chunks come back)."""
+    global _RUNS
+    key = (sent.text, kind)
+    got = _RUNS.get(key)
+    if got is not None:
+        return got
+    if len(_RUNS) > _CACHE_MAX:
+        _RUNS = {}  # a new dict: a caller in another thread keeps a valid one
+    out: list[tuple[int, ...]] = []
+    run: list[int] = []
+    for k, t in enumerate((*sent.toks, None)):
+        if t is not None and _of_kind(t, kind, k == 0):
+            run.append(k)
+        elif run:
+            out.append(tuple(run))
+            run = []
+    got = _RUNS[key] = tuple(out)
+    return got
+
+
+def _alternatives(sent: _Text, kind: str, known: frozenset[str], answer: frozenset[str]) -> list[int]:
     """Positions of the sentence's words of the answer's kind that are neither the answer nor the
     question's (`known`), outside the run of such words that holds the answer ("Derek Cha": not
     "Cha" against "Derek"). A sentence's first word is no name here: it is capitalised anyway."""
+    toks = sent.toks
     out: list[int] = []
-    run: list[int] = []
-    mine = False
-    for k, t in enumerate((*toks, None)):
-        if t is not None and _of_kind(t, kind, k == 0):
-            run.append(k)
-            mine = mine or not answer.isdisjoint(t.stems)
+    for run in _runs(sent, kind):
+        if any(not answer.isdisjoint(toks[j].stems) for j in run):
             continue
-        if run and not mine:
-            out.extend(j for j in run if known.isdisjoint(toks[j].stems))
-        run, mine = [], False
+        out.extend(j for j in run if known.isdisjoint(toks[j].stems))
     return out
 
 
-def _near(toks: tuple[_Tok, ...], q: frozenset[str], idf: dict[str, float], center: int) -> float:
-    """The question's weight within `_WINDOW` tokens of a position, a word at distance d counting
-    1 - d / (_WINDOW + 1) of its weight (its nearest occurrence): the nearer, the more it says the
-    word there is what the question asks for."""
-    near: dict[str, float] = {}
-    lo, hi = max(0, center - _WINDOW), min(len(toks), center + _WINDOW + 1)
-    for k in range(lo, hi):
-        hit = q.intersection(toks[k].stems)
+def _hits(toks: tuple[_Tok, ...], q: frozenset[str]) -> list[tuple[int, frozenset[str]]]:
+    """Where the question's words stand in a sentence."""
+    out = []
+    for k, t in enumerate(toks):
+        hit = q.intersection(t.stems)
         if hit:
-            f = 1 - abs(k - center) / (_WINDOW + 1)
+            out.append((k, hit))
+    return out
+
+
+def _near(hits: list[tuple[int, frozenset[str]]], idf: dict[str, float], center: int) -> float:
+    """The question's weight within `_WINDOW` tokens of a position (`hits`: where its words stand),
+    a word at distance d counting 1 - d / (_WINDOW + 1) of its weight (its nearest occurrence):
+    the nearer, the more it says the word there is what the question asks for."""
+    near: dict[str, float] = {}
+    for k, hit in hits:
+        d = abs(k - center)
+        if d <= _WINDOW:
+            f = 1 - d / (_WINDOW + 1)
             for w in hit:
                 if f > near.get(w, 0.0):
                     near[w] = f
-    return math.fsum(idf[w] * f for w, f in near.items())
+    return math.fsum(idf[w] * f for w, f in near.items()) if near else 0.0
 
 
 _NEIGHBOURS = 2  # content words on each side of a name that place it
@@ -1044,6 +1071,7 @@ class LexicalJudge:
                 df[w] += 1
         idf = {w: math.log((n + 1) / (d + 1)) + _IDF_FLOOR for w, d in df.items()}
         bridges: dict[int, frozenset[str]] = {}
+        q_of = [q & r[4].words for r in rows]
 
         def bridge(i: int) -> frozenset[str]:
             """Multi-hop: a sentence of another chunk that names what this sentence is about (its
@@ -1057,13 +1085,13 @@ class LexicalJudge:
             if claim.kind is not None:  # any name it holds but the answer's: the bridge entity
                 about = (about | sent.names) - claim.required
             own = q & (sent.words | ante)
-            out = _EMPTY
+            out, best = _EMPTY, 0.0
             if about:
-                for b in rows:
-                    if b[3] is not chunk and not about.isdisjoint(b[4].words):
-                        extra = (q & b[4].words) - own
-                        if _weight(idf, extra) > _weight(idf, out):
-                            out = extra
+                for j, b in enumerate(rows):
+                    if q_of[j] and b[3] is not chunk and not about.isdisjoint(b[4].words):
+                        extra = q_of[j] - own
+                        if extra and (w := _weight(idf, extra)) > best:
+                            out, best = extra, w
             bridges[i] = out
             return out
 
@@ -1090,7 +1118,7 @@ class LexicalJudge:
             # that holds it (with their bridges: a multi-hop answer is named by several facts),
             # plus those near it in its best sentence, nearer weighing more.
             mine_words: set[str] = set()
-            mine_near, mine_row = -1.0, -1
+            mine_row = -1
             rivals: dict[str, tuple[set[str], list[float]]] = {}
             # A name of another chunk that the answer's chunk also holds links the two (the bridge
             # entity of a multi-hop question: "played for the Philadelphia Eagles" -> "The
@@ -1102,35 +1130,37 @@ class LexicalJudge:
             linked = frozenset().union(*(r[3].words for r in ok))
             away = frozenset().union(*(r[4].words for r in rows if id(r[3]) not in homes))
             bridged = claim.words | (frozenset().union(*(r[4].words for r in ok)) & away)
+            mine_best = mine_near_of_row = 0.0
             for i, r in enumerate(rows):
-                toks = r[4].toks
+                sent = r[4]
+                toks = sent.toks
                 mine = [k for k, t in enumerate(toks) if claim.required.intersection(t.stems)] if r[2] else []
                 others = _alternatives(
-                    toks, claim.kind, bridged if id(r[3]) in homes else claim.words | linked, claim.required
+                    sent, claim.kind, bridged if id(r[3]) in homes else claim.words | linked, claim.required
                 )
                 if not mine and not others:
                     continue
-                held = (q & (r[4].words | r[5])) | bridge(i)
+                held = (q & (sent.words | r[5])) | bridge(i)
+                hits = _hits(toks, q) if not q.isdisjoint(sent.words) else []
                 if mine:
                     mine_words |= held
-                    near = _weight(idf, held) + max(_near(toks, q, idf, k) for k in mine)
-                    if near > mine_near:
-                        mine_near, mine_row = near, i
+                    near = max(_near(hits, idf, k) for k in mine)
+                    if mine_row < 0 or _weight(idf, held) + near > mine_best:
+                        mine_best, mine_near_of_row, mine_row = _weight(idf, held) + near, near, i
                 for k in others:
+                    here = _near(hits, idf, k)
                     for st in toks[k].stems:
-                        words, near_at = rivals.setdefault(st, (set(), [0.0, -1.0]))
-                        words |= held
-                        here = _near(toks, q, idf, k)
-                        if here > near_at[0] or near_at[1] < 0:
-                            near_at[0], near_at[1] = max(here, near_at[0]), float(i)
+                        got_st = rivals.get(st)
+                        if got_st is None:
+                            rivals[st] = (set(held), [here, float(i)])
+                        else:
+                            got_st[0].update(held)
+                            if here > got_st[1][0]:
+                                got_st[1][0], got_st[1][1] = here, float(i)
             got = rival = 0.0
             rival_row = -1
             if mine_row >= 0:
-                r = rows[mine_row]
-                centers = [k for k, t in enumerate(r[4].toks) if claim.required.intersection(t.stems)]
-                got = _weight(idf, mine_words) + _WINDOW_WEIGHT * max(
-                    _near(r[4].toks, q, idf, k) for k in centers
-                )
+                got = _weight(idf, mine_words) + _WINDOW_WEIGHT * mine_near_of_row
             for words, (near, row) in rivals.values():
                 got_r = _weight(idf, words) + _WINDOW_WEIGHT * near
                 if got_r > rival:
