@@ -4,20 +4,21 @@ It is an APPROXIMATION, and it is the default only because it needs no network, 
 runs in well under a millisecond: the demo and the tests can judge every record. What it does:
 
 - claims: the answer is split into sentences (a lead-in such as "According to the documents," is
-  dropped; refusal sentences are not claims). A terse answer ("1990.", "Derek Cha") is no claim
-  on its own, so it is read together with the question: the answer's names and numbers must be
-  in one sentence, and that sentence must be the one the question points at: it is scored by the
-  question words it holds (rarer words weigh more) and those within a few tokens of the answer,
-  plus, for a multi-hop question, those of a sentence in another chunk that names what it is
-  about (the bridge entity). An answer of a kind (a year, a number, a name) is weighed against
-  the context's other words of that kind, scored alike: supported when it outscores the best of
-  them by `decide_margin`, `contradicted` (`question_answered_elsewhere`) when another sentence's
-  alternative outscores it and its own sentence holds little of the question, otherwise
-  `uncertain` (`same_kind_alternative`). A phrase answer is compared with the best-scoring
-  sentence. A comparison's answer ("A or B?" -> "B") is `uncertain`: the other side is not
-  checked. A yes/no answer is decided only when every fact the question asks about is found
-  (then "yes" is supported, "no" contradicted), never for a comparison ("the same", "before",
-  "consistent"); otherwise `uncertain`.
+  dropped; refusal sentences are not claims). A terse answer ("1990.", "Derek Cha", a name of any
+  length) is no claim on its own, so it is read together with the question: the answer's names
+  and numbers must be in one sentence, and that sentence must be the one the question points at:
+  it is scored by the question words it holds (rarer words weigh more) and those within a few
+  tokens of the answer (half across a comma or "and": "meteorologist Ted Fujita, cancer
+  researchers Charles Huggins"), plus, for a multi-hop question, those of a sentence in another
+  chunk that names what it is about (the bridge entity). An answer of a kind (a year, a number,
+  a name) is weighed against the context's other words of that kind, scored alike: supported
+  when it outscores the best of them by `decide_margin`, `contradicted`
+  (`question_answered_elsewhere`) when another sentence's alternative outscores it and its own
+  sentence holds little of the question, otherwise `uncertain` (`same_kind_alternative`). A
+  phrase answer is compared with the best-scoring sentence. Any answer to a choice question
+  ("..., A or B?") is `uncertain`: the other side is not checked. A yes/no answer is decided only
+  when every fact the question asks about is found (then "yes" is supported, "no" contradicted),
+  never for a comparison ("the same", "before", "consistent"); otherwise `uncertain`.
 - alignment: each claim is compared with every SENTENCE of the chunks (not the whole chunk): a
   number from one sentence and a subject from another support nothing. Words are lower-cased,
   crudely stemmed and mapped through a small synonym table ("established" = "founded"), so a
@@ -516,6 +517,7 @@ def _window(
 
 
 _OR = re.compile(r"\bor\b", re.IGNORECASE)
+_CHOICE = re.compile(r"\bor\b[^,?]*\?\s*$", re.IGNORECASE)  # "..., A or B?"
 _YEAR_STEM = re.compile(r"1\d{3}|20\d{2}")
 
 
@@ -535,6 +537,7 @@ def _of_kind(t: _Tok, kind: str, first: bool) -> bool:
 
 
 _RUNS: dict[tuple[str, str], tuple[tuple[int, ...], ...]] = {}
+_NO_HITS: tuple[list[tuple[int, frozenset[str]]], list[int]] = ([], [0])
 
 
 def _runs(sent: _Text, kind: str) -> tuple[tuple[int, ...], ...]:
@@ -572,25 +575,35 @@ def _alternatives(sent: _Text, kind: str, known: frozenset[str], answer: frozens
     return out
 
 
-def _hits(toks: tuple[_Tok, ...], q: frozenset[str]) -> list[tuple[int, frozenset[str]]]:
-    """Where the question's words stand in a sentence."""
+def _hits(toks: tuple[_Tok, ...], q: frozenset[str]) -> tuple[list[tuple[int, frozenset[str]]], list[int]]:
+    """Where the question's words stand in a sentence, and per position the clause breaks (a
+    comma, "and", "which", ...) before it."""
     out = []
+    cum = [0]
     for k, t in enumerate(toks):
         hit = q.intersection(t.stems)
         if hit:
             out.append((k, hit))
-    return out
+        cum.append(cum[-1] + t.brk)
+    return out, cum
 
 
-def _near(hits: list[tuple[int, frozenset[str]]], idf: dict[str, float], center: int) -> float:
+def _near(
+    hits: tuple[list[tuple[int, frozenset[str]]], list[int]], idf: dict[str, float], center: int
+) -> float:
     """The question's weight within `_WINDOW` tokens of a position (`hits`: where its words stand),
-    a word at distance d counting 1 - d / (_WINDOW + 1) of its weight (its nearest occurrence):
-    the nearer, the more it says the word there is what the question asks for."""
+    a word at distance d counting 1 - d / (_WINDOW + 1) of its weight (its nearest occurrence),
+    half that across a clause break ("meteorologist Ted Fujita, cancer researchers Charles
+    Huggins": "cancer researchers" is Huggins's): the nearer, the more it says the word there is
+    what the question asks for."""
     near: dict[str, float] = {}
-    for k, hit in hits:
+    at, cum = hits
+    for k, hit in at:
         d = abs(k - center)
         if d <= _WINDOW:
             f = 1 - d / (_WINDOW + 1)
+            if cum[max(k, center)] - cum[min(k, center)]:
+                f /= 2
             for w in hit:
                 if f > near.get(w, 0.0):
                     near[w] = f
@@ -841,7 +854,10 @@ class LexicalJudge:
         sent = _analyse(sentence)
         words = sent.words
         numbers = frozenset(w for w in words if w[0].isdigit())
-        if terse and len(words) <= self.terse_words and query and not query <= words:
+        # A name or number however long ("Utah State Senate Minority Leader Scott Howell.") is
+        # as terse as "1990.": it states nothing without the question.
+        short = len(words) <= self.terse_words or all(t.names for t in sent.toks if t.stems)
+        if terse and short and query and not query <= words:
             # The answer's names and numbers are required (or, without any, all its words: it is
             # the whole answer); the question's words align it with the sentence that answers it,
             # and the question's negations and relations count too.
@@ -856,7 +872,11 @@ class LexicalJudge:
                 query,
                 negative=_analyse(question).neg or (sent.neg and not sent.negated_any),
                 # "Who is older, A or B?" answered "B": the other side is the alternative.
-                kind="choice" if _OR.search(question) and required <= query else _kind(sent, numbers),
+                kind=(
+                    "choice"
+                    if _CHOICE.search(question) or (_OR.search(question) and required <= query)
+                    else _kind(sent, numbers)
+                ),
             )
         if len(words) < 2:
             return None
@@ -1141,7 +1161,7 @@ class LexicalJudge:
                 if not mine and not others:
                     continue
                 held = (q & (sent.words | r[5])) | bridge(i)
-                hits = _hits(toks, q) if not q.isdisjoint(sent.words) else []
+                hits = _hits(toks, q) if not q.isdisjoint(sent.words) else _NO_HITS
                 if mine:
                     mine_words |= held
                     near = max(_near(hits, idf, k) for k in mine)
