@@ -490,11 +490,10 @@ def _weight(idf: dict[str, float], words: Iterable[str]) -> float:
     return math.fsum(idf[w] for w in words)
 
 
-def _window(
-    toks: tuple[_Tok, ...], q: frozenset[str], idf: dict[str, float], centers: list[int] | None
-) -> float:
+def _window(sent: _Text, q: frozenset[str], idf: dict[str, float], centers: list[int] | None) -> float:
     """The most question weight within `_WINDOW` tokens of a center (None: of any position)."""
-    hits = [(i, q.intersection(t.stems)) for i, t in enumerate(toks) if not q.isdisjoint(t.stems)]
+    at = _places(sent)[0]
+    hits = sorted((k, frozenset((w,))) for w in q & sent.words for k in at[w])
     if not hits:
         return 0.0
     best = 0.0
@@ -537,7 +536,6 @@ def _of_kind(t: _Tok, kind: str, first: bool) -> bool:
 
 
 _RUNS: dict[tuple[str, str], tuple[tuple[int, ...], ...]] = {}
-_NO_HITS: tuple[list[tuple[int, frozenset[str]]], list[int]] = ([], [0])
 
 
 def _runs(sent: _Text, kind: str) -> tuple[tuple[int, ...], ...]:
@@ -575,39 +573,57 @@ def _alternatives(sent: _Text, kind: str, known: frozenset[str], answer: frozens
     return out
 
 
-def _hits(toks: tuple[_Tok, ...], q: frozenset[str]) -> tuple[list[tuple[int, frozenset[str]]], list[int]]:
-    """Where the question's words stand in a sentence, and per position the clause breaks (a
-    comma, "and", "which", ...) before it."""
-    out = []
+_PLACES: dict[str, tuple[dict[str, tuple[int, ...]], tuple[int, ...]]] = {}
+
+
+def _places(sent: _Text) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...]]:
+    """Per word of a chunk sentence, the positions it stands at, and per position the clause breaks
+    (a comma, "and", "which", ...) before it; cached like its tokens."""
+    global _PLACES
+    got = _PLACES.get(sent.text)
+    if got is not None:
+        return got
+    if len(_PLACES) > _CACHE_MAX:
+        _PLACES = {}  # a new dict: a caller in another thread keeps a valid one
+    at: dict[str, list[int]] = {}
     cum = [0]
-    for k, t in enumerate(toks):
-        hit = q.intersection(t.stems)
-        if hit:
-            out.append((k, hit))
+    for k, t in enumerate(sent.toks):
+        for w in t.stems:
+            at.setdefault(w, []).append(k)
         cum.append(cum[-1] + t.brk)
-    return out, cum
+    got = _PLACES[sent.text] = ({w: tuple(ks) for w, ks in at.items()}, tuple(cum))
+    return got
 
 
-def _near(
-    hits: tuple[list[tuple[int, frozenset[str]]], list[int]], idf: dict[str, float], center: int
-) -> float:
+_Hits = tuple[list[tuple[str, tuple[int, ...]]], tuple[int, ...]]
+
+
+def _hits(sent: _Text, q: frozenset[str]) -> _Hits:
+    """Where the question's words stand in a sentence, and its clause breaks (`_places`)."""
+    at, cum = _places(sent)
+    return [(w, at[w]) for w in q & sent.words], cum
+
+
+def _near(hits: _Hits, idf: dict[str, float], center: int) -> float:
     """The question's weight within `_WINDOW` tokens of a position (`hits`: where its words stand),
     a word at distance d counting 1 - d / (_WINDOW + 1) of its weight (its nearest occurrence),
     half that across a clause break ("meteorologist Ted Fujita, cancer researchers Charles
     Huggins": "cancer researchers" is Huggins's): the nearer, the more it says the word there is
     what the question asks for."""
-    near: dict[str, float] = {}
-    at, cum = hits
-    for k, hit in at:
-        d = abs(k - center)
-        if d <= _WINDOW:
-            f = 1 - d / (_WINDOW + 1)
-            if cum[max(k, center)] - cum[min(k, center)]:
-                f /= 2
-            for w in hit:
-                if f > near.get(w, 0.0):
-                    near[w] = f
-    return math.fsum(idf[w] * f for w, f in near.items()) if near else 0.0
+    words, cum = hits
+    total = []
+    for w, ks in words:
+        best = 0.0
+        for k in ks:
+            d = abs(k - center)
+            if d <= _WINDOW:
+                f = 1 - d / (_WINDOW + 1)
+                if cum[max(k, center)] - cum[min(k, center)]:
+                    f /= 2
+                best = max(best, f)
+        if best:
+            total.append(idf[w] * best)
+    return math.fsum(total) if total else 0.0
 
 
 _NEIGHBOURS = 2  # content words on each side of a name that place it
@@ -1092,6 +1108,7 @@ class LexicalJudge:
         idf = {w: math.log((n + 1) / (d + 1)) + _IDF_FLOOR for w, d in df.items()}
         bridges: dict[int, frozenset[str]] = {}
         q_of = [q & r[4].words for r in rows]
+        q_rows = [j for j, w in enumerate(q_of) if w]
 
         def bridge(i: int) -> frozenset[str]:
             """Multi-hop: a sentence of another chunk that names what this sentence is about (its
@@ -1107,8 +1124,9 @@ class LexicalJudge:
             own = q & (sent.words | ante)
             out, best = _EMPTY, 0.0
             if about:
-                for j, b in enumerate(rows):
-                    if q_of[j] and b[3] is not chunk and not about.isdisjoint(b[4].words):
+                for j in q_rows:
+                    b = rows[j]
+                    if b[3] is not chunk and not about.isdisjoint(b[4].words):
                         extra = q_of[j] - own
                         if extra and (w := _weight(idf, extra)) > best:
                             out, best = extra, w
@@ -1121,25 +1139,28 @@ class LexicalJudge:
 
         def score(sent: _Text, ante: frozenset[str], centers: list[int] | None) -> float:
             held = _weight(idf, q & (sent.words | ante))
-            return held + _WINDOW_WEIGHT * _window(sent.toks, q, idf, centers)
+            return held + _WINDOW_WEIGHT * _window(sent, q, idf, centers)
 
-        best = max(score(r[4], r[5], None) for r in rows)
-        scored = []
-        for i, r in enumerate(rows):
-            if not r[2]:
-                continue
-            sent = r[4]
-            centers = [k for k, t in enumerate(sent.toks) if claim.required.intersection(t.stems)]
-            scored.append((score(sent, r[5], centers) + _weight(idf, bridge(i)), i))
-        got, i = max(scored, key=lambda x: x[0])
-        ratio = got / best if best else 0.0
+        def located() -> tuple[float, int]:
+            """The answer's best sentence (its row) and its score over the best sentence's."""
+            best = max(score(r[4], r[5], None) for r in rows)
+            scored = []
+            for i, r in enumerate(rows):
+                if not r[2]:
+                    continue
+                sent = r[4]
+                centers = [k for k, t in enumerate(sent.toks) if claim.required.intersection(t.stems)]
+                scored.append((score(sent, r[5], centers) + _weight(idf, bridge(i)), i))
+            got, i = max(scored, key=lambda x: x[0])
+            return (got / best if best else 0.0), i
+
         if claim.kind is not None:
             # The answer and each alternative scored alike: the question words of every sentence
             # that holds it (with their bridges: a multi-hop answer is named by several facts),
             # plus those near it in its best sentence, nearer weighing more.
             mine_words: set[str] = set()
             mine_row = -1
-            rivals: dict[str, tuple[set[str], list[float]]] = {}
+            rivals: dict[str, tuple[frozenset[str], float, int]] = {}  # stem: (words held, nearness, row)
             # A name of another chunk that the answer's chunk also holds links the two (the bridge
             # entity of a multi-hop question: "played for the Philadelphia Eagles" -> "The
             # Philadelphia Eagles are ... based in Pennsylvania"): no alternative to the answer.
@@ -1161,30 +1182,33 @@ class LexicalJudge:
                 if not mine and not others:
                     continue
                 held = (q & (sent.words | r[5])) | bridge(i)
-                hits = _hits(toks, q) if not q.isdisjoint(sent.words) else _NO_HITS
+                hits = _hits(sent, q)
                 if mine:
                     mine_words |= held
                     near = max(_near(hits, idf, k) for k in mine)
                     if mine_row < 0 or _weight(idf, held) + near > mine_best:
                         mine_best, mine_near_of_row, mine_row = _weight(idf, held) + near, near, i
                 for k in others:
-                    here = _near(hits, idf, k)
+                    here = _near(hits, idf, k) if hits[0] else 0.0
                     for st in toks[k].stems:
-                        got_st = rivals.get(st)
-                        if got_st is None:
-                            rivals[st] = (set(held), [here, float(i)])
+                        was = rivals.get(st)
+                        if was is None:
+                            rivals[st] = (held, here, i)
                         else:
-                            got_st[0].update(held)
-                            if here > got_st[1][0]:
-                                got_st[1][0], got_st[1][1] = here, float(i)
+                            near_at = (here, i) if here > was[1] else (was[1], was[2])
+                            rivals[st] = (was[0] | held, *near_at)
             got = rival = 0.0
             rival_row = -1
             if mine_row >= 0:
                 got = _weight(idf, mine_words) + _WINDOW_WEIGHT * mine_near_of_row
-            for words, (near, row) in rivals.values():
-                got_r = _weight(idf, words) + _WINDOW_WEIGHT * near
+            weights: dict[frozenset[str], float] = {}
+            for words, near, row in rivals.values():
+                held_weight = weights.get(words)
+                if held_weight is None:
+                    held_weight = weights[words] = _weight(idf, words)
+                got_r = held_weight + _WINDOW_WEIGHT * near
                 if got_r > rival:
-                    rival, rival_row = got_r, int(row)
+                    rival, rival_row = got_r, row
             answer = (got, mine_row)
             rival_at = (rival, rival_row)
             got, i = answer
@@ -1194,7 +1218,7 @@ class LexicalJudge:
             if got > 0 and margin >= self.decide_margin and (q_hits >= 1 or bridge(i)):
                 return self._checked(claim, [(chunk, sent)])
             other = rows[rival_at[1]] if rival_at[1] >= 0 else rows[i]
-            if margin < 0 and ratio < _TERSE_ELSEWHERE and not claim.required <= other[4].words:
+            if margin < 0 and not claim.required <= other[4].words and located()[0] < _TERSE_ELSEWHERE:
                 # Where the question points, another sentence gives another answer of this kind
                 # (one in the answer's own sentence, a list, leaves it undecided).
                 quote = [Quote(other[3].id, other[4].text, True)]
@@ -1204,6 +1228,7 @@ class LexicalJudge:
             quote = [Quote(chunk.id, sent.text, True)]
             return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="same_kind_alternative")
 
+        ratio, i = located()
         _, q_hits, _, chunk, sent, _ = rows[i]
         if q_hits >= 1 and ratio >= self.terse_alignment:
             return self._checked(claim, [(chunk, sent)])
