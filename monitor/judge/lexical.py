@@ -1107,6 +1107,15 @@ class LexicalJudge:
                 df[w] += 1
         idf = {w: math.log((n + 1) / (d + 1)) + _IDF_FLOOR for w, d in df.items()}
         bridges: dict[int, frozenset[str]] = {}
+        weights: dict[frozenset[str], float] = {}
+
+        def weight(words: frozenset[str]) -> float:
+            """`_weight`, once per distinct set of question words (they repeat across sentences)."""
+            got = weights.get(words)
+            if got is None:
+                got = weights[words] = _weight(idf, words)
+            return got
+
         q_of = [q & r[4].words for r in rows]
         q_rows = [j for j, w in enumerate(q_of) if w]
 
@@ -1128,14 +1137,14 @@ class LexicalJudge:
                     b = rows[j]
                     if b[3] is not chunk and not about.isdisjoint(b[4].words):
                         extra = q_of[j] - own
-                        if extra and (w := _weight(idf, extra)) > best:
+                        if extra and (w := weight(extra)) > best:
                             out, best = extra, w
             bridges[i] = out
             return out
 
         def base(i: int) -> float:
             sent, ante = rows[i][4], rows[i][5]
-            return _weight(idf, q & (sent.words | ante)) + _weight(idf, bridge(i))
+            return weight(q & (sent.words | ante)) + weight(bridge(i))
 
         def score(sent: _Text, ante: frozenset[str], centers: list[int] | None) -> float:
             held = _weight(idf, q & (sent.words | ante))
@@ -1150,7 +1159,7 @@ class LexicalJudge:
                     continue
                 sent = r[4]
                 centers = [k for k, t in enumerate(sent.toks) if claim.required.intersection(t.stems)]
-                scored.append((score(sent, r[5], centers) + _weight(idf, bridge(i)), i))
+                scored.append((score(sent, r[5], centers) + weight(bridge(i)), i))
             got, i = max(scored, key=lambda x: x[0])
             return (got / best if best else 0.0), i
 
@@ -1186,8 +1195,8 @@ class LexicalJudge:
                 if mine:
                     mine_words |= held
                     near = max(_near(hits, idf, k) for k in mine)
-                    if mine_row < 0 or _weight(idf, held) + near > mine_best:
-                        mine_best, mine_near_of_row, mine_row = _weight(idf, held) + near, near, i
+                    if mine_row < 0 or weight(held) + near > mine_best:
+                        mine_best, mine_near_of_row, mine_row = weight(held) + near, near, i
                 for k in others:
                     here = _near(hits, idf, k) if hits[0] else 0.0
                     for st in toks[k].stems:
@@ -1201,12 +1210,8 @@ class LexicalJudge:
             rival_row = -1
             if mine_row >= 0:
                 got = _weight(idf, mine_words) + _WINDOW_WEIGHT * mine_near_of_row
-            weights: dict[frozenset[str], float] = {}
             for words, near, row in rivals.values():
-                held_weight = weights.get(words)
-                if held_weight is None:
-                    held_weight = weights[words] = _weight(idf, words)
-                got_r = held_weight + _WINDOW_WEIGHT * near
+                got_r = weight(words) + _WINDOW_WEIGHT * near
                 if got_r > rival:
                     rival, rival_row = got_r, row
             answer = (got, mine_row)
