@@ -920,7 +920,7 @@ class LexicalJudge:
         low = _analyse(body.lower())
         if _COMPARES.intersection(t.lower() for t in _TOKEN.findall(body)) or low.markers or low.weak:
             return Claim(text, Verdict.UNCERTAIN, note="yes_no_comparison")
-        found: list[tuple[_Chunk, _Text]] = []
+        found: list[Claim] = []
         for part in _YES_NO_PARTS.split(body):
             claim = self._claim(part, question, _EMPTY, terse=False)
             if claim is None:
@@ -928,15 +928,13 @@ class LexicalJudge:
             verdict = self._verdict(claim, chunks)
             if verdict.verdict is not Verdict.SUPPORTED:
                 return Claim(text, Verdict.UNCERTAIN, note="yes_no_fact_missing")
-            by_id = {c.id: c for c in chunks}
-            found += [(by_id[q.chunk_id], _analyse(q.quote)) for q in verdict.evidence if q.chunk_id in by_id]
+            found.append(verdict)
         if not found:
             return Claim(text, Verdict.UNCERTAIN, note="yes_no_fact_missing")
-        quote = [Quote(c.id, t.text, True) for c, t in found]
+        quote = [q for v in found for q in v.evidence]
         if yes:
-            return Claim(
-                text, Verdict.SUPPORTED, chunk_ids=list(dict.fromkeys(c.id for c, _ in found)), evidence=quote
-            )
+            ids = list(dict.fromkeys(i for v in found for i in v.chunk_ids))
+            return Claim(text, Verdict.SUPPORTED, chunk_ids=ids, evidence=quote)
         return Claim(text, Verdict.CONTRADICTED, evidence=quote, note="yes_no_facts_found")
 
     def _verdict(self, claim: _Claim, chunks: list[_Chunk]) -> Claim:
@@ -1034,10 +1032,10 @@ class LexicalJudge:
         return (best[1] if best else None), (loose[1] if loose else None)
 
     def _placed(self, claim: _Claim, aligned: list[tuple[_Chunk, _Text]]) -> Claim:
-        """Supported, unless a name of the claim stands in its sentence away from the words it
-        stands next to in the claim ("... most common in the North American, where rookies ..."
-        on "... most common in the National Football League, where rookies ...", North American
-        being elsewhere in the passage): the sentence says something of another name there, so the
+        """Supported by a sentence pair, unless one of them holds a name of the claim more than
+        `_WINDOW` tokens away from the words it stands next to in the claim ("school begins in
+        United States and late July" on "school begins in August and late July" + "In the United
+        States, educational policy ..."): those words may be said there of another name, so the
         claim is `uncertain` (`name_misplaced`)."""
         names = claim.required - claim.query
         if names:

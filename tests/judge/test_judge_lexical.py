@@ -569,3 +569,22 @@ def test_an_answer_to_a_choice_question_is_undecided() -> None:
     for answer in ("Sid Haig.", "Armenian."):
         j = acme(answer, query="Who is the oldest, Sid Haig or Vic Darchinyan?", chunks=chunks)
         assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "comparison_not_checked"
+
+
+def test_a_negation_near_a_terse_answer_leaves_it_undecided_not_contradicted() -> None:
+    """The sentence states the answer and negates something else near the question's words
+    (SQuAD 2.0): a terse answer asserts no negation, so this is no evidence against it."""
+    chunks = [
+        Chunk(
+            "ecj",
+            "However, in October 2007, the Court of Justice ruled that the Commission could not propose "
+            "what the criminal sanctions could be, only that there must be some.",
+        )
+    ]
+    q = (
+        "When did the Court of Justice rule that the Commission could only propose that there must be "
+        "some criminal sanctions?"
+    )
+    j = acme("October 2007.", query=q, chunks=chunks)
+    assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "negation"
+    assert j.hallucinated is None
