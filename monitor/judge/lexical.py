@@ -4,13 +4,21 @@ It is an APPROXIMATION, and it is the default only because it needs no network, 
 runs in well under a millisecond: the demo and the tests can judge every record. What it does:
 
 - claims: the answer is split into sentences (a lead-in such as "According to the documents," is
-  dropped; refusal sentences are not claims). A terse answer ("1990.", "Derek Cha") is no claim
-  on its own, so it is read together with the question: the answer's names and numbers must be
-  in one sentence, and that sentence must be the one the question points at: it is scored by the
-  question words it holds (rarer words weigh more) and those within a few tokens of the answer,
-  plus, for a multi-hop question, those of a sentence in another chunk that names what it is
-  about; well below the best-scoring sentence, the answer is `not_in_context` ("the question is
-  answered elsewhere": a same-kind name or number from another sentence of the passage).
+  dropped; refusal sentences are not claims). A terse answer ("1990.", "Derek Cha", a name of any
+  length) is no claim on its own, so it is read together with the question: the answer's names
+  and numbers must be in one sentence, and that sentence must be the one the question points at:
+  it is scored by the question words it holds (rarer words weigh more) and those within a few
+  tokens of the answer (half across a comma or "and": "meteorologist Ted Fujita, cancer
+  researchers Charles Huggins"), plus, for a multi-hop question, those of a sentence in another
+  chunk that names what it is about (the bridge entity). An answer of a kind (a year, a number,
+  a name) is weighed against the context's other words of that kind, scored alike: supported
+  when it outscores the best of them by `decide_margin`, `contradicted`
+  (`question_answered_elsewhere`) when another sentence's alternative outscores it and its own
+  sentence holds little of the question, otherwise `uncertain` (`same_kind_alternative`). A
+  phrase answer is compared with the best-scoring sentence. Any answer to a choice question
+  ("..., A or B?") is `uncertain`: the other side is not checked. A yes/no answer is decided only
+  when every fact the question asks about is found (then "yes" is supported, "no" contradicted),
+  never for a comparison ("the same", "before", "consistent"); otherwise `uncertain`.
 - alignment: each claim is compared with every SENTENCE of the chunks (not the whole chunk): a
   number from one sentence and a subject from another support nothing. Words are lower-cased,
   crudely stemmed and mapped through a small synonym table ("established" = "founded"), so a
@@ -21,7 +29,9 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   word the context lacks is read as a name. A claim that joins two sentences is supported by the
   pair when each adds words of its own, and a name that one of them supplies stands there next to
   a word it stands next to in the claim; a pair that states the rest of the claim without its
-  name or number is evidence that the name or number was swapped in (`name_or_number_elsewhere`).
+  name or number is evidence that the name or number was swapped in (`name_or_number_elsewhere`);
+  a pair whose sentence holds one of the claim's names more than a few tokens away from the words
+  it stands next to in the claim leaves the claim `uncertain` (`name_misplaced`).
 - polarity: a claim that negates what the aligned sentence asserts, or asserts what it negates
   (not, no, never, n't, without, ... scoped to the next few words; a word the sentence also
   asserts outside that scope does not count as negated; a terse answer to a negated question, or
@@ -50,8 +60,9 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   refusal).
 
 What it cannot do: synonyms beyond its table, inference, coreference beyond "the subject of the
-previous or the chunk's first sentence", the type of a question's slot (a place for "who?"), yes/no
-answers, or knowing whether a chunk *answers* the query. On
+previous or the chunk's first sentence", the type of a question's slot (a place for "who?"),
+comparing two facts (a yes/no or "A or B?" answer is mostly undecided), or knowing whether a chunk
+*answers* the query. On
 public QA data (`bench/lexical_judge.py`, docs/judges.md) it separates grounded from edited
 answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your traffic.
 """
@@ -457,6 +468,9 @@ class _Claim:
     # A terse answer to a negated question ("What did the Greeks not regard as a number?") or
     # that is a bare negation ("None."): agrees with a sentence that negates.
     negative: bool = False
+    # A terse answer's kind ("year", "number", "name"; None: a phrase): the context's other words
+    # of that kind are the alternatives it is weighed against (`_alternatives`).
+    kind: str | None = None
 
 
 # A terse answer's place (chosen on the dev half of bench/lexical_judge.py): question words weigh
@@ -476,11 +490,10 @@ def _weight(idf: dict[str, float], words: Iterable[str]) -> float:
     return math.fsum(idf[w] for w in words)
 
 
-def _window(
-    toks: tuple[_Tok, ...], q: frozenset[str], idf: dict[str, float], centers: list[int] | None
-) -> float:
+def _window(sent: _Text, q: frozenset[str], idf: dict[str, float], centers: list[int] | None) -> float:
     """The most question weight within `_WINDOW` tokens of a center (None: of any position)."""
-    hits = [(i, q.intersection(t.stems)) for i, t in enumerate(toks) if not q.isdisjoint(t.stems)]
+    at = _places(sent)[0]
+    hits = sorted((k, frozenset((w,))) for w in q & sent.words for k in at[w])
     if not hits:
         return 0.0
     best = 0.0
@@ -500,6 +513,117 @@ def _window(
                 ws |= w
         best = max(best, _weight(idf, ws))
     return best
+
+
+_OR = re.compile(r"\bor\b", re.IGNORECASE)
+_CHOICE = re.compile(r"\bor\b[^,?]*\?\s*$", re.IGNORECASE)  # "..., A or B?"
+_YEAR_STEM = re.compile(r"1\d{3}|20\d{2}")
+
+
+def _kind(sent: _Text, numbers: frozenset[str]) -> str | None:
+    """A terse answer's kind: "year", "number" or "name" (a capitalised word); None: a phrase."""
+    if numbers:
+        return "year" if all(_YEAR_STEM.fullmatch(n) for n in numbers) else "number"
+    if any(t.names for t in sent.toks):
+        return "name"
+    return None
+
+
+def _of_kind(t: _Tok, kind: str, first: bool) -> bool:
+    if kind == "name":
+        return not first and any(not n[0].isdigit() for n in t.names)
+    return any(n[0].isdigit() and (kind == "year") == bool(_YEAR_STEM.fullmatch(n)) for n in t.stems)
+
+
+_RUNS: dict[tuple[str, str], tuple[tuple[int, ...], ...]] = {}
+
+
+def _runs(sent: _Text, kind: str) -> tuple[tuple[int, ...], ...]:
+    """The runs of consecutive words of this kind in a chunk sentence, cached like its tokens
+    (popular chunks come back)."""
+    global _RUNS
+    key = (sent.text, kind)
+    got = _RUNS.get(key)
+    if got is not None:
+        return got
+    if len(_RUNS) > _CACHE_MAX:
+        _RUNS = {}  # a new dict: a caller in another thread keeps a valid one
+    out: list[tuple[int, ...]] = []
+    run: list[int] = []
+    for k, t in enumerate((*sent.toks, None)):
+        if t is not None and _of_kind(t, kind, k == 0):
+            run.append(k)
+        elif run:
+            out.append(tuple(run))
+            run = []
+    got = _RUNS[key] = tuple(out)
+    return got
+
+
+def _alternatives(sent: _Text, kind: str, known: frozenset[str], answer: frozenset[str]) -> list[int]:
+    """Positions of the sentence's words of the answer's kind that are neither the answer nor the
+    question's (`known`), outside the run of such words that holds the answer ("Derek Cha": not
+    "Cha" against "Derek"). A sentence's first word is no name here: it is capitalised anyway."""
+    toks = sent.toks
+    out: list[int] = []
+    for run in _runs(sent, kind):
+        if any(not answer.isdisjoint(toks[j].stems) for j in run):
+            continue
+        out.extend(j for j in run if known.isdisjoint(toks[j].stems))
+    return out
+
+
+_PLACES: dict[str, tuple[dict[str, tuple[int, ...]], tuple[int, ...]]] = {}
+
+
+def _places(sent: _Text) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...]]:
+    """Per word of a chunk sentence, the positions it stands at, and per position the clause breaks
+    (a comma, "and", "which", ...) before it; cached like its tokens."""
+    global _PLACES
+    got = _PLACES.get(sent.text)
+    if got is not None:
+        return got
+    if len(_PLACES) > _CACHE_MAX:
+        _PLACES = {}  # a new dict: a caller in another thread keeps a valid one
+    at: dict[str, list[int]] = {}
+    cum = [0]
+    for k, t in enumerate(sent.toks):
+        for w in t.stems:
+            at.setdefault(w, []).append(k)
+        cum.append(cum[-1] + t.brk)
+    got = _PLACES[sent.text] = ({w: tuple(ks) for w, ks in at.items()}, tuple(cum))
+    return got
+
+
+_Hits = tuple[list[tuple[str, tuple[int, ...]]], tuple[int, ...]]
+
+
+def _hits(sent: _Text, q: frozenset[str]) -> _Hits:
+    """Where the question's words stand in a sentence, and its clause breaks (`_places`)."""
+    at, cum = _places(sent)
+    return [(w, at[w]) for w in q & sent.words], cum
+
+
+def _near(hits: _Hits, idf: dict[str, float], center: int) -> float:
+    """The question's weight within `_WINDOW` tokens of a position (`hits`: where its words stand),
+    a word at distance d counting 1 - d / (_WINDOW + 1) of its weight (its nearest occurrence),
+    half that across a clause break ("meteorologist Ted Fujita, cancer researchers Charles
+    Huggins": "cancer researchers" is Huggins's): the nearer, the more it says the word there is
+    what the question asks for."""
+    words, cum = hits
+    total = []
+    for w, ks in words:
+        best = 0.0
+        for k in ks:
+            d = abs(k - center)
+            if d <= _WINDOW:
+                f = 1 - d / (_WINDOW + 1)
+                if cum[max(k, center)] - cum[min(k, center)]:
+                    f /= 2
+                best = max(best, f)
+        if best:
+            total.append(idf[w] * best)
+    return math.fsum(total) if total else 0.0
 
 
 _NEIGHBOURS = 2  # content words on each side of a name that place it
@@ -531,6 +655,20 @@ def _local(near: dict[str, frozenset[str]], sent: _Text, names: frozenset[str]) 
     """Whether the sentence that supplies these names of the claim also holds a word next to each
     (`near`: the claim's `_neighbours`)."""
     return all(not near.get(n) or near[n] & sent.words for n in names)
+
+
+def _near_its_words(near: dict[str, frozenset[str]], sent: _Text, names: frozenset[str]) -> bool:
+    """Whether each of these names stands in the sentence within `_WINDOW` tokens of a word it
+    stands next to in the claim (`near`: the claim's `_neighbours`), where the sentence has any."""
+    for n in names:
+        words = near.get(n, _EMPTY) & sent.words
+        if not words:
+            continue
+        at = [k for k, t in enumerate(sent.toks) if n in t.stems]
+        by = [k for k, t in enumerate(sent.toks) if not words.isdisjoint(t.stems)]
+        if at and by and min(abs(a - b) for a in at for b in by) > _WINDOW:
+            return False
+    return True
 
 
 def _opposite(marker: str) -> str:
@@ -565,6 +703,22 @@ def _polarity(claim: _Claim, aligned: list[_Text]) -> str | None:
     return None
 
 
+# A yes/no answer ("Yes.", "No, ..."), the auxiliary a yes/no question starts with, the words that
+# split it into the facts it asks about, and the words that make it a comparison.
+_YES_NO = re.compile(r"^\s*(?:yes|no)\b[\s.,!]*\w*[\w\s]{0,20}$", re.IGNORECASE)
+_YES_NO_AUX = re.compile(
+    r"^\s*(?:does|do|did|is|are|was|were|has|have|had|can|could|would|will|should)\s+", re.IGNORECASE
+)
+_YES_NO_PARTS = re.compile(r"\s*(?:,?\s+\b(?:and|while|whereas|but|both)\b\s+|[,;]\s+)", re.IGNORECASE)
+_COMPARES = frozenset(
+    _w(
+        "same different differ differs difference similar consistent consistency inconsistent change "
+        "changed changes shift shifted agree agreement contradict compared comparison than either "
+        "equally"
+    )
+)
+
+
 # Clipped input (answer plus chunks, characters) judged on the event loop itself: ~5 ms at most.
 _INLINE_CHARS = 8192
 
@@ -586,6 +740,7 @@ class LexicalJudge:
         uncertain_threshold: float = 0.35,
         terse_words: int = 3,
         terse_alignment: float = 0.5,
+        decide_margin: float = 0.0,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
         max_chunks: int = MAX_CHUNKS,
@@ -596,7 +751,12 @@ class LexicalJudge:
         it; between `uncertain_threshold` and that, the claim is `uncertain`. `terse_words`: a
         one-sentence answer with at most this many content words is read with the question, and is
         supported when the sentence holding it scores at least `terse_alignment` of the best
-        sentence's question score (weighted question words in the sentence and near the answer).
+        sentence's question score (weighted question words in the sentence and near the answer);
+        one of a kind (year, number, name) when it outscores the context's best alternative of its
+        kind by `decide_margin` (relative; between that and being outscored: `uncertain`). The
+        margin trades decided share for accuracy on decided (`bench/lexical_judge.py --lofo` prints
+        the curve); its default, 0, is what that leave-one-family-out procedure chose for five of
+        its six held-out families (docs/judges.md).
         `max_chunks` and `max_chunk_chars` clip what is read as an LLM judge's prompt is clipped
         (`prompt.clip_record`; the judgement's `raw.clipped` says what was cut): the work grows
         faster than the text, and a 150 KB answer would otherwise hold the CPU for longer than a
@@ -613,6 +773,7 @@ class LexicalJudge:
         self.uncertain_threshold = uncertain_threshold
         self.terse_words = terse_words
         self.terse_alignment = terse_alignment
+        self.decide_margin = decide_margin
         self.answerable_coverage = answerable_coverage
         self.supported_query_coverage = supported_query_coverage
 
@@ -647,6 +808,9 @@ class LexicalJudge:
         answer_words: set[str] = set()
         supported_words: set[str] = set()
         for sentence in sentences:
+            if len(sentences) == 1 and _YES_NO.match(sentence):
+                verdicts.append(self._yes_no(record.query, sentence, chunks))
+                continue
             claim = self._claim(sentence, record.query, query, terse=len(sentences) == 1)
             if claim is None:
                 continue
@@ -707,7 +871,10 @@ class LexicalJudge:
         sent = _analyse(sentence)
         words = sent.words
         numbers = frozenset(w for w in words if w[0].isdigit())
-        if terse and len(words) <= self.terse_words and query and not query <= words:
+        # A name or number however long ("Utah State Senate Minority Leader Scott Howell.") is
+        # as terse as "1990.": it states nothing without the question.
+        short = len(words) <= self.terse_words or all(t.names for t in sent.toks if t.stems)
+        if terse and short and query and not query <= words:
             # The answer's names and numbers are required (or, without any, all its words: it is
             # the whole answer); the question's words align it with the sentence that answers it,
             # and the question's negations and relations count too.
@@ -721,6 +888,12 @@ class LexicalJudge:
                 both,
                 query,
                 negative=_analyse(question).neg or (sent.neg and not sent.negated_any),
+                # "Who is older, A or B?" answered "B": the other side is the alternative.
+                kind=(
+                    "choice"
+                    if _CHOICE.search(question) or (_OR.search(question) and required <= query)
+                    else _kind(sent, numbers)
+                ),
             )
         if len(words) < 2:
             return None
@@ -734,6 +907,36 @@ class LexicalJudge:
             else _EMPTY
         )
         return _Claim(sentence, words, required, numbers - query, sent, frozenset(), first - required)
+
+    def _yes_no(self, question: str, answer: str, chunks: list[_Chunk]) -> Claim:
+        """A yes/no answer: the question's facts (its parts around "and", "while", ", ") are each
+        looked for as a claim. Decided only when every one is found, in a sentence that holds
+        `support_threshold` of its words and its names, and the question compares nothing ("the
+        same", "consistent", "before", "more", ...: word overlap cannot compare): then "yes" is
+        supported and "no" contradicted. Otherwise undecided: a fact not found is no evidence
+        either way."""
+        yes = answer.strip().lower().startswith("yes")
+        text = f"{question.strip()} {answer.strip()}"
+        body = _YES_NO_AUX.sub("", question.strip().rstrip("?"))
+        low = _analyse(body.lower())
+        if _COMPARES.intersection(t.lower() for t in _TOKEN.findall(body)) or low.markers or low.weak:
+            return Claim(text, Verdict.UNCERTAIN, note="yes_no_comparison")
+        found: list[Claim] = []
+        for part in _YES_NO_PARTS.split(body):
+            claim = self._claim(part, question, _EMPTY, terse=False)
+            if claim is None:
+                continue
+            verdict = self._verdict(claim, chunks)
+            if verdict.verdict is not Verdict.SUPPORTED:
+                return Claim(text, Verdict.UNCERTAIN, note="yes_no_fact_missing")
+            found.append(verdict)
+        if not found:
+            return Claim(text, Verdict.UNCERTAIN, note="yes_no_fact_missing")
+        quote = [q for v in found for q in v.evidence]
+        if yes:
+            ids = list(dict.fromkeys(i for v in found for i in v.chunk_ids))
+            return Claim(text, Verdict.SUPPORTED, chunk_ids=ids, evidence=quote)
+        return Claim(text, Verdict.CONTRADICTED, evidence=quote, note="yes_no_facts_found")
 
     def _verdict(self, claim: _Claim, chunks: list[_Chunk]) -> Claim:
         """Aligns the claim with its best sentence; see the module docstring for the rules."""
@@ -768,7 +971,7 @@ class LexicalJudge:
                 return self._checked(claim, [(chunk, sent)])
         pair, loose = self._pair(claim, rows)
         if pair is not None:
-            return self._checked(claim, pair)
+            return self._placed(claim, pair)
         if ok and hits >= self.uncertain_threshold * total:
             return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_alignment")
         everywhere = frozenset().union(*(c.words for c in chunks))
@@ -829,6 +1032,24 @@ class LexicalJudge:
                     loose = (hits, pair)
         return (best[1] if best else None), (loose[1] if loose else None)
 
+    def _placed(self, claim: _Claim, aligned: list[tuple[_Chunk, _Text]]) -> Claim:
+        """Supported by a sentence pair, unless one of them holds a name of the claim more than
+        `_WINDOW` tokens away from the words it stands next to in the claim ("school begins in
+        United States and late July" on "school begins in August and late July" + "In the United
+        States, educational policy ..."): those words may be said there of another name, so the
+        claim is `uncertain` (`name_misplaced`)."""
+        names = claim.required - claim.query
+        if names:
+            near = _neighbours(claim.text)
+            for _, sent in aligned:
+                if not _near_its_words(near, sent, names & sent.words):
+                    quote = [Quote(c.id, t.text, True) for c, t in aligned]
+                    flip = _polarity(claim, [t for _, t in aligned])
+                    if flip is not None:
+                        return self._checked(claim, aligned)
+                    return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="name_misplaced")
+        return self._checked(claim, aligned)
+
     def _checked(
         self,
         claim: _Claim,
@@ -839,6 +1060,10 @@ class LexicalJudge:
         """The verdict once negation and relations are compared with the aligned sentence(s)."""
         quote = [Quote(chunk.id, sent.text, True) for chunk, sent in aligned]
         flip = _polarity(claim, [sent for _, sent in aligned])
+        if flip == "negation" and claim.query:
+            # A terse answer states no negation of its own: a sentence that negates near the
+            # question's words is read either way ("X, not Y, won"), so it is not evidence against.
+            return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note=flip)
         if flip is not None:
             bad = Verdict.NOT_IN_CONTEXT if flip == "missing_relation" else Verdict.CONTRADICTED
             return Claim(claim.text, bad, evidence=quote, note=flip)
@@ -855,16 +1080,24 @@ class LexicalJudge:
     ) -> Claim:
         """A terse answer: its words must be in a sentence (its own words: not through "he" or
         "it"), and that sentence must be the one the question points at. Each sentence scores the
-        question words it holds, weighted by how rare they are in the context, plus those within
-        `_WINDOW` tokens of the answer ("cancer researchers Huggins and Rowley" in a list of
-        faculty); the answer's sentence is compared with the best-scoring sentence. A multi-hop
-        question spreads over chunks, so a sentence of another chunk that names what the
-        answer's sentence is about adds the question words it holds (the bridge)."""
+        question words it holds, weighted by how rare they are in the context, plus those near the
+        answer; a multi-hop question spreads over chunks, so a sentence of another chunk that
+        names what the answer's sentence is about adds the question words it holds (the bridge).
+
+        An answer of a kind (a year, a number, a name) is weighed against the context's other
+        words of that kind, scored alike (`_alternatives`): supported when it outscores the best of
+        them by `decide_margin` (relative), contradicted when one in another sentence outscores it
+        and its own sentence scores under `_TERSE_ELSEWHERE` of the best sentence
+        (`question_answered_elsewhere`), undecided otherwise (`same_kind_alternative`). A
+        phrase answer is compared with the best-scoring sentence (`terse_alignment`). The other
+        side of a comparison ("A or B?") is not checked: undecided."""
         if not ok:
             everywhere = frozenset().union(*(r[4].words for r in rows))
             if not claim.required <= everywhere:
                 return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="answer_not_in_context")
             return Claim(claim.text, Verdict.UNCERTAIN, note="answer_spread_over_sentences")
+        if claim.kind == "choice":
+            return Claim(claim.text, Verdict.UNCERTAIN, note="comparison_not_checked")
         q = claim.query
         n = len(rows)
         df: dict[str, int] = dict.fromkeys(q, 0)
@@ -872,32 +1105,135 @@ class LexicalJudge:
             for w in q & (r[4].words | r[5]):
                 df[w] += 1
         idf = {w: math.log((n + 1) / (d + 1)) + _IDF_FLOOR for w, d in df.items()}
+        bridges: dict[int, frozenset[str]] = {}
+        weights: dict[frozenset[str], float] = {}
+
+        def weight(words: frozenset[str]) -> float:
+            """`_weight`, once per distinct set of question words (they repeat across sentences)."""
+            got = weights.get(words)
+            if got is None:
+                got = weights[words] = _weight(idf, words)
+            return got
+
+        q_of = [q & r[4].words for r in rows]
+        q_rows = [j for j, w in enumerate(q_of) if w]
+
+        def bridge(i: int) -> frozenset[str]:
+            """Multi-hop: a sentence of another chunk that names what this sentence is about (its
+            subject, or its chunk's) adds the question words it holds: "... by singer-songwriter
+            M. Ward." + "Ward is a singer-songwriter from Portland, Oregon." """
+            got = bridges.get(i)
+            if got is not None:
+                return got
+            _, _, _, chunk, sent, ante = rows[i]
+            about = sent.subject | (chunk.sentences[0].subject if chunk.sentences else _EMPTY)
+            if claim.kind is not None:  # any name it holds but the answer's: the bridge entity
+                about = (about | sent.names) - claim.required
+            own = q & (sent.words | ante)
+            out, best = _EMPTY, 0.0
+            if about:
+                for j in q_rows:
+                    b = rows[j]
+                    if b[3] is not chunk and not about.isdisjoint(b[4].words):
+                        extra = q_of[j] - own
+                        if extra and (w := weight(extra)) > best:
+                            out, best = extra, w
+            bridges[i] = out
+            return out
+
+        def base(i: int) -> float:
+            sent, ante = rows[i][4], rows[i][5]
+            return weight(q & (sent.words | ante)) + weight(bridge(i))
 
         def score(sent: _Text, ante: frozenset[str], centers: list[int] | None) -> float:
             held = _weight(idf, q & (sent.words | ante))
-            return held + _WINDOW_WEIGHT * _window(sent.toks, q, idf, centers)
+            return held + _WINDOW_WEIGHT * _window(sent, q, idf, centers)
 
-        best = max(score(r[4], r[5], None) for r in rows)
-        scored = []
-        for r in ok:
-            chunk, sent = r[3], r[4]
-            centers = [i for i, t in enumerate(sent.toks) if claim.required.intersection(t.stems)]
-            # Multi-hop: a sentence of another chunk that names what this sentence is about (its
-            # subject, or its chunk's) adds the question words it holds: "... by singer-songwriter
-            # M. Ward." + "Ward is a singer-songwriter from Portland, Oregon."
-            about = sent.subject | (chunk.sentences[0].subject if chunk.sentences else _EMPTY)
-            own = q & (sent.words | r[5])
-            bridge = _EMPTY
-            if about:
-                for b in rows:
-                    if b[3] is not chunk and not about.isdisjoint(b[4].words):
-                        extra = (q & b[4].words) - own
-                        if _weight(idf, extra) > _weight(idf, bridge):
-                            bridge = extra
-            got = score(sent, r[5], centers) + _weight(idf, bridge)
-            scored.append((got, r))
-        got, (_, q_hits, _, chunk, sent, _) = max(scored, key=lambda x: x[0])
-        ratio = got / best if best else 0.0
+        def located() -> tuple[float, int]:
+            """The answer's best sentence (its row) and its score over the best sentence's."""
+            best = max(score(r[4], r[5], None) for r in rows)
+            scored = []
+            for i, r in enumerate(rows):
+                if not r[2]:
+                    continue
+                sent = r[4]
+                centers = [k for k, t in enumerate(sent.toks) if claim.required.intersection(t.stems)]
+                scored.append((score(sent, r[5], centers) + weight(bridge(i)), i))
+            got, i = max(scored, key=lambda x: x[0])
+            return (got / best if best else 0.0), i
+
+        if claim.kind is not None:
+            # The answer and each alternative scored alike: the question words of every sentence
+            # that holds it (with their bridges: a multi-hop answer is named by several facts),
+            # plus those near it in its best sentence, nearer weighing more.
+            mine_words: set[str] = set()
+            mine_row = -1
+            rivals: dict[str, tuple[frozenset[str], float, int]] = {}  # stem: (words held, nearness, row)
+            # A name of another chunk that the answer's chunk also holds links the two (the bridge
+            # entity of a multi-hop question: "played for the Philadelphia Eagles" -> "The
+            # Philadelphia Eagles are ... based in Pennsylvania"): no alternative to the answer.
+            # So is a name the answer's own sentence shares with a chunk that lacks the answer
+            # ("Maximum Overdrive ... directed by Stephen King" + "Maximum Overdrive was shot in
+            # Leland").
+            homes = {id(r[3]) for r in ok}
+            linked = frozenset().union(*(r[3].words for r in ok))
+            away = frozenset().union(*(r[4].words for r in rows if id(r[3]) not in homes))
+            bridged = claim.words | (frozenset().union(*(r[4].words for r in ok)) & away)
+            mine_best = mine_near_of_row = 0.0
+            for i, r in enumerate(rows):
+                sent = r[4]
+                toks = sent.toks
+                mine = [k for k, t in enumerate(toks) if claim.required.intersection(t.stems)] if r[2] else []
+                others = _alternatives(
+                    sent, claim.kind, bridged if id(r[3]) in homes else claim.words | linked, claim.required
+                )
+                if not mine and not others:
+                    continue
+                held = (q & (sent.words | r[5])) | bridge(i)
+                hits = _hits(sent, q)
+                if mine:
+                    mine_words |= held
+                    near = max(_near(hits, idf, k) for k in mine)
+                    if mine_row < 0 or weight(held) + near > mine_best:
+                        mine_best, mine_near_of_row, mine_row = weight(held) + near, near, i
+                for k in others:
+                    here = _near(hits, idf, k) if hits[0] else 0.0
+                    for st in toks[k].stems:
+                        was = rivals.get(st)
+                        if was is None:
+                            rivals[st] = (held, here, i)
+                        else:
+                            near_at = (here, i) if here > was[1] else (was[1], was[2])
+                            rivals[st] = (was[0] | held, *near_at)
+            got = rival = 0.0
+            rival_row = -1
+            if mine_row >= 0:
+                got = _weight(idf, mine_words) + _WINDOW_WEIGHT * mine_near_of_row
+            for words, near, row in rivals.values():
+                got_r = weight(words) + _WINDOW_WEIGHT * near
+                if got_r > rival:
+                    rival, rival_row = got_r, row
+            answer = (got, mine_row)
+            rival_at = (rival, rival_row)
+            got, i = answer
+            _, q_hits, _, chunk, sent, _ = rows[i]
+            top = max(got, rival)
+            margin = (got - rival) / top if top > 0 else 0.0
+            if got > 0 and margin >= self.decide_margin and (q_hits >= 1 or bridge(i)):
+                return self._checked(claim, [(chunk, sent)])
+            other = rows[rival_at[1]] if rival_at[1] >= 0 else rows[i]
+            if margin < 0 and not claim.required <= other[4].words and located()[0] < _TERSE_ELSEWHERE:
+                # Where the question points, another sentence gives another answer of this kind
+                # (one in the answer's own sentence, a list, leaves it undecided).
+                quote = [Quote(other[3].id, other[4].text, True)]
+                return Claim(
+                    claim.text, Verdict.CONTRADICTED, evidence=quote, note="question_answered_elsewhere"
+                )
+            quote = [Quote(chunk.id, sent.text, True)]
+            return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="same_kind_alternative")
+
+        ratio, i = located()
+        _, q_hits, _, chunk, sent, _ = rows[i]
         if q_hits >= 1 and ratio >= self.terse_alignment:
             return self._checked(claim, [(chunk, sent)])
         if ratio < _TERSE_ELSEWHERE:

@@ -346,12 +346,16 @@ def test_balanced_accuracy_on_public_sample() -> None:
     """190 held-out questions of SQuAD 2.0, ClapNQ, HotpotQA and MultiHop-RAG (provenance:
     tests/data/lexical_judge_sample.README.md): the gold answer on its context must be accepted,
     the same answer with one entity/number swapped, a negation or a flipped comparative flagged.
-    Measured (2026-11-30): 0.894 counting the 1.1 % undecided as mistakes (asserted just under);
-    0.833 before the question-located terse answers and name-placed sentence pairs, 0.657 for
-    whole-chunk word overlap."""
+    Measured (2026-11-30): 0.894 counting the 1.1 % undecided as mistakes; 0.833 before the
+    question-located terse answers and name-placed sentence pairs, 0.657 for whole-chunk word
+    overlap. Since the judge abstains (terse answers weighed against same-kind alternatives, yes/no
+    decided only on found facts; issue 28) the figure held is balanced accuracy on DECIDED cases,
+    with the undecided share bounded: 0.938 with 68 of 550 (12.4 %) undecided on 2026-12-01 (0.90
+    on decided before), strict 0.81."""
     right: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
     uncertain = 0
+    undecided: collections.Counter[str] = collections.Counter()
     for line in SAMPLE.read_text().splitlines():
         row = json.loads(line)
         chunks = [Chunk(f"c{i}", text) for i, text in enumerate(row["chunks"])]
@@ -368,10 +372,16 @@ def test_balanced_accuracy_on_public_sample() -> None:
             total[label] += 1
             right[label] += said == label
             uncertain += said == "uncertain"
+            undecided[label] += said == "uncertain"
     assert total["grounded"] == 190 and total["hallucinated"] == 360
     strict = (right["grounded"] / total["grounded"] + right["hallucinated"] / total["hallucinated"]) / 2
     print(f"\npublic sample: strict balanced accuracy {strict:.3f}, {uncertain} of 550 undecided")
-    assert strict >= 0.88 and uncertain <= 0.03 * sum(total.values())
+    decided = {k: total[k] - undecided[k] for k in total}
+    on_decided = (
+        right["grounded"] / decided["grounded"] + right["hallucinated"] / decided["hallucinated"]
+    ) / 2
+    print(f"on decided {on_decided:.3f}")
+    assert on_decided >= 0.92 and uncertain <= 0.13 * sum(total.values())
 
 
 def test_negated_question_and_bare_negation_agree_with_a_negating_sentence() -> None:
@@ -440,6 +450,141 @@ def test_judgement_does_not_depend_on_the_hash_seed() -> None:
     outputs = {seed: python_child(_JUDGE_CASES, cases, PYTHONHASHSEED=seed) for seed in ("0", "2", "5")}
     assert outputs["0"] == outputs["2"] == outputs["5"], outputs
     knapsack, aristocats = outputs["0"]
-    # Exactly at `terse_alignment`: supported (>=); the tie goes to the first chunk.
+    # Exactly at `terse_alignment`: supported (>=). The HotpotQA name answer is now weighed against
+    # the context's other names (issue 28): one of them scores alike, so it is undecided, quoting
+    # the first of the tied chunks whatever the seed.
     assert knapsack[0][0]["verdict"] == "supported"
-    assert aristocats[0][0]["verdict"] == "supported" and aristocats[0][0]["chunk_ids"] == ["c0"]
+    assert aristocats[0][0]["verdict"] == "uncertain", aristocats[0][0]
+    assert aristocats[0][0]["evidence"][0]["chunk_id"] == "c0"
+
+
+# -- terse answers as a class: located through the question's entities, weighed against alternatives --
+
+HUMBERT = [
+    Chunk("humbert", "Dick Humbert played for the Philadelphia Eagles from 1945 to 1949."),
+    Chunk("eagles", "The Philadelphia Eagles are a professional football franchise in Pennsylvania."),
+]
+
+
+def test_terse_answer_in_a_chunk_the_question_words_do_not_reach_is_supported() -> None:
+    """Multi-hop: the answer's chunk holds none of the question's words, but names the team the
+    question's own entity played for (the bridge), and no other place of its kind is there."""
+    q = "From 1945 to 1949 Dick Humbert played for a team from what state?"
+    j = acme("Pennsylvania.", query=q, chunks=HUMBERT)
+    assert j.faithfulness == 1.0 and j.claims[0].chunk_ids == ["eagles"]
+
+
+def test_same_kind_alternative_where_the_question_points_is_not_supported() -> None:
+    """ "Chicago Bears" is in the context, in a sentence about the question's player, but the
+    question's years point at the Eagles: undecided (or contradicted), never supported."""
+    chunks = [
+        HUMBERT[0],
+        Chunk("later", "In 1950 Dick Humbert coached a college team against the Chicago Bears."),
+    ]
+    q = "Which team did Dick Humbert play for from 1945 to 1949?"
+    assert acme("Philadelphia Eagles.", query=q, chunks=chunks).faithfulness == 1.0
+    swap = acme("Chicago Bears.", query=q, chunks=chunks)
+    assert swap.claims[0].verdict in (Verdict.UNCERTAIN, Verdict.CONTRADICTED)
+    assert swap.claims[0].note in ("same_kind_alternative", "question_answered_elsewhere")
+
+
+DIRECTORS = [
+    Chunk("sd", "Scott Derrickson is an American director."),
+    Chunk("ew", "Ed Wood was an American filmmaker."),
+]
+
+
+@pytest.mark.parametrize("answer", ["Yes.", "No."])
+def test_yes_no_with_a_fact_missing_is_undecided(answer: str) -> None:
+    q = "Is Scott Derrickson a director and Ed Wood a filmmaker?"
+    j = acme(answer, query=q, chunks=DIRECTORS[:1])
+    assert [c.verdict for c in j.claims] == [Verdict.UNCERTAIN] and j.claims[0].note == "yes_no_fact_missing"
+    assert j.faithfulness is None and j.hallucinated is None
+
+
+def test_yes_no_is_decided_when_both_facts_are_found_and_never_on_a_comparison() -> None:
+    q = "Is Scott Derrickson a director and Ed Wood a filmmaker?"
+    assert acme("Yes.", query=q, chunks=DIRECTORS).faithfulness == 1.0
+    assert acme("No.", query=q, chunks=DIRECTORS).claims[0].verdict is Verdict.CONTRADICTED
+    same = acme("Yes.", query="Were Scott Derrickson and Ed Wood of the same nationality?", chunks=DIRECTORS)
+    assert same.claims[0].verdict is Verdict.UNCERTAIN and same.claims[0].note == "yes_no_comparison"
+
+
+def test_decide_margin_trades_decisions_for_accuracy() -> None:
+    """The answer outscores its alternative by a margin: supported at the default (0), undecided when
+    the judge is told to demand more than that margin."""
+    q = "Which team did Dick Humbert play for from 1945 to 1949?"
+    chunks = [HUMBERT[0], Chunk("later", "In 1950 Dick Humbert coached against the Chicago Bears.")]
+    assert acme("Philadelphia Eagles.", query=q, chunks=chunks).faithfulness == 1.0
+    strict = LexicalJudge(decide_margin=0.99).judge_sync(rec("Philadelphia Eagles.", query=q, chunks=chunks))
+    assert strict.claims[0].verdict is Verdict.UNCERTAIN
+
+
+def test_name_a_sentence_pair_supplies_away_from_its_words_is_undecided() -> None:
+    """The second sentence supplies "United States", but far from "school begins", where the first
+    sentence has another name (ClapNQ, a same-passage swap the pair rule passed)."""
+    chunks = [
+        Chunk(
+            "school",
+            "In some other school districts, school begins in August and late July. In the United "
+            "States, educational policy is determined primarily at the state level and at the level "
+            "of individual school districts.",
+        )
+    ]
+    q = "When does a new school year start in America?"
+    ok = acme(
+        "In some other school districts, school begins in August and late July.", query=q, chunks=chunks
+    )
+    assert ok.faithfulness == 1.0
+    swap = acme(
+        "In some other school districts, school begins in United States and late July.",
+        query=q,
+        chunks=chunks,
+    )
+    assert swap.claims[0].verdict is Verdict.UNCERTAIN and swap.claims[0].note == "name_misplaced"
+
+
+def test_a_long_name_is_read_with_the_question_like_a_terse_answer() -> None:
+    """A name of four words states nothing without the question: it is weighed against the
+    context's other names where the question points, not aligned on its own (where any sentence
+    holding it would support it)."""
+    chunks = [
+        HUMBERT[0],
+        Chunk(
+            "apfa",
+            "The Chicago Tigers of the American Professional Football Association played only in 1920.",
+        ),
+    ]
+    q = "Which team did Dick Humbert play for from 1945 to 1949?"
+    swap = acme("American Professional Football Association.", query=q, chunks=chunks)
+    assert swap.claims[0].verdict is not Verdict.SUPPORTED
+
+
+def test_an_answer_to_a_choice_question_is_undecided() -> None:
+    """ "A or B?" is answered by comparing two facts, which word overlap cannot do."""
+    chunks = [
+        Chunk("sh", "Sid Haig (born 1939) is an American actor."),
+        Chunk("vd", "Vic Darchinyan (born 1976) is an Armenian boxer."),
+    ]
+    for answer in ("Sid Haig.", "Armenian."):
+        j = acme(answer, query="Who is the oldest, Sid Haig or Vic Darchinyan?", chunks=chunks)
+        assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "comparison_not_checked"
+
+
+def test_a_negation_near_a_terse_answer_leaves_it_undecided_not_contradicted() -> None:
+    """The sentence states the answer and negates something else near the question's words
+    (SQuAD 2.0): a terse answer asserts no negation, so this is no evidence against it."""
+    chunks = [
+        Chunk(
+            "ecj",
+            "However, in October 2007, the Court of Justice ruled that the Commission could not propose "
+            "what the criminal sanctions could be, only that there must be some.",
+        )
+    ]
+    q = (
+        "When did the Court of Justice rule that the Commission could only propose that there must be "
+        "some criminal sanctions?"
+    )
+    j = acme("October 2007.", query=q, chunks=chunks)
+    assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "negation"
+    assert j.hallucinated is None
