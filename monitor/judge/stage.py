@@ -76,6 +76,7 @@ class _Sample:
     line: bytes = b""  # the results line, once judged
     query_type: str = ""  # the line's: the judge may have relabelled the record
     nbytes: int = 0  # the sample message's size: what holding it costs, near enough
+    stratum: str | None = None  # what the sampler sampled it as (absent in older samples)
 
 
 class JudgeStage:
@@ -298,6 +299,7 @@ class JudgeStage:
                         sample.query_type_source,
                         sample.clipped,
                         nbytes=nbytes,
+                        stratum=sample.stratum,
                     )
                 )
         self._note_waiting()
@@ -376,6 +378,7 @@ class JudgeStage:
                     record_query_type=record_query_type,
                     judgement=judgement,
                     repeat_disagreements=repeat,
+                    stratum=item.stratum,
                 )
             )
 

@@ -177,7 +177,10 @@ def test_falling_context_relevance_raises_its_own_alarm() -> None:
         raised += raised_by(
             monitor, judged(answerable=True, admits_uncertainty=True, weight=2.0, chunk_relevance=ratings)
         )
-    assert raised == [("lookup", "context_relevance")]
+    # Only context relevance pages. A reference with no spread (every record 2.67) makes each
+    # record worth +14 or -2 nats at half the records failing, so the alarm may clear on a run of
+    # seven good records and fire again: a set, not one alarm (the weighted CUSUM needed eight).
+    assert set(raised) == {("lookup", "context_relevance")}
 
 
 def test_an_alarm_reports_the_value_since_the_estimated_change() -> None:
