@@ -1,7 +1,7 @@
 """Drift detection benchmark: false alarms and detection delay of the stratified detector and the
-weighted CUSUM (`monitor/drift/detector.py`) beside the detectors users already have — the fixed-threshold window
-alert, and river's ADWIN and Page-Hinkley — on the same simulated streams of judged records, with
-uneven sampling weights.
+weighted CUSUM (`monitor/drift/detector.py`) beside the detectors users already have — the
+fixed-threshold window alert, and river's ADWIN and Page-Hinkley — on the same simulated streams
+of judged records, with uneven sampling weights.
 
 Every judged record belongs to a kind of traffic with a production share, an inclusion probability
 p (weight w = 1/p) and its own values: hallucination 0/1 at a rate, faithfulness a per-answer score

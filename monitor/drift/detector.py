@@ -237,12 +237,11 @@ class Detector:
 
 
 # The stratified detector's settings, chosen on `bench/drift.py`'s streams (bench/RESULTS.md):
-# the post-change shifts its GLR tries, in multiples of the minimum effect (a rate's one value,
-# as each more costs threshold), a score's deviation clip in reference sd, and h1 - ln(ARL0) per
-# kind of metric, calibrated to ARL0 at the default reference size (`bench/drift.py --calibrate`).
+# the post-change shifts its GLR tries, in multiples of the minimum effect (a rate's one value:
+# each more costs threshold), and h1 - ln(ARL0) per kind of metric, calibrated by simulation at the
+# default reference size (`python bench/drift.py` prints the false alarms at each h1 of a grid).
 GLR_SHIFTS: dict[str, tuple[float, ...]] = {"rate": (1.25,), "score": (1.0, 2.0)}
-SCORE_CLIP = 2.0
-H1_OFFSET: dict[str, float] = {"rate": -0.2, "score": -1.7}
+H1_OFFSET: dict[str, float] = {"rate": -1.46, "score": -0.71}
 # A score's best value: a stratum's shortfall from it is what a change multiplies.
 SCORE_BEST: dict[str, float] = {"faithfulness": 1.0, "relevance": 3.0, "context_relevance": 3.0}
 POOLED = ""  # the stratum of a record whose line names none (written before strata)
@@ -260,6 +259,7 @@ class StratumSums:
     sum_wy2: float = 0.0
     sum_y: float = 0.0
     sum_y2: float = 0.0
+    sum_y3: float = 0.0
 
     def add(self, w: float, y: float) -> None:
         self.records += 1
@@ -269,6 +269,7 @@ class StratumSums:
         self.sum_wy2 += w * y * y
         self.sum_y += y
         self.sum_y2 += y * y
+        self.sum_y3 += y * y * y
 
     @property
     def mean(self) -> float:
@@ -277,6 +278,12 @@ class StratumSums:
     @property
     def variance(self) -> float:
         return max(0.0, self.sum_y2 / self.records - self.mean**2)
+
+    @property
+    def third_moment(self) -> float:
+        """E[(y − mean)³]: a score's skew, which a Gaussian step does not see."""
+        m, n = self.mean, self.records
+        return self.sum_y3 / n - 3 * m * self.sum_y2 / n + 2 * m**3
 
 
 @dataclass(slots=True)
@@ -307,7 +314,6 @@ class StratifiedReference(Reference):
 @dataclass(slots=True)
 class _Stratum:
     value: float  # the stratum's reference value, shrunk towards the pooled one
-    clip: float  # a score's deviation is clipped at this
     steps: tuple[tuple[float, float], ...]  # per shift: (a, b), rate y=1 / y=0, score slope / offset
 
 
@@ -327,8 +333,10 @@ class StratifiedDetector(Detector):
       per θ) and over θ = 1 + g·δ/P0 for g in `GLR_SHIFTS` (P0: production's reference value).
       Each stratum's reference value is shrunk towards the pooled one (empirical Bayes,
       DerSimonian-Laird), so a stratum of ~100 records does not keep a low value by chance; a
-      score's deviation is clipped at `SCORE_CLIP` sd (one very bad answer of a skewed score must
-      not page). Threshold h1 = ln ARL0 + `H1_OFFSET` (no closed form: calibrated by simulation);
+      score's Gaussian step is tilted to a likelihood ratio of the stratum's own skewed scores
+      (`_tilt`), so that every stratum's walk has the same false-alarm rate and a change in the
+      sample's mix does not change the detector's. Threshold h1 = ln ARL0 + `H1_OFFSET` (no
+      closed form: the references' own noise adds false alarms; calibrated by simulation);
     - *composition*: the weighted CUSUM of each record's stratum reference value, threshold
       d·ln ARL0 (d the reference's design effect): it moves when production's mix moves (more
       queries of a failing kind), not when the sample's does.
@@ -394,7 +402,6 @@ class StratifiedDetector(Detector):
             m = shrunk[k]
             sd = math.sqrt(s.variance)
             steps = []
-            widest = delta / 2  # the largest shift tried: a deviation that size is never clipped
             for g in GLR_SHIFTS[kind]:
                 theta = 1 + g * delta / short0
                 if rate:
@@ -404,10 +411,11 @@ class StratifiedDetector(Detector):
                     steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
                 else:
                     d = (theta - 1) * max(best - m if sign < 0 else m, 1e-3)
-                    widest = max(widest, d)
                     var = max(sd * sd, (d / 2) ** 2)
-                    steps.append((d / var, -d * d / var / 2))
-            self._strata[k] = _Stratum(m, SCORE_CLIP * max(sd, widest), tuple(steps))
+                    a, b = d / var, -d * d / var / 2
+                    gamma = _tilt(a, b, sd * sd, sign * s.third_moment)
+                    steps.append((gamma * a, gamma * b))
+            self._strata[k] = _Stratum(m, tuple(steps))
         self._cusums = [0.0] * len(GLR_SHIFTS[kind])
         sw = ref.sum_w
         self._wbar = sw / n
@@ -430,7 +438,7 @@ class StratifiedDetector(Detector):
                 for g, (a, b) in enumerate(st.steps):
                     s[g] = min(max(0.0, s[g] + (a if y >= 0.5 else b)), cap)
             else:
-                x = min(max(sign * (y - v), -st.clip), st.clip)
+                x = sign * (y - v)
                 for g, (a, b) in enumerate(st.steps):
                     s[g] = min(max(0.0, s[g] + a * x + b), cap)
             self.within = max(s)
@@ -439,6 +447,22 @@ class StratifiedDetector(Detector):
         step = self._slope * (sign * (v - self._vmean) - delta / 2)
         self.composition = min(max(0.0, self.composition + w / self._wbar * step), 2 * h2)
         return max(self.within, self.composition * h1 / h2)
+
+
+def _tilt(a: float, b: float, var: float, skew: float) -> float:
+    """The factor γ ≤ 1 that makes the step a·x + b a likelihood ratio of the stratum's own scores
+    (E[exp(γ(a·x + b))] = 1 under the reference, from its cumulants to the third): a Gaussian step
+    on a skewed score (most answers near 1, a long tail of bad ones) has E[exp(step)] > 1, so its
+    walk crosses a threshold sooner than ln ARL0 says, and more often the more the sample holds
+    of that stratum — which a change in the sampling alone would then raise."""
+    c1, c2 = a * a * var / 2, a**3 * skew / 6
+    if c2 > 1e-12:
+        gamma = (-c1 + math.sqrt(c1 * c1 - 4 * c2 * b)) / (2 * c2)
+    elif c1 > 0:
+        gamma = -b / c1
+    else:
+        return 1.0
+    return min(1.0, max(0.1, gamma))
 
 
 def _shrink(means: dict[str, float], noise: dict[str, float], pooled: float) -> dict[str, float]:

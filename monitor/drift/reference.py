@@ -62,6 +62,7 @@ class StratumStats(BaseModel):
     sum_wy2: float = Field(ge=0)
     sum_y: float = Field(ge=0)
     sum_y2: float = Field(ge=0)
+    sum_y3: float = Field(ge=0)
 
 
 class ReferenceStats(BaseModel):
