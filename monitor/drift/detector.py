@@ -1,5 +1,8 @@
-"""Drift detection on judged records: a one-sided, weighted likelihood-ratio CUSUM per
-(query type, metric), against a reference that is frozen once taken.
+"""Drift detection on judged records, per (query type, metric), against a reference that is
+frozen once taken. The drift stage runs `StratifiedDetector` (its docstring: each sampling stratum
+against itself, and production's mix with the weights); `Detector`, the one-sided weighted
+likelihood-ratio CUSUM described here, is its base and what a slice pinned without per-stratum
+references (an older baseline file, a golden pin) keeps.
 
 Why CUSUM: among detectors of a persistent shift it has the shortest worst-case delay for a given
 false-alarm rate (Lorden, Moustakides), and its threshold follows from the false-alarm rate
@@ -322,7 +325,7 @@ class StratifiedDetector(Detector):
     """Stratified GLR of one (query type, metric): the weights' design effect is paid only where
     production's composition is tested, and a change in what the sampler oversamples is no change.
 
-    Strata are what the sampler sampled a record as (`monitor.samples.Stratum`: the priority signal
+    Strata are what the sampler sampled a record as (`monitor.model.Stratum`: the priority signal
     that raised its p, or the plain rate), carried on the samples and results lines. Two
     statistics, an alarm when either crosses its threshold:
 
