@@ -1,7 +1,7 @@
-"""Drift detection benchmark: false alarms and detection delay of the weighted CUSUM
-(`monitor/drift/detector.py`) beside the detectors users already have — the fixed-threshold window
-alert, and river's ADWIN and Page-Hinkley — on the same simulated streams of judged records, with
-uneven sampling weights.
+"""Drift detection benchmark: false alarms and detection delay of the stratified detector and the
+weighted CUSUM (`monitor/drift/detector.py`) beside the detectors users already have — the
+fixed-threshold window alert, and river's ADWIN and Page-Hinkley — on the same simulated streams
+of judged records, with uneven sampling weights.
 
 Every judged record belongs to a kind of traffic with a production share, an inclusion probability
 p (weight w = 1/p) and its own values: hallucination 0/1 at a rate, faithfulness a per-answer score
@@ -42,16 +42,15 @@ reset at the change, as are the window alert's; alarms before it are false alarm
 and runs missed within 5,000 records; for (c), alarms per 10,000 records over `--stable` records
 after the shift, and the runs with any alarm.
 
-`--candidate` adds `Stratified`, a design tried for issue 29 and not adopted (see its docstring and
-bench/RESULTS.md): per-stratum likelihood ratios plus a weighted test of production's composition.
-`--candidate glr` adds `Glr` instead, the second one tried: per-stratum GLR over the shift size with
-references shrunk towards the pooled one, its threshold calibrated like the peers'. `--reference N`
-gives every detector a reference of N records (500 by default; the change stays 1,000 records
-after it): what a larger pinned baseline would give.
+The stratified detector (`StratifiedDetector`, the product's: imported, not copied) is fed each
+record's kind as its stratum, as the sampler tells it what it sampled a record as. Beside its own
+threshold, the bench counts the alarms its statistics would raise at each h1 of a grid
+(`stratified_h1` in the calibration line), which is how `H1_OFFSET` was chosen; `--h1-offset`
+tries another. `--reference N` gives every detector a reference of N records (the product's
+default by default; the change stays 1,000 records after it).
 
     python bench/drift.py                   # 40 runs each (needs the bench extra: river)
-    python bench/drift.py --candidate       # and the stratified candidate
-    python bench/drift.py --candidate glr   # and the GLR candidate
+    python bench/drift.py --seed 1011       # fresh streams, calibration included
     python bench/drift.py --runs 10 --stable 20000 --scenarios independent,sample
 """
 
@@ -59,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import statistics
 from collections import deque
@@ -67,7 +65,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from monitor.drift import BAD_DIRECTION, RATES, Detector, DriftPolicy
+from monitor.drift import BAD_DIRECTION, Detector, DriftPolicy
+from monitor.drift.detector import H1_OFFSET, StratifiedDetector
 
 WINDOW = 200
 REFERENCE = 500
@@ -118,29 +117,33 @@ SCENARIOS: dict[str, tuple[str, tuple[Kind, ...], tuple[Kind, ...]]] = {
         kinds([(0.05, 1.0, 0.30, 0.75), (0.20, 0.2, 0.06, 0.90), (0.75, 0.05, 0.03, 0.95)]),
     ),
 }
+STRATA = ("no_chunks", "refusal", "rate")  # the kinds' names as the sampler's strata
 FAMILIES = {"independent": INDEPENDENT, "tied": TIED}
 
 
 def stream(
     rng: random.Random, metric: str, before: tuple[Kind, ...], after: tuple[Kind, ...], change_at: int | None
-) -> Iterator[tuple[float, float]]:
+) -> Iterator[tuple[float, float, str]]:
+    """(weight, value, stratum) of each judged record: the stratum is its kind, as the sampler
+    tells the production detector what it sampled a record as."""
     shares = [[k.sample_share for k in before], [k.sample_share for k in after]]
     idx = range(len(before))
     i = 0
     while True:
         mix = after if change_at is not None and i >= change_at else before
-        kind = mix[rng.choices(idx, shares[mix is after])[0]]
+        j = rng.choices(idx, shares[mix is after])[0]
+        kind = mix[j]
         if metric == "hallucination":
             y = 1.0 if rng.random() < kind.rate else 0.0
         else:
             k = 4.0
             y = rng.betavariate(kind.mean * k, (1 - kind.mean) * k)
-        yield kind.weight, y
+        yield kind.weight, y, STRATA[j]
         i += 1
 
 
 class Observer(Protocol):
-    def observe(self, w: float, y: float) -> bool: ...
+    def observe(self, w: float, y: float, stratum: str) -> bool: ...
 
 
 class WindowAlert:
@@ -155,7 +158,7 @@ class WindowAlert:
         self.sum_w = self.sum_wy = 0.0
         self.active = False
 
-    def observe(self, w: float, y: float) -> bool:
+    def observe(self, w: float, y: float, stratum: str) -> bool:
         if len(self.ref) < REFERENCE:
             self.ref.append((w, y))
             if len(self.ref) == REFERENCE:
@@ -185,7 +188,7 @@ class Adwin:
         self.d = drift.ADWIN(delta=delta)
         self.sign = BAD_DIRECTION[metric]
 
-    def observe(self, w: float, y: float) -> bool:
+    def observe(self, w: float, y: float, stratum: str) -> bool:
         before = self.d.estimation
         self.d.update(y)
         return bool(self.d.drift_detected and self.sign * (self.d.estimation - before) > 0)
@@ -198,223 +201,39 @@ class PageHinkley:
         mode = "up" if BAD_DIRECTION[metric] > 0 else "down"
         self.d = drift.PageHinkley(threshold=threshold, mode=mode)
 
-    def observe(self, w: float, y: float) -> bool:
+    def observe(self, w: float, y: float, stratum: str) -> bool:
         self.d.update(y)
         return bool(self.d.drift_detected)
 
 
-class Stratified:
-    """A candidate, not the product (`--candidate`; issue 29): the weights' design effect is paid
-    only where production's composition is tested.
-
-    Strata are the weights seen in the reference. (1) Within strata: one unweighted CUSUM of the
-    per-stratum likelihood ratios, each stratum against its own reference, the alternative moving
-    each stratum in proportion to its failures (a rate p0 to p0·(P0+δ)/P0, P0 the production rate;
-    a score's shortfall likewise), threshold ln(2·ARL0). (2) Composition: the weighted CUSUM, as in
-    production, of each record's stratum reference value (a stratum the reference never saw counts
-    as the reference's mean), threshold d·ln(ARL0): it moves when production's mix moves, not when
-    the sample's does. An alarm when either crosses."""
+class Traced:
+    """The production `StratifiedDetector`, and beside it the alarms its two statistics would raise
+    at each within-strata threshold of a grid (the composition keeps its own), with its hysteresis:
+    one pass over the stable streams calibrates h1 as ADWIN's δ is (`H1_GRID`). The production
+    threshold (ln ARL0 + `H1_OFFSET`) is the one `observe` alarms on."""
 
     def __init__(self, metric: str, policy: DriftPolicy) -> None:
-        self.metric = metric
-        self.sign = BAD_DIRECTION[metric]
-        self.delta = policy.min_effect[metric]
-        self.h1 = math.log(2 * policy.arl0)
-        self.h2 = policy.threshold  # scaled by the design effect on freeze
-        self.ref: list[tuple[float, float]] = []
-        self.strata: dict[float, tuple[float, float, float]] = {}  # weight: (value, a, b)
-        self.s1 = self.s2 = 0.0
-        self.wbar = self.vmean = self.a2 = 0.0
-        self.active = False
+        self.d = StratifiedDetector(metric, policy)
+        self.active = [False] * len(H1_GRID)
+        self.alarms = [0] * len(H1_GRID)
 
-    def observe(self, w: float, y: float) -> bool:
-        if len(self.ref) < REFERENCE:
-            self.ref.append((w, y))
-            if len(self.ref) == REFERENCE:
-                self.freeze()
-            return False
-        st = self.strata.get(w)
-        v = self.vmean
-        if st is not None:
-            v, a, b = st
-            llr = (a if y >= 0.5 else b) if self.metric in RATES else a * (self.sign * (y - v) - b)
-            self.s1 = min(max(0.0, self.s1 + llr), 2 * self.h1)
-        llr2 = self.a2 * (self.sign * (v - self.vmean) - self.delta / 2)
-        self.s2 = min(max(0.0, self.s2 + w / self.wbar * llr2), 2 * self.h2)
-        bad = self.s1 >= self.h1 or self.s2 >= self.h2
-        raised = bad and not self.active
-        if raised:
-            self.active = True
-        elif self.active and self.s1 <= 0.25 * self.h1 and self.s2 <= 0.25 * self.h2:
-            self.active = False
-        return raised
-
-    def freeze(self) -> None:
-        by: dict[float, list[float]] = {}
-        for w, y in self.ref:
-            by.setdefault(w, []).append(y)
-        sw = sum(w for w, _ in self.ref)
-        p0 = sum(w * y for w, y in self.ref) / sw
-        for w, ys in by.items():
-            m = sum(ys) / len(ys)
-            if self.metric in RATES:
-                floor = 0.5 / len(ys)
-                q0 = min(max(m, floor), 1 - floor)
-                q1 = min(max(q0 + self.sign * self.delta * q0 / max(p0, floor), floor), 1 - floor)
-                self.strata[w] = (m, math.log(q1 / q0), math.log((1 - q1) / (1 - q0)))
-            else:
-                d = self.delta * (1 - m) / max(1 - p0, 1e-3)
-                var = max(statistics.pvariance(ys) if len(ys) > 1 else 0.0, (d / 2) ** 2)
-                self.strata[w] = (m, d / var, d / 2)
-        n = len(self.ref)
-        self.wbar = sw / n
-        values = [(w, self.strata[w][0]) for w, _ in self.ref]
-        self.vmean = sum(w * v for w, v in values) / sw
-        var = max(sum(w * (v - self.vmean) ** 2 for w, v in values) / sw, (self.delta / 2) ** 2)
-        self.a2 = self.delta / var
-        self.h2 *= max(1.0, n * sum(w * w for w, _ in self.ref) / sw**2)
-
-
-# the post-change shifts tried, in multiples of the minimum effect (a rate's bench changes are at
-# the minimum effect: each member of the bank costs threshold, so fewer there)
-GLR_GRID = {"rate": (1.25,), "score": (1.0, 2.0)}
-GLR_CLIP = 2.0  # a score's deviation is clipped at 2 reference sd (Huber): skewed scores' tails
-GLR_THRESHOLDS = (
-    5.0,
-    5.5,
-    6.0,
-    6.5,
-    7.0,
-    7.25,
-    7.5,
-    7.75,
-    8.0,
-    8.25,
-    8.5,
-    8.75,
-    9.0,
-    9.25,
-    9.5,
-    9.75,
-    10.0,
-    10.5,
-)
-
-
-class Glr:
-    """A second candidate (`--candidate glr`; issue 29), not the product: a stratified GLR with
-    shrunk references.
-
-    Strata are the weights seen in the reference. Each stratum's reference value is shrunk towards
-    the pooled one (empirical Bayes: the between-strata variance by DerSimonian-Laird, each stratum
-    moved by its noise's share), so a stratum of ~100 records does not keep a low rate by chance,
-    and where the strata do not differ (the independent streams) they share the pooled value.
-    (1) Within strata: a generalised likelihood ratio for a common multiplicative shift θ of every
-    stratum's failures (a rate p_j to θ·p_j, a score's shortfall 1 − μ_j likewise), maximised over
-    the change point exactly (Page's recursion, one CUSUM per θ) and over θ on a grid (θ = 1 +
-    g·δ/P0, g in `GLR_GRID`, P0 production's reference value), unweighted: the weight is constant
-    within a stratum, so there is no design effect. A score's deviation is clipped at `GLR_CLIP`
-    reference sd (skewed scores: one very low answer must not make a false alarm). (2)
-    Composition: as in `Stratified`, the weighted CUSUM of each record's (shrunk) stratum value,
-    threshold d·ln(ARL0). An alarm when either crosses; it clears when both fall to a quarter.
-    h1 has no closed form here: it is calibrated on the stable streams to `--glr-target` (printed).
-    `h1` holds the threshold `observe` alarms on first; the others are only counted (`alarms`), so
-    that one pass over the stable streams calibrates the whole grid."""
-
-    def __init__(self, metric: str, policy: DriftPolicy, h1: tuple[float, ...]) -> None:
-        self.metric = metric
-        self.sign = BAD_DIRECTION[metric]
-        self.delta = policy.min_effect[metric]
-        self.h1 = h1  # the first raises `observe`'s alarm; the others are counted (calibration)
-        self.h2 = policy.threshold  # scaled by the design effect on freeze
-        self.ref: list[tuple[float, float]] = []
-        self.strata: dict[float, tuple[float, list[tuple[float, float]]]] = {}  # weight: (value, steps)
-        self.grid = GLR_GRID["rate" if metric in RATES else "score"]
-        self.s = [0.0] * len(self.grid)
-        self.s2 = 0.0
-        self.wbar = self.vmean = self.a2 = 0.0
-        self.active = [False] * len(h1)
-        self.alarms = [0] * len(h1)
-        self.clip: dict[float, float] = {}
-
-    def observe(self, w: float, y: float) -> bool:
-        if len(self.ref) < REFERENCE:
-            self.ref.append((w, y))
-            if len(self.ref) == REFERENCE:
-                self.freeze()
-            return False
-        st = self.strata.get(w)
-        v = self.vmean
-        s = self.s
-        if st is not None:
-            v, steps = st
-            if self.metric in RATES:
-                for g, (a, b) in enumerate(steps):
-                    s[g] = min(max(0.0, s[g] + (a if y >= 0.5 else b)), 100.0)
-            else:
-                x = min(max(self.sign * (y - v), -self.clip[w]), self.clip[w])
-                for g, (a, b) in enumerate(steps):
-                    s[g] = min(max(0.0, s[g] + a * x + b), 100.0)
-        llr2 = self.a2 * (self.sign * (v - self.vmean) - self.delta / 2)
-        self.s2 = s2 = min(max(0.0, self.s2 + w / self.wbar * llr2), 2 * self.h2)
-        s1 = max(s)
-        h2 = self.h2
-        raised = False
-        for i, h in enumerate(self.h1):
+    def observe(self, w: float, y: float, stratum: str) -> bool:
+        d = self.d
+        raised = d.observe(w, y, stratum)
+        if not d.reference.frozen or d.since_reference == 0:
+            return raised
+        s1, s2, h2, release = d.within, d.composition, d.composition_threshold, d.policy.release
+        for i, h in enumerate(H1_GRID):
             if not self.active[i]:
-                if s1 >= h or s2 >= h2:
+                if (s1 >= h or s2 >= h2) and d.since_reference >= d.policy.min_records:
                     self.active[i] = True
                     self.alarms[i] += 1
-                    raised = raised or i == 0
-            elif s1 <= 0.25 * h and s2 <= 0.25 * h2:
+            elif s1 <= release * h and s2 <= release * h2:
                 self.active[i] = False
         return raised
 
-    def freeze(self) -> None:
-        by: dict[float, list[float]] = {}
-        for w, y in self.ref:
-            by.setdefault(w, []).append(y)
-        n = len(self.ref)
-        sw = sum(w for w, _ in self.ref)
-        prod = sum(w * y for w, y in self.ref) / sw  # production's reference value
-        pooled = sum(y for _, y in self.ref) / n
-        means = {w: sum(ys) / len(ys) for w, ys in by.items()}
-        if self.metric in RATES:
-            noise = {w: pooled * (1 - pooled) / len(ys) for w, ys in by.items()}
-        else:
-            within = sum(sum((y - means[w]) ** 2 for y in ys) for w, ys in by.items()) / max(1, n - len(by))
-            noise = {w: within / len(ys) for w, ys in by.items()}
-        # between-strata variance (DerSimonian-Laird), then each stratum shrunk by its noise share
-        prec = {w: 1 / max(v, 1e-12) for w, v in noise.items()}
-        centre = sum(prec[w] * means[w] for w in by) / sum(prec.values())
-        q = sum(prec[w] * (means[w] - centre) ** 2 for w in by)
-        c = sum(prec.values()) - sum(p * p for p in prec.values()) / sum(prec.values())
-        tau2 = max(0.0, (q - (len(by) - 1)) / c) if c > 0 else 0.0
-        shrunk = {w: means[w] + noise[w] / (noise[w] + tau2) * (pooled - means[w]) for w in by}
-        short0 = max(prod if self.sign > 0 else 1 - prod, 1e-3)  # production's failures
-        for w, ys in by.items():
-            m = shrunk[w]
-            sd = statistics.pstdev(ys) if len(ys) > 1 else 0.0
-            self.clip[w] = GLR_CLIP * max(sd, self.delta / 2)
-            steps = []
-            for g in self.grid:
-                theta = 1 + g * self.delta / short0
-                if self.metric in RATES:
-                    floor = 0.5 / len(ys)
-                    q0 = min(max(m, floor), 1 - floor)
-                    q1 = min(q0 * theta, 1 - floor)
-                    steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
-                else:
-                    d = (theta - 1) * max(1 - m if self.sign < 0 else m, 1e-3)
-                    var = max(sd**2, (d / 2) ** 2)
-                    steps.append((d / var, -d * d / var / 2))
-            self.strata[w] = (m, steps)
-        self.wbar = sw / n
-        values = [(w, self.strata[w][0]) for w, _ in self.ref]
-        self.vmean = sum(w * v for w, v in values) / sw
-        var = max(sum(w * (v - self.vmean) ** 2 for w, v in values) / sw, (self.delta / 2) ** 2)
-        self.a2 = self.delta / var
-        self.h2 *= max(1.0, n * sum(w * w for w, _ in self.ref) / sw**2)
+
+H1_GRID = (5.0, 5.5, 6.0, 6.5, 7.0, 7.25, 7.5, 7.75, 8.0, 8.25, 8.5, 8.75, 9.0, 9.25, 9.5, 9.75, 10.0, 10.5)
 
 
 Factory = Callable[[str], Observer]
@@ -422,17 +241,12 @@ Factory = Callable[[str], Observer]
 
 def reset(d: Observer) -> None:
     """Forget false alarms before the change: the CUSUM's statistic and the window's state."""
-    if isinstance(d, Detector):
+    if isinstance(d, StratifiedDetector):
+        d.restart()
+    elif isinstance(d, Detector):
         d.statistic, d.active = 0.0, False
     elif isinstance(d, WindowAlert):
         d.active = False
-    elif isinstance(d, Stratified):
-        d.s1 = d.s2 = 0.0
-        d.active = False
-    elif isinstance(d, Glr):
-        d.s = [0.0] * len(d.s)
-        d.s2 = 0.0
-        d.active = [False] * len(d.active)
 
 
 def false_alarms(
@@ -445,13 +259,13 @@ def false_alarms(
         dets = [(name, make(metric)) for name, make in makers.items()]
         s = stream(rng, metric, mix, mix, None)
         for _ in range(REFERENCE):
-            w, y = next(s)
+            w, y, st = next(s)
             for _, d in dets:
-                d.observe(w, y)
+                d.observe(w, y, st)
         for _ in range(n):
-            w, y = next(s)
+            w, y, st = next(s)
             for name, d in dets:
-                if d.observe(w, y):
+                if d.observe(w, y, st):
                     alarms[name] += 1
     return {name: a / (runs * n) * 10_000 for name, a in alarms.items()}
 
@@ -473,17 +287,17 @@ def after_change(
         dets = [(name, make(metric)) for name, make in makers.items()]
         s = stream(rng, metric, before, after, CHANGE)
         for _ in range(CHANGE):
-            w, y = next(s)
+            w, y, st = next(s)
             for _, d in dets:
-                d.observe(w, y)
+                d.observe(w, y, st)
         for _, d in dets:
             reset(d)
         first: dict[str, int] = {}
         count = dict.fromkeys(makers, 0)
         for k in range(1, max(post, POST) + 1):
-            w, y = next(s)
+            w, y, st = next(s)
             for name, d in dets:
-                if d.observe(w, y) and k <= post:
+                if d.observe(w, y, st) and k <= post:
                     count[name] += 1
                     first.setdefault(name, k)
         for name in makers:
@@ -526,19 +340,18 @@ def main() -> None:
     )
     p.add_argument("--metrics", default=",".join(METRICS))
     p.add_argument(
-        "--candidate",
-        nargs="?",
-        const="stratified",
-        choices=("stratified", "glr"),
-        help="also run a candidate (not the product): the stratified CUSUM (the default) or the GLR",
+        "--h1-offset",
+        action="append",
+        default=[],
+        metavar="KIND=X",
+        help="what-if: the stratified detector's h1 - ln(ARL0) for rate or score (else the product's)",
     )
     p.add_argument(
-        "--glr-target",
-        type=float,
-        default=None,
-        help="false alarms per 10,000 the GLR's threshold is calibrated to (default: --target)",
+        "--reference",
+        type=int,
+        default=DriftPolicy().reference_records,
+        help="records in every detector's reference (default: the product's)",
     )
-    p.add_argument("--reference", type=int, default=REFERENCE, help="records in every detector's reference")
     args = p.parse_args()
     REFERENCE, CHANGE = args.reference, args.reference + CHANGE - REFERENCE
     try:
@@ -552,14 +365,15 @@ def main() -> None:
         "cusum": lambda m: Detector(m, policy),
         "window": lambda m: WindowAlert(m, policy.min_effect[m]),
     }
-    if args.candidate == "stratified":
-        base["stratified"] = lambda m: Stratified(m, policy)
-    glr_target = args.target if args.glr_target is None else args.glr_target
+    for given in args.h1_offset:
+        kind, _, value = given.partition("=")
+        H1_OFFSET[kind] = float(value)  # read when a detector's reference freezes
     out: dict[str, Any] = {
         "reference": REFERENCE,
         "arl0": policy.arl0,
         "threshold": round(policy.threshold, 3),
         "target": args.target,
+        "h1_offset": dict(H1_OFFSET),
     }
     families = {SCENARIOS[s][0] for s in scenarios}
     for metric in metrics:
@@ -570,14 +384,13 @@ def main() -> None:
                 grid[f"adwin@{delta}"] = lambda m, d=delta: Adwin(drift, m, d)
             for lam in PH_THRESHOLDS:
                 grid[f"ph@{lam}"] = lambda m, t=lam: PageHinkley(drift, m, t)
-            traced: list[Glr] = []
-            if args.candidate == "glr":  # one instance counts every threshold of the grid
+            traced: list[Traced] = []  # the product, and its alarms at each h1 of a grid
 
-                def traced_glr(m: str, into: list[Glr] = traced) -> Observer:
-                    into.append(Glr(m, policy, GLR_THRESHOLDS))
-                    return into[-1]
+            def traced_at(m: str, into: list[Traced] = traced) -> Observer:
+                into.append(Traced(m, policy))
+                return into[-1]
 
-                grid["glr@grid"] = traced_glr
+            grid["stratified"] = traced_at
             fa = false_alarms(grid, mix, metric, args.runs, args.stable, args.seed)
             delta = calibrate(ADWIN_DELTAS, {d: fa[f"adwin@{d}"] for d in ADWIN_DELTAS}, args.target, True)
             lam = calibrate(PH_THRESHOLDS, {t: fa[f"ph@{t}"] for t in PH_THRESHOLDS}, args.target, False)
@@ -587,31 +400,24 @@ def main() -> None:
                 "ph_threshold": {t: round(fa[f"ph@{t}"], 3) for t in PH_THRESHOLDS},
                 "chosen": chosen,
             }
-            if traced:
-                glr_fa = {
-                    h: sum(d.alarms[i] for d in traced) / (args.runs * args.stable) * 10_000
-                    for i, h in enumerate(GLR_THRESHOLDS)
-                }
-                h1 = calibrate(GLR_THRESHOLDS, glr_fa, glr_target, False)
-                cal["glr_h1"] = {h: round(v, 3) for h, v in glr_fa.items()}
-                chosen["glr_h1"] = h1
-                cal["glr_h2_mean"] = round(statistics.mean(d.h2 for d in traced), 3)  # d·ln(ARL0) a run
-                fa["glr"] = glr_fa[h1]
+            h1_fa = {
+                h: sum(d.alarms[i] for d in traced) / (args.runs * args.stable) * 10_000
+                for i, h in enumerate(H1_GRID)
+            }
+            cal["stratified_h1"] = {h: round(v, 3) for h, v in h1_fa.items()}
+            chosen["stratified_h1_within_target"] = calibrate(H1_GRID, h1_fa, args.target, False)
+            chosen["stratified_h1"] = round(traced[0].d.threshold, 3)  # the product's
+            cal["stratified_h2_mean"] = round(statistics.mean(d.d.composition_threshold for d in traced), 3)
             print("calibration", family, metric, json.dumps(cal), flush=True)
             out[f"calibration/{family}/{metric}"] = cal
             makers: dict[str, Factory] = dict(base)
-            if traced:
-
-                def glr_at(m: str, h: float = h1) -> Observer:
-                    return Glr(m, policy, (h,))
-
-                makers["glr"] = glr_at
+            makers["stratified"] = lambda m: StratifiedDetector(m, policy)
             makers["adwin"] = lambda m, d=delta: Adwin(drift, m, d)
             makers["page_hinkley"] = lambda m, t=lam: PageHinkley(drift, m, t)
             stable = {
                 "cusum": fa["cusum"],
                 "window": fa["window"],
-                **{c: fa[c] for c in ("stratified", "glr") if c in fa},
+                "stratified": fa["stratified"],
                 "adwin": fa[f"adwin@{delta}"],
                 "page_hinkley": fa[f"ph@{lam}"],
             }

@@ -35,6 +35,12 @@ from typing import Any, Literal, Protocol
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.usage import TokenUsage
 
+# What the sampler sampled a record as (the samples and results lines' `stratum`): the priority
+# signal that applies to it (the one with the largest configured multiplier), or the plain rate.
+# A function of the record, not of its draw, so within a stratum the sample is a fair one whatever
+# its p: the drift detectors test within strata (monitor/drift/detector.py).
+Stratum = Literal["rate", "no_chunks", "low_score", "refusal", "length"]
+
 
 class SpanRole(StrEnum):
     """What a span contributes to a RAG record, whatever dialect described it."""

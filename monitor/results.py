@@ -36,7 +36,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
-from monitor.model import Judgement, RagRecord, Undecided, Verdict, undecided_checks
+from monitor.model import Judgement, RagRecord, Stratum, Undecided, Verdict, undecided_checks
 
 RESULTS_VERSION: Final = 1
 
@@ -124,6 +124,7 @@ class ResultLine(_Part):
     release: Lenient[str] = None
     # What the sample said, and what the stage did with it.
     sampling_weight: Lenient[Number] = None
+    stratum: Lenient[Stratum] = None  # what the sampler sampled it as; absent in older lines
     query_type_source: Lenient[str] = None  # span | rules | none | judge
     clipped: Lenient[dict[str, StrictInt]] = None
     judge_skipped: Lenient[str] = None  # why the sample was not judged (then no judgement fields)
@@ -257,12 +258,16 @@ def result_line(
     record_query_type: str | None = None,
     judgement: Judgement | None = None,
     repeat_disagreements: list[str] | None = None,
+    stratum: str | None = None,
 ) -> ResultLine:
     """The line of one sample: the record, the sample's weight and label source, and the judgement
     when there is one (its `trace_id`, `service`, `query_type` and `sampling_weight` are the
     record's, or the judge's label)."""
     fields: dict[str, Any] = record.to_json_dict()
-    fields.update(v=RESULTS_VERSION, sampling_weight=sampling_weight, query_type_source=query_type_source)
+    fields.update(v=RESULTS_VERSION, sampling_weight=sampling_weight)
+    if stratum is not None:
+        fields["stratum"] = stratum
+    fields["query_type_source"] = query_type_source
     for name, value in (
         ("clipped", clipped),
         ("judge_skipped", judge_skipped),

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from monitor.model import Chunk, RagRecord
+from monitor.model import Chunk, RagRecord, Stratum
 
 SAMPLES_VERSION = 1
 
@@ -59,6 +59,7 @@ class SampleMessage(BaseModel):
     inclusion_probability: float = Field(gt=0, le=1)
     sampled_at: float
     clipped: dict[str, int] | None = None  # what `TextLimits` cut from the record, when anything
+    stratum: Stratum | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,7 @@ def encode_sample(
     now: float,
     limits: TextLimits = TextLimits(),
     release_label: str | None = None,
+    stratum: Stratum | None = None,
 ) -> bytes:
     doc = record.to_json_dict()
     del doc["replay"]  # replay traffic is never sampled
@@ -114,6 +116,8 @@ def encode_sample(
         doc["clipped"] = clipped
     if release_label is not None:
         doc["release_label"] = release_label
+    if stratum is not None:
+        doc["stratum"] = stratum
     doc.update(
         v=SAMPLES_VERSION,
         service_label=service_label,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from monitor.model import Chunk, RagRecord
+from monitor.results import ResultLine, encode_result, result_line
 from monitor.samples import decode_sample, encode_sample
 
 
@@ -45,3 +46,22 @@ def test_the_release_travels_raw_and_bounded_and_older_samples_read_without_it()
         old.pop(key, None)
     msg, back = decode_sample(json.dumps(old).encode())
     assert (msg.release, msg.release_label, back.release) == (None, None, "")
+
+
+def test_the_stratum_travels_to_the_results_line_and_older_lines_read_as_one() -> None:
+    """What the sampler sampled a record as reaches the drift stage on the results line; a sample
+    or line written before strata has none, and a value outside the set reads as none."""
+    msg, rec = decode_sample(encode_sample(record(), 0.5, "svc", "span", 1.0, stratum="no_chunks"))
+    assert msg.stratum == "no_chunks"
+    line = ResultLine.model_validate_json(
+        encode_result(result_line(rec, sampling_weight=2.0, query_type_source="span", stratum=msg.stratum))
+    )
+    assert line.stratum == "no_chunks"
+    msg, rec = decode_sample(encode_sample(record(), 0.5, "svc", "span", 1.0))
+    assert msg.stratum is None and "stratum" not in json.loads(
+        encode_sample(record(), 0.5, "svc", "span", 1.0)
+    )
+    old = encode_result(result_line(rec, sampling_weight=2.0, query_type_source="span"))
+    assert b"stratum" not in old and ResultLine.model_validate_json(old).stratum is None
+    odd = json.loads(old) | {"stratum": "x" * 10_000}
+    assert ResultLine.model_validate_json(json.dumps(odd)).stratum is None

@@ -78,6 +78,7 @@ async def test_samples_topic_carries_what_the_judge_needs(
         assert record.query == by_id[record.trace_id].query
         assert 0 < msg.inclusion_probability <= 1
         assert msg.query_type_source in ("span", "rules", "none")
+        assert msg.stratum in ("rate", "no_chunks", "low_score", "refusal", "length")
         assert msg.service_label == "rag-demo"
     # Keyed by trace id: a trace's samples stay in one partition of the judge group.
     assert all(m.key == json.loads(m.value)["trace_id"].encode() for m in messages)
@@ -114,6 +115,7 @@ async def test_judge_outage_never_slows_ingestion_and_loses_no_judgement(
     outcomes = {r["judge"]["outcome"] for r in judged}
     assert judged and outcomes == {"ok"}, outcomes
     assert {r["trace_id"] for r in lines} == ids
+    assert all(r["stratum"] in ("rate", "no_chunks", "refusal", "length") for r in lines)  # for drift
 
 
 async def test_a_judge_that_refuses_connections_then_comes_up(

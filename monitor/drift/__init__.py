@@ -1,4 +1,4 @@
-"""Drift detection: CUSUM detectors per (query type, metric) (`detector`), the pinned baselines
+"""Drift detection: stratified detectors per (query type, metric) (`detector`), the pinned baselines
 they start from (`baseline`), and the stage that feeds them every judgement of a slice once
 (`stage`); label-free retrieval drift on every record, fed by the ingest stage (`retrieval`), its
 references pinned in the same baseline file (`RetrievalDriftMonitor.from_baseline`)."""

@@ -71,7 +71,12 @@ class DriftPolicy(BaseModel):
     arl0: float = Field(
         10_000.0, ge=100, description="judged records of a slice between false alarms, on average"
     )
-    reference_records: int = Field(500, ge=50, description="judged records that make a slice's reference")
+    reference_records: int = Field(
+        1500,
+        ge=50,
+        description="judged records that make a slice's reference (the stratified detector's "
+        "threshold is calibrated at 1500; fewer make more false alarms)",
+    )
     min_records: int = Field(50, ge=1, description="judged records after the reference before any alarm")
     release: float = Field(0.25, ge=0, lt=1, description="an alarm clears when S falls to this share of h")
     min_effect: dict[str, float] = Field(

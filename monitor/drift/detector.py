@@ -1,5 +1,8 @@
-"""Drift detection on judged records: a one-sided, weighted likelihood-ratio CUSUM per
-(query type, metric), against a reference that is frozen once taken.
+"""Drift detection on judged records, per (query type, metric), against a reference that is
+frozen once taken. The drift stage runs `StratifiedDetector` (its docstring: each sampling stratum
+against itself, and production's mix with the weights); `Detector`, the one-sided weighted
+likelihood-ratio CUSUM described here, is its base and what a slice pinned without per-stratum
+references (an older baseline file, a golden pin) keeps.
 
 Why CUSUM: among detectors of a persistent shift it has the shortest worst-case delay for a given
 false-alarm rate (Lorden, Moustakides), and its threshold follows from the false-alarm rate
@@ -148,18 +151,16 @@ class Detector:
         if self.reference.frozen:  # a pinned baseline: watching from the first record
             self.freeze()
 
-    def observe(self, w: float, y: float) -> bool:
-        """Add one judged answer; True when this observation raises an alarm."""
+    def observe(self, w: float, y: float, stratum: str = "") -> bool:
+        """Add one judged answer (`stratum`: what the sampler sampled it as; the weighted CUSUM
+        does not use it); True when this observation raises an alarm."""
         ref = self.reference
         if not ref.frozen:
-            ref.add(w, y)
+            self._collect(w, y, stratum)
             if ref.records >= self.policy.reference_records:
                 self.freeze()
             return False
-        z = w / ref.mean_weight
-        # Capped at 2h: past the alarm the evidence only decides how long recovery takes to show,
-        # and an uncapped statistic after a long incident would hold the alarm for hours.
-        self.statistic = min(max(0.0, self.statistic + z * self._llr(y)), 2 * self.threshold)
+        self.statistic = self._walk(w, y, stratum)
         if self.statistic > 0.0:
             if not self.segment.records:
                 self.segment.start = self.since_reference
@@ -175,6 +176,16 @@ class Detector:
         if self.active and self.statistic <= self.policy.release * h:
             self.active = False
         return False
+
+    def _collect(self, w: float, y: float, stratum: str) -> None:
+        self.reference.add(w, y)
+
+    def _walk(self, w: float, y: float, stratum: str) -> float:
+        """The statistic after this record."""
+        z = w / self.reference.mean_weight
+        # Capped at 2h: past the alarm the evidence only decides how long recovery takes to show,
+        # and an uncapped statistic after a long incident would hold the alarm for hours.
+        return min(max(0.0, self.statistic + z * self._llr(y)), 2 * self.threshold)
 
     def freeze(self) -> None:
         """Take the reference as it stands (at least one record) and start watching."""
@@ -229,6 +240,249 @@ class Detector:
         return self.segment.mean()
 
 
+# The stratified detector's settings, chosen on `bench/drift.py`'s streams (bench/RESULTS.md):
+# the post-change shifts its GLR tries, in multiples of the minimum effect (a rate's one value:
+# each more costs threshold), and h1 - ln(ARL0) per kind of metric, calibrated by simulation at the
+# default reference size (`python bench/drift.py` prints the false alarms at each h1 of a grid).
+GLR_SHIFTS: dict[str, tuple[float, ...]] = {"rate": (1.25,), "score": (1.0, 2.0)}
+H1_OFFSET: dict[str, float] = {"rate": -1.46, "score": -0.71}
+# A score's best value: a stratum's shortfall from it is what a change multiplies.
+SCORE_BEST: dict[str, float] = {"faithfulness": 1.0, "relevance": 3.0, "context_relevance": 3.0}
+POOLED = ""  # the stratum of a record whose line names none (written before strata)
+
+
+@dataclass(slots=True)
+class StratumSums:
+    """One stratum's reference records: weighted sums (production's composition) and unweighted
+    ones (the stratum's own values: within a stratum the weight says nothing about the value)."""
+
+    records: int = 0
+    sum_w: float = 0.0
+    sum_w2: float = 0.0
+    sum_wy: float = 0.0
+    sum_wy2: float = 0.0
+    sum_y: float = 0.0
+    sum_y2: float = 0.0
+    sum_y3: float = 0.0
+
+    def add(self, w: float, y: float) -> None:
+        self.records += 1
+        self.sum_w += w
+        self.sum_w2 += w * w
+        self.sum_wy += w * y
+        self.sum_wy2 += w * y * y
+        self.sum_y += y
+        self.sum_y2 += y * y
+        self.sum_y3 += y * y * y
+
+    @property
+    def mean(self) -> float:
+        return self.sum_y / self.records
+
+    @property
+    def variance(self) -> float:
+        return max(0.0, self.sum_y2 / self.records - self.mean**2)
+
+    @property
+    def third_moment(self) -> float:
+        """E[(y − mean)³]: a score's skew, which a Gaussian step does not see."""
+        m, n = self.mean, self.records
+        return self.sum_y3 / n - 3 * m * self.sum_y2 / n + 2 * m**3
+
+
+@dataclass(slots=True)
+class StratifiedReference(Reference):
+    """A `Reference` (its pooled, weighted sums) that also keeps each stratum's sums."""
+
+    strata: dict[str, StratumSums] = field(default_factory=dict)
+
+    @classmethod
+    def of_strata(cls, strata: dict[str, StratumSums], frozen: bool = True) -> StratifiedReference:
+        ref = cls(strata=strata, frozen=frozen)
+        for s in strata.values():
+            ref.records += s.records
+            ref.sum_w += s.sum_w
+            ref.sum_w2 += s.sum_w2
+            ref.sum_wy += s.sum_wy
+            ref.sum_wy2 += s.sum_wy2
+        return ref
+
+    def add(self, w: float, y: float, stratum: str = POOLED) -> None:
+        Reference.add(self, w, y)
+        s = self.strata.get(stratum)
+        if s is None:
+            s = self.strata[stratum] = StratumSums()
+        s.add(w, y)
+
+
+@dataclass(slots=True)
+class _Stratum:
+    value: float  # the stratum's reference value, shrunk towards the pooled one
+    steps: tuple[tuple[float, float], ...]  # per shift: (a, b), rate y=1 / y=0, score slope / offset
+
+
+@dataclass(slots=True)
+class StratifiedDetector(Detector):
+    """Stratified GLR of one (query type, metric): the weights' design effect is paid only where
+    production's composition is tested, and a change in what the sampler oversamples is no change.
+
+    Strata are what the sampler sampled a record as (`monitor.model.Stratum`: the priority signal
+    that raised its p, or the plain rate), carried on the samples and results lines. Two
+    statistics, an alarm when either crosses its threshold:
+
+    - *within strata*, unweighted (the sampling draw is a hash, independent of the value within a
+      stratum, so a stratum's sample is a fair one of it whatever its p): a generalised likelihood
+      ratio for a common multiplicative shift θ of every stratum's failures (a rate p_j → θ·p_j,
+      a score's shortfall likewise), maximised over the change point (Page's recursion, one CUSUM
+      per θ) and over θ = 1 + g·δ/P0 for g in `GLR_SHIFTS` (P0: production's reference value).
+      Each stratum's reference value is shrunk towards the pooled one (empirical Bayes,
+      DerSimonian-Laird), so a stratum of ~100 records does not keep a low value by chance; a
+      score's Gaussian step is tilted to a likelihood ratio of the stratum's own skewed scores
+      (`_tilt`), so that every stratum's walk has the same false-alarm rate and a change in the
+      sample's mix does not change the detector's. Threshold h1 = ln ARL0 + `H1_OFFSET` (no
+      closed form: the references' own noise adds false alarms; calibrated by simulation);
+    - *composition*: the weighted CUSUM of each record's stratum reference value, threshold
+      d·ln ARL0 (d the reference's design effect): it moves when production's mix moves (more
+      queries of a failing kind), not when the sample's does.
+
+    `statistic` is max(within, composition·h1/h2) against `threshold` h1: either crossing is an
+    alarm, and the gauges keep their meaning. A record of a stratum the reference never saw counts
+    in the composition test only, at the reference's value; a reference with no strata (lines
+    written before strata) pools every record in one.
+    """
+
+    reference: Reference = field(default_factory=StratifiedReference)
+    within: float = 0.0  # the largest of the within-strata CUSUMs
+    composition: float = 0.0
+    composition_threshold: float = math.inf
+    _cusums: list[float] = field(default_factory=list)
+    _strata: dict[str, _Stratum] = field(default_factory=dict)
+    _pooled: bool = False
+    _vmean: float = 0.0
+    _slope: float = 0.0  # the composition walk's a2 = δ / var
+    _wbar: float = 1.0
+
+    def _collect(self, w: float, y: float, stratum: str) -> None:
+        ref = self.reference
+        if isinstance(ref, StratifiedReference):
+            ref.add(w, y, stratum)
+
+    def restart(self) -> None:
+        """Back to no evidence (the bench restarts the walks at a change)."""
+        self._cusums = [0.0] * len(self._cusums)
+        self.within = self.composition = self.statistic = 0.0
+        self.active = False
+
+    def freeze(self) -> None:
+        ref = self.reference
+        ref.frozen = True
+        if not isinstance(ref, StratifiedReference):
+            raise TypeError("a stratified detector needs a StratifiedReference")  # DriftMonitor's choice
+        strata = ref.strata
+        self._pooled = set(strata) == {POOLED}
+        metric = self.metric
+        delta = self.policy.min_effect[metric]
+        sign = BAD_DIRECTION[metric]
+        rate = metric in RATES
+        kind = "rate" if rate else "score"
+        h1 = max(1.0, self.policy.threshold + H1_OFFSET[kind])
+        self.threshold = h1
+        self.composition_threshold = ref.design_effect * self.policy.threshold
+        n = sum(s.records for s in strata.values())
+        pooled = sum(s.sum_y for s in strata.values()) / n
+        means = {k: s.mean for k, s in strata.items()}
+        if rate:
+            noise = {k: pooled * (1 - pooled) / s.records for k, s in strata.items()}
+        else:
+            within = sum(s.sum_y2 - s.records * means[k] ** 2 for k, s in strata.items())
+            within = max(0.0, within) / max(1, n - len(strata))
+            noise = {k: within / s.records for k, s in strata.items()}
+        shrunk = _shrink(means, noise, pooled)
+        best = 1.0 if rate else SCORE_BEST.get(metric, 1.0)
+        prod = ref.mean
+        short0 = max(prod if sign > 0 else best - prod, 1e-3)  # production's failures
+        self._strata = {}
+        for k, s in strata.items():
+            m = shrunk[k]
+            sd = math.sqrt(s.variance)
+            steps = []
+            for g in GLR_SHIFTS[kind]:
+                theta = 1 + g * delta / short0
+                if rate:
+                    floor = 0.5 / s.records  # continuity: no event in the reference stays finite
+                    q0 = min(max(m, floor), 1 - floor)
+                    q1 = min(q0 * theta, 1 - floor)
+                    steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
+                else:
+                    d = (theta - 1) * max(best - m if sign < 0 else m, 1e-3)
+                    var = max(sd * sd, (d / 2) ** 2)
+                    a, b = d / var, -d * d / var / 2
+                    gamma = _tilt(a, b, sd * sd, sign * s.third_moment)
+                    steps.append((gamma * a, gamma * b))
+            self._strata[k] = _Stratum(m, tuple(steps))
+        self._cusums = [0.0] * len(GLR_SHIFTS[kind])
+        sw = ref.sum_w
+        self._wbar = sw / n
+        vmean = sum(s.sum_w * self._strata[k].value for k, s in strata.items()) / sw
+        spread = sum(s.sum_w * (self._strata[k].value - vmean) ** 2 for k, s in strata.items()) / sw
+        self._vmean = vmean
+        self._slope = delta / max(spread, (delta / 2) ** 2)
+
+    def _walk(self, w: float, y: float, stratum: str) -> float:
+        metric = self.metric
+        sign = BAD_DIRECTION[metric]
+        h1 = self.threshold
+        st = self._strata.get(POOLED if self._pooled else stratum)
+        v = self._vmean
+        if st is not None:
+            v = st.value
+            s = self._cusums
+            cap = 2 * h1
+            if metric in RATES:
+                for g, (a, b) in enumerate(st.steps):
+                    s[g] = min(max(0.0, s[g] + (a if y >= 0.5 else b)), cap)
+            else:
+                x = sign * (y - v)
+                for g, (a, b) in enumerate(st.steps):
+                    s[g] = min(max(0.0, s[g] + a * x + b), cap)
+            self.within = max(s)
+        h2 = self.composition_threshold
+        delta = self.policy.min_effect[metric]
+        step = self._slope * (sign * (v - self._vmean) - delta / 2)
+        self.composition = min(max(0.0, self.composition + w / self._wbar * step), 2 * h2)
+        return max(self.within, self.composition * h1 / h2)
+
+
+def _tilt(a: float, b: float, var: float, skew: float) -> float:
+    """The factor γ ≤ 1 that makes the step a·x + b a likelihood ratio of the stratum's own scores
+    (E[exp(γ(a·x + b))] = 1 under the reference, from its cumulants to the third): a Gaussian step
+    on a skewed score (most answers near 1, a long tail of bad ones) has E[exp(step)] > 1, so its
+    walk crosses a threshold sooner than ln ARL0 says, and more often the more the sample holds
+    of that stratum — which a change in the sampling alone would then raise."""
+    c1, c2 = a * a * var / 2, a**3 * skew / 6
+    if c2 > 1e-12:
+        gamma = (-c1 + math.sqrt(c1 * c1 - 4 * c2 * b)) / (2 * c2)
+    elif c1 > 0:
+        gamma = -b / c1
+    else:
+        return 1.0
+    return min(1.0, max(0.1, gamma))
+
+
+def _shrink(means: dict[str, float], noise: dict[str, float], pooled: float) -> dict[str, float]:
+    """Each stratum's mean moved towards the pooled one by its noise's share of its variance
+    around the pooled value (the between-strata variance by DerSimonian-Laird)."""
+    prec = {k: 1 / max(v, 1e-12) for k, v in noise.items()}
+    total = sum(prec.values())
+    centre = sum(prec[k] * means[k] for k in means) / total
+    q = sum(prec[k] * (means[k] - centre) ** 2 for k in means)
+    c = total - sum(p * p for p in prec.values()) / total
+    tau2 = max(0.0, (q - (len(means) - 1)) / c) if c > 0 else 0.0
+    # no noise and no spread (every value alike): nothing to shrink, the means are the pooled one
+    share = {k: noise[k] / (noise[k] + tau2) if noise[k] + tau2 > 0 else 1.0 for k in means}
+    return {k: means[k] + share[k] * (pooled - means[k]) for k in means}
+
+
 class DriftMonitor:
     """A detector per (query type, metric); `ragmon_drift_*` series show each statistic against its
     threshold. Query types come bounded (the allow-list), metrics from a closed set, so the
@@ -247,11 +501,18 @@ class DriftMonitor:
         self.detectors: dict[tuple[str, str], Detector] = {}
 
     def observe(
-        self, query_type: str, weight: float, values: list[tuple[str, float]], *, live: bool = True
+        self,
+        query_type: str,
+        weight: float,
+        values: list[tuple[str, float]],
+        *,
+        live: bool = True,
+        stratum: str = POOLED,
     ) -> list[tuple[Detector, str, bool]]:
-        """Feed one judgement's values; (detector, query type, raised) for each slice whose alarm
-        it raised (True) or cleared (False). Replayed judgements (`live=False`, already seen by a
-        previous owner) move the state but count no alarm and report no change."""
+        """Feed one judgement's values (`stratum`: what the sampler sampled it as, "" when its
+        line does not say); (detector, query type, raised) for each slice whose alarm it raised
+        (True) or cleared (False). Replayed judgements (`live=False`, already seen by a previous
+        owner) move the state but count no alarm and report no change."""
         changed = []
         m = self._metrics
         for metric, y in values:
@@ -260,7 +521,7 @@ class DriftMonitor:
             if detector is None:
                 detector = self.detectors[key] = self._detector(key)
             was = detector.active
-            raised = detector.observe(weight, y)
+            raised = detector.observe(weight, y, stratum)
             if not live:
                 continue
             if raised:
@@ -272,14 +533,14 @@ class DriftMonitor:
         return changed
 
     def _detector(self, key: tuple[str, str]) -> Detector:
+        """The stratified detector; the weighted CUSUM for a pinned reference without strata (a
+        baseline file written before them, or pinned from a golden replay)."""
         pinned = self._pinned.get(key)
         if pinned is None:
-            return Detector(key[1], self.policy)
-        return Detector(
-            key[1],
-            self.policy,
-            reference=pinned,  # frozen: never added to, so detectors of a slice can share it
-        )
+            return StratifiedDetector(key[1], self.policy)
+        # frozen: never added to, so detectors of a slice can share it
+        kind = StratifiedDetector if isinstance(pinned, StratifiedReference) else Detector
+        return kind(key[1], self.policy, reference=pinned)
 
     def _export(self, query_type: str, detector: Detector) -> None:
         labels = {"query_type": query_type, "metric": detector.metric}

@@ -29,13 +29,14 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from monitor.drift.detector import Reference
+from monitor.drift.detector import POOLED, Reference, StratifiedReference, StratumSums
 from monitor.drift.retrieval import MAX_COUNT_BIN, RetrievalReference
 from monitor.estimate import usable_weight, verdict_values
 from monitor.results import ResultLine
@@ -48,8 +49,9 @@ class BaselineFileError(ValueError):
     """A baseline file that cannot be used; the message says why, in one line."""
 
 
-class ReferenceStats(BaseModel):
-    """A slice's reference as weighted sums (`Reference`'s fields)."""
+class StratumStats(BaseModel):
+    """One stratum's reference records (`StratumSums`' fields): weighted sums, and the unweighted
+    sums of its values that the stratified detector compares the stratum with."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,10 +60,36 @@ class ReferenceStats(BaseModel):
     sum_w2: float = Field(gt=0)
     sum_wy: float = Field(ge=0)
     sum_wy2: float = Field(ge=0)
+    sum_y: float = Field(ge=0)
+    sum_y2: float = Field(ge=0)
+    sum_y3: float = Field(ge=0)
+
+
+class ReferenceStats(BaseModel):
+    """A slice's reference as weighted sums (`Reference`'s fields), and per stratum (schema
+    version 2; absent in older files and in golden pins, whose slices keep the weighted CUSUM)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    records: int = Field(ge=1)
+    sum_w: float = Field(gt=0)
+    sum_w2: float = Field(gt=0)
+    sum_wy: float = Field(ge=0)
+    sum_wy2: float = Field(ge=0)
+    # by stratum ("" for records whose lines name none); their sums add up to the ones above
+    strata: dict[Annotated[str, Field(max_length=32)], StratumStats] | None = Field(None, max_length=16)
 
     @property
     def mean(self) -> float:
         return self.sum_wy / self.sum_w
+
+    def reference(self) -> Reference:
+        """The detector's frozen reference: per stratum when the file has them."""
+        if self.strata is None:
+            return Reference.pinned(self.records, self.sum_w, self.sum_w2, self.sum_wy, self.sum_wy2)
+        return StratifiedReference.of_strata(
+            {k: StratumSums(**s.model_dump()) for k, s in self.strata.items()}
+        )
 
 
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -146,7 +174,8 @@ class DriftBaseline(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["rag-monitor-drift-baseline"] = "rag-monitor-drift-baseline"
-    schema_version: Literal[1] = 1
+    # 2: slices carry per-stratum references (`strata`); a file without them stays version 1
+    schema_version: Literal[1, 2] = 1
     version: str = Field(min_length=1, max_length=64)
     created_at: str
     source: dict[str, Any]
@@ -156,18 +185,33 @@ class DriftBaseline(BaseModel):
 
     def references(self) -> dict[tuple[str, str], Reference]:
         return {
-            (qt, metric): Reference.pinned(s.records, s.sum_w, s.sum_w2, s.sum_wy, s.sum_wy2)
+            (qt, metric): s.reference()
             for qt, metrics in self.slices.items()
             for metric, s in metrics.items()
         }
+
+    def without_strata(self) -> list[str]:
+        """The "query type/metric" slices pinned without per-stratum references (a file written
+        before them, or a golden pin): their detectors are the weighted CUSUM."""
+        return [
+            f"{qt}/{m}"
+            for qt, ms in sorted(self.slices.items())
+            for m, s in sorted(ms.items())
+            if not s.strata
+        ]
 
     def retrieval_references(self) -> dict[str, RetrievalReference]:
         return {qt: s.reference() for qt, s in self.retrieval.items()}
 
     def to_json(self) -> str:
-        """The file's text; without retrieval references exactly the earlier layout (no
-        `retrieval` key), so a sidecar that predates the section still reads it."""
-        return self.model_dump_json(indent=2, exclude=None if self.retrieval else {"retrieval"}) + "\n"
+        """The file's text; without retrieval references or strata exactly the earlier layout (no
+        `retrieval` or `strata` keys), so a sidecar that predates them still reads it."""
+        exclude: dict[str, Any] = {}
+        if not self.retrieval:
+            exclude["retrieval"] = True
+        if not any(s.strata is not None for ms in self.slices.values() for s in ms.values()):
+            exclude["slices"] = {"__all__": {"__all__": {"strata"}}}
+        return self.model_dump_json(indent=2, exclude=exclude or None) + "\n"
 
 
 def load_baseline(path: Path) -> DriftBaseline:
@@ -247,7 +291,7 @@ def from_results(
 ) -> tuple[dict[str, dict[str, ReferenceStats]], dict[str, int]]:
     """References from results lines whose record ended within [since, until), and why the
     others were left out (counted by reason)."""
-    sums: dict[tuple[str, str], Reference] = {}
+    sums: dict[tuple[str, str], StratifiedReference] = {}
     dropped: dict[str, int] = {}
 
     def drop(reason: str) -> None:
@@ -262,8 +306,12 @@ def from_results(
             drop(outside)
         else:
             qt, w, values = judged
+            stratum = line.stratum or POOLED
             for metric, y in values:
-                sums.setdefault((qt, metric), Reference()).add(w, y)
+                ref = sums.get((qt, metric))
+                if ref is None:
+                    ref = sums[(qt, metric)] = StratifiedReference()
+                ref.add(w, y, stratum)
     return _stats(sums), dropped
 
 
@@ -326,11 +374,19 @@ def from_golden(baseline: Mapping[str, Any]) -> dict[str, dict[str, ReferenceSta
     return _stats(sums)
 
 
-def _stats(sums: dict[tuple[str, str], Reference]) -> dict[str, dict[str, ReferenceStats]]:
+def _stats(sums: Mapping[tuple[str, str], Reference]) -> dict[str, dict[str, ReferenceStats]]:
     out: dict[str, dict[str, ReferenceStats]] = {}
     for (qt, metric), r in sorted(sums.items()):
+        strata = None
+        if isinstance(r, StratifiedReference):
+            strata = {k: StratumStats(**asdict(s)) for k, s in sorted(r.strata.items())}
         out.setdefault(qt, {})[metric] = ReferenceStats(
-            records=r.records, sum_w=r.sum_w, sum_w2=r.sum_w2, sum_wy=r.sum_wy, sum_wy2=r.sum_wy2
+            records=r.records,
+            sum_w=r.sum_w,
+            sum_w2=r.sum_w2,
+            sum_wy=r.sum_wy,
+            sum_wy2=r.sum_wy2,
+            strata=strata,
         )
     return out
 
@@ -346,13 +402,15 @@ def pin(
     retrieval = retrieval or {}
     if version is None:
         content: dict[str, Any] = {
-            qt: {m: s.model_dump() for m, s in ms.items()} for qt, ms in slices.items()
+            qt: {m: s.model_dump(exclude_none=True) for m, s in ms.items()} for qt, ms in slices.items()
         }
         if retrieval:
             content = {"slices": content, "retrieval": {qt: s.model_dump() for qt, s in retrieval.items()}}
         body = json.dumps(content, sort_keys=True)
         version = "sha256:" + hashlib.sha256(body.encode()).hexdigest()[:12]
+    stratified = any(s.strata is not None for ms in slices.values() for s in ms.values())
     return DriftBaseline(
+        schema_version=2 if stratified else 1,
         version=version,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         source=source,

@@ -120,6 +120,14 @@ class DriftStage:
             )
         else:
             log.info("drift: baseline %s (%d slices)", self.baseline.version, len(self.baseline.slices))
+            if lacking := self.baseline.without_strata():
+                log.warning(
+                    "drift: baseline %s has no per-stratum references for %s (pinned before strata, "
+                    "or from a golden replay): those slices keep the weighted CUSUM; re-pin from "
+                    "results (rag-monitor baseline pin) for the stratified detector",
+                    self.baseline.version,
+                    ", ".join(lacking),
+                )
         if not await self.source.start(stop):
             return
         tasks = [
@@ -178,7 +186,7 @@ class DriftStage:
         raw_qt, w, values = judged
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
-        changed = self.monitor.observe(qt, w, values, live=live)
+        changed = self.monitor.observe(qt, w, values, live=live, stratum=line.stratum or "")
         labels = (release, self.services.bound(line.service)[0])
         for metric, y in values:  # before alerting: the record that raises an alarm counts too
             detector = self.monitor.detectors[(qt, metric)]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from monitor.ingest.compiled import choose
 from monitor.ingest.config import SamplingPolicy
-from monitor.model import RagRecord
+from monitor.model import RagRecord, Stratum
 from monitor.samples import blake2b_fraction
 
 __all__ = [
@@ -214,6 +214,7 @@ class Sampler:
             p.unusual_length_multiplier,
         )
         self.slices: dict[str, SliceState] = {}
+        self.stratum: Stratum = "rate"  # what `decide` last sampled a record as (`_stratum`)
         self._since = -1.0  # the first record's time: windows before it were not seen
 
     @classmethod
@@ -294,7 +295,31 @@ class Sampler:
         s.sampled += 1
         if signal >= 0 and u >= rate and u >= frozen.floor_p:
             s.extra[signal] += 1
+        self.stratum = self._stratum(record, frozen.median, n)
         return p
+
+    def _stratum(self, record: RagRecord, median: float, n: int) -> Stratum:
+        """What a sampled record was sampled as: of the signals that apply to it, the one with the
+        largest configured multiplier (a signal set to 1 is none), else the plain rate. From the
+        record and its window's median alone — not from its draw, the floor or this window's caps,
+        which `decide` may have skipped a signal for — so that it names the record's kind: the
+        drift detectors compare each kind with itself (monitor/drift/detector.py)."""
+        best: Stratum = "rate"
+        mult = 1.0
+        chunks = record.chunks
+        if not chunks:
+            if self._no_chunks > mult:
+                best, mult = "no_chunks", self._no_chunks
+        elif self._low_score is not None:
+            top = chunks[0].score
+            if top is not None and top < self._low_score and self._low_score_mult > mult:
+                best, mult = "low_score", self._low_score_mult
+        if self._refusal > mult and looks_like_refusal(record.answer):
+            best, mult = "refusal", self._refusal
+        f = self._len_factor
+        if self._len_mult > mult and median and (n > median * f or n * f < median):
+            best = "length"
+        return best
 
     def _slice(self, qt: str) -> SliceState:
         if len(self.slices) >= _MAX_SLICES:

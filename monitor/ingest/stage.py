@@ -287,7 +287,9 @@ class IngestStage:
             release_all(fin.refs)
             return
         release, _ = self.releases.bound(record.release)
-        value = encode_sample(record, probability, service, source, now, self._text_limits, release)
+        value = encode_sample(
+            record, probability, service, source, now, self._text_limits, release, self.sampler.stratum
+        )
         self.samples.add(record.trace_id.encode(), value, fin.refs)
 
     def _bound(self, key: tuple[str, str]) -> Labels:

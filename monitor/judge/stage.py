@@ -77,6 +77,7 @@ class _Sample:
     line: bytes = b""  # the results line, once judged
     query_type: str = ""  # the line's: the judge may have relabelled the record
     nbytes: int = 0  # the sample message's size: what holding it costs, near enough
+    stratum: str | None = None  # what the sampler sampled it as (absent in older samples)
 
 
 class JudgeStage:
@@ -324,6 +325,7 @@ class JudgeStage:
                         sample.query_type_source,
                         sample.clipped,
                         nbytes=nbytes,
+                        stratum=sample.stratum,
                     )
                 )
         self._note_waiting()
@@ -401,6 +403,7 @@ class JudgeStage:
                 record_query_type=record_query_type,
                 judgement=judgement,
                 repeat_disagreements=repeat,
+                stratum=item.stratum,
             )
 
         if self.judge is None:

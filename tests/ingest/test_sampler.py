@@ -505,3 +505,36 @@ def test_replicas_share_the_floor_instead_of_each_judging_all_of_it() -> None:
 
     assert 40 <= judged(shared=True) <= 80
     assert judged(shared=False) >= 4 * 40  # what a per-replica floor costs
+
+
+def test_a_sampled_record_s_stratum_is_its_kind_not_its_draw() -> None:
+    """The stratum names the signal with the largest configured multiplier that applies to the
+    record, whatever raised its p: a refusal-looking answer sampled by the floor, where `decide`
+    had no need to look at the answer, is still a refusal."""
+    policy = SamplingPolicy(
+        rate=0.01,
+        min_per_window=0,
+        no_chunks_multiplier=5.0,
+        low_score_threshold=0.3,
+        low_score_multiplier=4.0,
+        refusal_multiplier=3.0,
+    )
+    tid = low_draw_id(0.005)
+    s = Sampler(policy)
+    refusal = "I'm afraid the documents do not mention it."
+    for record, stratum in (
+        (rec(tid), "rate"),
+        (rec(tid, chunks=[]), "no_chunks"),
+        (rec(tid, chunks=[Chunk("c", None, 0.1)]), "low_score"),
+        (rec(tid, answer=refusal), "refusal"),
+        (rec(tid, chunks=[], answer=refusal), "no_chunks"),  # the larger multiplier
+        (rec(tid, chunks=[Chunk("c", None, 0.1)], answer=refusal), "low_score"),
+    ):
+        assert s.decide(record, NOW) is not None
+        assert s.stratum == stratum, record
+    # A draw above what the refusal signal gives (0.03), sampled by the floor alone: the same kind.
+    floored = Sampler(SamplingPolicy(rate=0.01, min_per_window=10**6, refusal_multiplier=3.0))
+    high = next(t for t in ids(100_000, 3) if 0.2 < trace_fraction(t) < 0.3)
+    floored.decide(rec(ids(1, 4)[0]), NOW)  # the first window: seen, so the next one has a floor
+    assert floored.decide(rec(high, answer=refusal), NOW + floored.policy.window_seconds) == 1.0
+    assert floored.stratum == "refusal"
