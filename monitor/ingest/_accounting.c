@@ -577,15 +577,57 @@ static int figure(PyObject *o, long *x, int none_ok)
     return 1;
 }
 
+/* A series' `bounds` (a list of floats, one object every series shares) as doubles, read once
+ * per `account` call rather than bisected as objects per record. */
+#define MAX_BOUNDS 32
+typedef struct {
+    PyObject *obj; /* borrowed: the list last read (0: none) */
+    Py_ssize_t n;
+    double v[MAX_BOUNDS];
+} bounds_t;
+
+/* 0 with b holding `bounds`' values; 1 when it is not a list of at most MAX_BOUNDS floats */
+static int read_bounds(bounds_t *b, PyObject *bounds)
+{
+    if (bounds == b->obj)
+        return 0;
+    Py_ssize_t n = PyList_GET_SIZE(bounds);
+    if (n > MAX_BOUNDS)
+        return 1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (float_of(PyList_GET_ITEM(bounds, i), &b->v[i])) {
+            b->obj = NULL;
+            return 1;
+        }
+    b->obj = bounds;
+    b->n = n;
+    return 0;
+}
+
+/* bisect_left over b's values (as `bisect`) */
+static inline Py_ssize_t bisect_bounds(const bounds_t *b, double x)
+{
+    Py_ssize_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (!(b->v[mid] < x))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 /* A record's RED additions to `red`, priced from `cache` (PriceBook.cache): 0 staged in r (its
  * buffer held), 1 (not the common path: a model not in the cache, a field of another type), -1. */
-static int red_stage(red_t *r, PyObject *red, PyObject *record, PyObject *cache)
+static int red_stage(red_t *r, bounds_t *bc, PyObject *red, PyObject *record, PyObject *cache)
 {
     r->held = r->n = 0;
     if (!IS(red, T_RED) || !IS(record, T_RECORD))
         return 1;
     PyObject *bounds = SLOT(red, V_BOUNDS), *values = SLOT(red, V_VALUES), *error = SLOT(record, R_ERROR);
-    if (bounds == NULL || values == NULL || !PyList_CheckExact(bounds) || (error != Py_True && error != Py_False))
+    if (bounds == NULL || values == NULL || !PyList_CheckExact(bounds) || (error != Py_True && error != Py_False)
+        || read_bounds(bc, bounds))
         return 1;
     long start, end, stage[2], tin = 0, tout = 0;
     int has_in, has_out;
@@ -622,10 +664,7 @@ static int red_stage(red_t *r, PyObject *red, PyObject *record, PyObject *cache)
         if (ns[k] < 0)
             continue;
         double d = (double)ns[k] / 1e9;
-        if (bisect(bounds, d, 0, &at)) {
-            red_release(r);
-            return 1;
-        }
+        at = bisect_bounds(bc, d);
         red_add(r, k * step + at, 1.0);
         red_add(r, k * step + step - 1, d);
     }
@@ -647,8 +686,8 @@ static int red_stage(red_t *r, PyObject *red, PyObject *record, PyObject *cache)
 
 /* One finished trace through `_finish`'s common path, staged in w: 0 (commit w), 1 (not the
  * common path), -1 (an error). */
-static int one(writes_t *w, red_t *red, PyObject *fin, double now, PyObject *labels, const sampler_t *sp,
-               PyObject *drifts, PyObject *lag, PyObject *cache)
+static int one(writes_t *w, red_t *red, bounds_t *bc, PyObject *fin, double now, PyObject *labels,
+               const sampler_t *sp, PyObject *drifts, PyObject *lag, PyObject *cache)
 {
     int rc;
     if (!IS(fin, T_FINISHED))
@@ -710,7 +749,7 @@ static int one(writes_t *w, red_t *red, PyObject *fin, double now, PyObject *lab
             if (PyList_GET_ITEM(refs, j) == ref)
                 return 1;
     }
-    return red_stage(red, PyTuple_GET_ITEM(bounded, 4), record, cache); /* last: it holds a buffer */
+    return red_stage(red, bc, PyTuple_GET_ITEM(bounded, 4), record, cache); /* last: it holds a buffer */
 }
 
 /* --- the type ------------------------------------------------------------------------- */
@@ -889,6 +928,7 @@ static PyObject *acc_account(Accounting *self, PyObject *const *args, Py_ssize_t
     Py_ssize_t i = start;
     writes_t w = {.n = 0};
     red_t red = {.held = 0};
+    bounds_t bc = {.obj = NULL};
     if ((sp.slices = PyObject_GetAttr(self->sampler, str_slices)) == NULL
         || (self->retrieval != Py_None && (drifts = PyObject_GetAttr(self->retrieval, str_slices)) == NULL))
         goto fail;
@@ -899,7 +939,7 @@ static PyObject *acc_account(Accounting *self, PyObject *const *args, Py_ssize_t
     }
     for (; i < PyList_GET_SIZE(finished); i++) {
         PyObject *fin = PyList_GET_ITEM(finished, i);
-        int rc = one(&w, &red, fin, now, labels, &sp, drifts, lag, cache);
+        int rc = one(&w, &red, &bc, fin, now, labels, &sp, drifts, lag, cache);
         if (rc) {
             drop(&w);
             red_release(&red);

@@ -1080,6 +1080,24 @@ static PyObject **field_slot(layout_t *l, PyObject *obj, PyObject *name)
     return NULL;
 }
 
+/* facts_set for a field near the end of SpanFacts' layout (the RED fields, set on every LLM span):
+ * its index found once per name instead of scanned for per span. */
+static int facts_set_late(PyObject *facts, PyObject *name, int *at, PyObject *v)
+{
+    layout_t *l = &span_facts;
+    if (*at < 0)
+        for (int i = 0; i < l->n_fields; i++)
+            if (l->name[i] == name)
+                *at = i;
+    if (*at < 0 || *at >= l->n_fields || Py_TYPE(facts) != (PyTypeObject *)l->cls || !l->plain_setattr)
+        return PyObject_SetAttr(facts, name, v);
+    PyObject **slot = (PyObject **)((char *)facts + l->offset[*at]);
+    Py_INCREF(v);
+    Py_XSETREF(*slot, v);
+    return 0;
+}
+static int at_error = -1, at_input_tokens = -1, at_output_tokens = -1; /* reset by init */
+
 static int facts_set(PyObject *facts, PyObject *name, PyObject *v)
 {
     PyObject **slot = field_slot(&span_facts, facts, name);
@@ -1498,9 +1516,9 @@ static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_o
         if (rc == 0 && replay != NULL)
             rc = facts_set(facts, str_replay, replay);
         if (rc == 0 && tokens_in != NULL)
-            rc = facts_set(facts, str_input_tokens, tokens_in);
+            rc = facts_set_late(facts, str_input_tokens, &at_input_tokens, tokens_in);
         if (rc == 0 && tokens_out != NULL)
-            rc = facts_set(facts, str_output_tokens, tokens_out);
+            rc = facts_set_late(facts, str_output_tokens, &at_output_tokens, tokens_out);
     }
     Py_XDECREF(chunks);
     return rc;
@@ -1649,7 +1667,7 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
         goto fail;
     if (release != NULL && facts_set(facts, str_release, release))
         goto fail;
-    if (status == 2 && facts_set(facts, str_error, Py_True)) /* STATUS_CODE_ERROR */
+    if (status == 2 && facts_set_late(facts, str_error, &at_error, Py_True)) /* STATUS_CODE_ERROR */
         goto fail;
     int mapped = attrs_any(&attrs), role = R_OTHER;
     if (mapped) {
@@ -2184,6 +2202,7 @@ static PyObject *init(PyObject *self, PyObject *args)
             indexed_slots[f][i] = entry->slot;
         }
     }
+    at_error = at_input_tokens = at_output_tokens = -1;
     if (set_layout(&span_facts, facts_cls, facts_layout) || set_layout(&chunk, chunk_cls, chunk_layout)
         || set_layout(&decoded, decoded_cls, decoded_layout))
         return NULL;
