@@ -173,6 +173,11 @@ class ServiceSeries:
         if record.error:
             v[r + 1] += 1
         tin, tout = record.input_tokens, record.output_tokens
+        # The decoder gives counts in [0, 10M]; a negative one (a record built otherwise) is none.
+        if tin is not None and tin < 0:
+            tin = None
+        if tout is not None and tout < 0:
+            tout = None
         if tin is None and tout is None:
             return
         if tin is not None:

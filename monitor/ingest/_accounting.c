@@ -567,13 +567,18 @@ static inline void red_add(red_t *r, Py_ssize_t at, double x)
     r->add[r->n++] = x;
 }
 
-/* 0: no such figure (None, or a negative duration); 1: *x; -1: not the common path */
+/* A token count: 0 none (None, or negative: ServiceSeries.observe ignores it), 1 *x, -1 not the
+ * common path (not an int within a long) */
 static int figure(PyObject *o, long *x, int none_ok)
 {
     if (o == Py_None && none_ok)
         return 0;
     if (long_of(o, x))
         return -1;
+    if (*x < 0) {
+        *x = 0;
+        return 0;
+    }
     return 1;
 }
 
@@ -636,6 +641,9 @@ static int red_stage(red_t *r, bounds_t *bc, PyObject *red, PyObject *record, Py
         || (has_in = figure(SLOT(record, R_IN_TOKENS), &tin, 1)) < 0
         || (has_out = figure(SLOT(record, R_OUT_TOKENS), &tout, 1)) < 0)
         return 1;
+    long request = -1; /* end - start, as Python's ints give it: beyond a long, Python's path */
+    if (start && __builtin_sub_overflow(end, start, &request))
+        return 1;
     PyObject *price = NULL;
     if (has_in || has_out) {
         PyObject *model = SLOT(record, R_MODEL);
@@ -659,7 +667,7 @@ static int red_stage(red_t *r, bounds_t *bc, PyObject *red, PyObject *record, Py
         red_release(r);
         return 1;
     }
-    long ns[3] = {start ? end - start : -1, stage[0], stage[1]};
+    long ns[3] = {request, stage[0], stage[1]};
     for (int k = 0; k < 3; k++) {
         if (ns[k] < 0)
             continue;
