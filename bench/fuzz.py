@@ -566,6 +566,16 @@ def hostile_traffic(seed: int, batches: int) -> list[tuple[float, list[Any], lis
                 r.end_ns = rng.choice(odd_times)
             if rng.random() < 0.05:
                 r.start_ns = rng.choice(odd_times)
+            if rng.random() < 0.05:  # the RED figures: stage times and tokens past what C reads
+                r.retrieval_ns = rng.choice(odd_times)
+            if rng.random() < 0.05:
+                r.generation_ns = rng.choice(odd_times)
+            if rng.random() < 0.05:
+                r.input_tokens = rng.choice(odd_times)
+            if rng.random() < 0.05:
+                r.output_tokens = rng.choice([*odd_times, None])
+            if rng.random() < 0.03:
+                r.model = rng.choice(["", "é" * 200, "gpt-4o-mini" * 20])
             if rng.random() < 0.05:
                 r.trace_id = rng.choice(["", "é" * 200, "x" * 129, "日本" * 70, f.trace_id * 8])
             if rng.random() < 0.03:

@@ -80,6 +80,14 @@ per-message path, e.g.
 (`--no-gc` disables the cyclic garbage collector for the pass, to see its share; `--gc-threshold`
 tries other thresholds; `--batch` hands over that many messages a call; `--python-assembler` runs
 the stage with the pure-Python assembler and everything else compiled, for that part's share).
+
+`--stage-only --before DIR` compares two revisions in one run: DIR is a checkout of the earlier one
+with its C extensions built in place (`git worktree add DIR REV && cd DIR && python setup.py
+build_ext --inplace`, or `pip install -e DIR` in a second environment). Each of `--repeat` rounds
+runs DIR's `--stage-only` and this tree's, each in its own process on the same workload, in
+alternating order; it prints both CPU µs per message and the median of the rounds' after/before
+ratios (a change that costs the ingest stage 5 % shows as 1.05), e.g.
+`python bench/ingest.py --stage-only --quick --before ../before --repeat 10`.
 """
 
 from __future__ import annotations
@@ -1095,6 +1103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--gc-threshold", metavar="G0,G1,G2", help="with --stage-only: gc.set_threshold after the sidecar's"
     )
+    p.add_argument(
+        "--before", metavar="DIR", help="with --stage-only: compare with the checkout in DIR (above)"
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--encoding", choices=("auto", "otlp_proto"), default="auto", help="sidecar decoder")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain")
@@ -1119,10 +1130,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def compare_trees(args: argparse.Namespace) -> dict[str, Any]:
+    """`--stage-only` of the checkout `args.before` and of this tree, alternating, `args.repeat`
+    rounds, each in a process of its own importing its own tree's package."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"before": os.path.abspath(args.before), "after": here}
+    flags = [
+        "--stage-only",
+        "--traces",
+        str(args.traces),
+        "--workload",
+        args.workload,
+        "--seed",
+        str(args.seed),
+    ]
+    flags += ["--batch", str(args.batch), "--mode", args.mode]
+    cpu: dict[str, list[float]] = {"before": [], "after": []}
+    for i in range(args.repeat):
+        for name in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            root = trees[name]
+            env = {**os.environ, "PYTHONPATH": root}
+            cmd = [sys.executable, os.path.join(root, "bench", "ingest.py"), *flags]
+            done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=True)
+            cpu[name].append(json.loads(done.stdout.strip().splitlines()[-1])["cpu_us_per_msg"])
+    ratios = [a / b for a, b in zip(cpu["after"], cpu["before"], strict=True)]
+    return {
+        "workload": args.workload,
+        "messages_per_run": args.traces,
+        "before": trees["before"],
+        "cpu_us_per_msg_before": [round(x, 3) for x in cpu["before"]],
+        "cpu_us_per_msg_after": [round(x, 3) for x in cpu["after"]],
+        "after_over_before_per_round": [round(r, 4) for r in ratios],
+        "after_over_before_median": round(statistics.median(ratios), 4),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.stage_only:
-        print(json.dumps(stage_only(args)))
+        print(json.dumps(compare_trees(args) if args.before else stage_only(args)))
         return 0
     if args.role is not None:
         result = asyncio.run(run_raw(args)) if args.role == "raw" else run_sidecar(args)

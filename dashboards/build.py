@@ -263,6 +263,107 @@ def by_release(metric: str, title: str) -> Json:
     )
 
 
+# -- the service's own RED figures ------------------------------------------------------------------
+
+# deploy/prometheus/rules.yml's ragmon-service-red-5m group (service, query type and release kept).
+RED_BUCKETS = "service_query_type_release_stage_le:ragmon_request_duration_seconds_bucket:rate5m"
+RED_RULE = "service_query_type_release:ragmon_{}:rate5m"
+RED_TOKENS = "service_query_type_release_type:ragmon_generator_tokens:rate5m"
+
+
+def row(title: str) -> Json:
+    """A row header: the panels after it, up to the next, are its."""
+    return {"type": "row", "title": title, "collapsed": False, "panels": [], "gridPos": {"h": 1, "w": WIDTH}}
+
+
+def service_red() -> list[Json]:
+    """The RAG service's own latency, errors, tokens and cost beside its quality, per release (and
+    query type), from every record the ingest stage counts: "slower, costlier and less faithful
+    since v1.4.2" in one glance. The latency quantiles pool the rules' bucket rates over the
+    selected services and query types before histogram_quantile (quantiles do not add up)."""
+
+    def latency(stage: str, by: str) -> list[Json]:
+        legend = "{{release}} " + ("{{stage}} " if "stage" in by else "")
+        return [
+            target(
+                f'histogram_quantile({q}, sum by ({by}, le) ({RED_BUCKETS}{{stage=~"{stage}",{SVC_QT}}}))',
+                f"{legend}p{round(q * 100)}",
+            )
+            for q in (0.5, 0.95)
+        ]
+
+    def share(part: str) -> str:
+        return (
+            f"sum by (release, query_type) ({RED_RULE.format(part)}{{{SVC_QT}}})"
+            f" / (sum by (release, query_type) ({RED_RULE.format('requests')}{{{SVC_QT}}}) > 0)"
+        )
+
+    return [
+        row("Service: latency, errors, cost"),
+        timeseries(
+            "Request latency by release (p50, p95)",
+            "The RAG service's own request duration (its root span), p50 and p95 over 5 minutes per "
+            "release, the selected services and query types pooled; every record, not only the judged "
+            "ones. Beside the quality panels: a release that is slower and less faithful shows in both.",
+            "s",
+            latency("request", "release"),
+        ),
+        timeseries(
+            "Stage latency by release (p50, p95)",
+            "Retriever stage (first retriever or reranker span's start to the last one's end) and "
+            "generator stage (likewise over the LLM spans), p50 and p95 over 5 minutes per release: "
+            "which half of the request got slower.",
+            "s",
+            latency("retrieval|generation", "release, stage"),
+        ),
+        timeseries(
+            "Error share by release and query type",
+            "Share of requests whose root span status is ERROR, over 5 minutes, per release and query "
+            "type. Requests that failed before an answer was written are not records (rejected as "
+            "missing_answer), so this is the share among answered requests.",
+            "percentunit",
+            [target(share("request_errors"), "{{release}} {{query_type}}")],
+            defaults={"min": 0},
+        ),
+        timeseries(
+            "Generator tokens per request by release and query type",
+            "Input and output tokens the service's LLM spans report (gen_ai.usage.* or "
+            "llm.token_count.*), per request, over 5 minutes, per release and query type.",
+            "none",
+            [
+                target(
+                    f"sum by (release, query_type, type) ({RED_TOKENS}{{{SVC_QT}}}) / ignoring (type) "
+                    f"group_left sum by (release, query_type) ({RED_RULE.format('requests')}{{{SVC_QT}}})",
+                    "{{release}} {{query_type}} {{type}}",
+                )
+            ],
+        ),
+        timeseries(
+            "Generator USD per hour by release and query type",
+            "What the service's generator tokens cost per hour at metrics.service_prices (USD per "
+            "million tokens), over 5 minutes, per release and query type. Models without a price are "
+            "counted in the next panel, not here.",
+            "currencyUSD",
+            [
+                target(
+                    "3600 * sum by (release, query_type) "
+                    f"({RED_RULE.format('generator_cost_usd')}{{{SVC_QT}}})",
+                    "{{release}} {{query_type}}",
+                )
+            ],
+        ),
+        timeseries(
+            "Unpriced requests by release and query type",
+            "Share of requests with generator tokens whose model has no price in "
+            "metrics.service_prices: their tokens are counted, their cost is not. Above 0, the USD "
+            "panel undercounts: add the model's price.",
+            "percentunit",
+            [target(share("generator_unpriced"), "{{release}} {{query_type}}")],
+            defaults={"min": 0},
+        ),
+    ]
+
+
 # -- dashboards ---------------------------------------------------------------------------------
 
 
@@ -700,6 +801,7 @@ def quality() -> Json:
             "Share of checked citations whose chunk supports the claim",
         ),
         decided_share(),
+        *service_red(),
     ]
     return dashboard(
         "rag-monitor",

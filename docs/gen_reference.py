@@ -162,6 +162,9 @@ def _default(value: Any) -> str:
         value = str(value)
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
+    if isinstance(value, dict) and value and all(isinstance(v, BaseModel) for v in value.values()):
+        # A table of sections (a price table): its keys; each entry's fields are the section's.
+        return "entries for " + ", ".join(value)
     if isinstance(value, bool | int | float | str | list | dict):
         text = str(yaml.safe_dump(value, default_flow_style=True, width=10_000, allow_unicode=True))
         text = text.strip().removesuffix("...").strip()

@@ -8,14 +8,16 @@ the demo can run several pipelines in one process without label collisions.
 from __future__ import annotations
 
 import time
+from array import array
 from bisect import bisect_left
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.estimate import estimate_values, usable_weight
-from monitor.model import DECIDABLE_CHECKS, Judgement, Reject, Undecided, Verdict
+from monitor.model import DECIDABLE_CHECKS, Judgement, RagRecord, Reject, Undecided, Verdict
 from monitor.results import ReviewReason
 
 PREFIX = "ragmon_"
@@ -26,6 +28,12 @@ CHUNK_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 # Span end → record counted: dominated by the assembly grace period and consumer lag.
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+# The service's own request and stage durations: a retrieval takes milliseconds, a long generation
+# a minute.
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+# `ragmon_request_duration_seconds`' stage label, in `ServiceSeries.values`' order.
+RED_STAGES = ("request", "retrieval", "generation")
+_RED_BOUNDS = [*DURATION_BUCKETS, float("inf")]  # never changed
 
 
 class HistogramTally:
@@ -94,6 +102,117 @@ class RecordSeries:
             self.records = 0
         self.chunks.flush()
         self.top_score.flush()
+
+
+class Prices(Protocol):
+    """USD per token of a generator model (`monitor.ingest.accounting.PriceBook`): (input,
+    output), or None where the price table has no such model."""
+
+    def price(self, model: str | None) -> tuple[float, float] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceMetrics:
+    """The service's own RED series (request and stage durations, requests and errors, generator
+    tokens and USD), per service, query type and release; the ingest stage counts every record."""
+
+    duration: Histogram  # labels: service, query_type, release, stage
+    requests: Counter
+    errors: Counter
+    tokens: Counter  # labels: service, query_type, release, type (input | output)
+    cost: Counter
+    unpriced: Counter
+
+
+class ServiceSeries:
+    """The RED series of one (service, query_type, release), counted locally in `values` and added
+    to the Prometheus children by `flush`, as `RecordSeries` does.
+
+    `values` (floats: counts stay exact to 2**53) holds, per stage of `RED_STAGES`, the bucket
+    counts (one per bound of `bounds`, which ends with +Inf) and the sum; then requests, errors,
+    input tokens, output tokens, USD and unpriced records (`REQUESTS` on). The C seam: `bounds`
+    (read) and `values` (added to as `observe` adds), which the ingest stage's compiled
+    accounting counts into."""
+
+    __slots__ = ("_children", "_zeros", "bounds", "values")
+
+    def __init__(self, metrics: ServiceMetrics, service: str, query_type: str, release: str) -> None:
+        labels = {"service": service, "query_type": query_type, "release": release}
+        self._children = (
+            tuple(metrics.duration.labels(stage=stage, **labels) for stage in RED_STAGES),
+            metrics.requests.labels(**labels),
+            metrics.errors.labels(**labels),
+            metrics.tokens.labels(type="input", **labels),
+            metrics.tokens.labels(type="output", **labels),
+            metrics.cost.labels(**labels),
+            metrics.unpriced.labels(**labels),
+        )
+        self.bounds = _RED_BOUNDS  # shared: the compiled accounting reads it once per batch
+        self._zeros = array("d", [0.0]) * (len(RED_STAGES) * (len(self.bounds) + 1) + 6)
+        self.values = array("d", self._zeros)
+
+    def observe(self, record: RagRecord, prices: Prices) -> None:
+        """One record: its request and stage durations (a negative or unknown one is not
+        observed), its outcome, its generator tokens and their USD (or, for a model `prices` has
+        no price for, one more unpriced record)."""
+        v = self.values
+        bounds = self.bounds
+        step = len(bounds) + 1
+        if record.start_ns:
+            ns = record.end_ns - record.start_ns
+            if ns >= 0:
+                d = ns / 1e9
+                v[bisect_left(bounds, d)] += 1
+                v[step - 1] += d
+        for at, ns in ((step, record.retrieval_ns), (2 * step, record.generation_ns)):
+            if ns >= 0:
+                d = ns / 1e9
+                v[at + bisect_left(bounds, d)] += 1
+                v[at + step - 1] += d
+        r = 3 * step
+        v[r] += 1
+        if record.error:
+            v[r + 1] += 1
+        tin, tout = record.input_tokens, record.output_tokens
+        # The decoder gives counts in [0, 10M]; a negative one (a record built otherwise) is none.
+        if tin is not None and tin < 0:
+            tin = None
+        if tout is not None and tout < 0:
+            tout = None
+        if tin is None and tout is None:
+            return
+        if tin is not None:
+            v[r + 2] += tin
+        if tout is not None:
+            v[r + 3] += tout
+        price = prices.price(record.model)
+        if price is None:
+            v[r + 5] += 1
+        else:
+            v[r + 4] += (tin or 0) * price[0] + (tout or 0) * price[1]
+
+    def flush(self) -> None:
+        v = self.values
+        step = len(self.bounds) + 1
+        r = 3 * step
+        if not v[r]:
+            return
+        stages, requests, errors, tokens_in, tokens_out, cost, unpriced = self._children
+        for k, hist in enumerate(stages):
+            at = k * step
+            if any(v[at : at + step]):
+                buckets = hist._buckets
+                for i in range(step - 1):
+                    if v[at + i]:
+                        buckets[i].inc(v[at + i])
+                hist._sum.inc(v[at + step - 1])
+        requests.inc(v[r])
+        for child, x in ((errors, v[r + 1]), (tokens_in, v[r + 2]), (tokens_out, v[r + 3]), (cost, v[r + 4])):
+            if x:
+                child.inc(x)
+        if v[r + 5]:
+            unpriced.inc(v[r + 5])
+        v[:] = self._zeros
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +408,44 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        red = ["service", "query_type", "release"]
+        self.service = ServiceMetrics(
+            duration=Histogram(
+                f"{PREFIX}request_duration_seconds",
+                "The RAG service's own request (root span) and stage (retriever, generator spans) "
+                "durations, every record",
+                [*red, "stage"],
+                buckets=DURATION_BUCKETS,
+                registry=r,
+            ),
+            requests=Counter(
+                f"{PREFIX}requests", "The RAG service's requests (records), every one", red, registry=r
+            ),
+            errors=Counter(
+                f"{PREFIX}request_errors",
+                "The RAG service's requests whose root span status is ERROR",
+                red,
+                registry=r,
+            ),
+            tokens=Counter(
+                f"{PREFIX}generator_tokens",
+                "Tokens the RAG service's generator (LLM spans) reports, by type (input, output)",
+                [*red, "type"],
+                registry=r,
+            ),
+            cost=Counter(
+                f"{PREFIX}generator_cost_usd",
+                "USD of the generator tokens at metrics.service_prices (models with a price only)",
+                red,
+                registry=r,
+            ),
+            unpriced=Counter(
+                f"{PREFIX}generator_unpriced",
+                "Requests whose generator tokens are counted but not priced: no price for the model",
+                red,
+                registry=r,
+            ),
+        )
         self.judge = JudgeMetrics(r)
         self.estimates = EstimateCounters(r)
         qm = ["query_type", "metric"]
@@ -348,6 +505,9 @@ class Metrics:
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)
+
+    def service_series(self, service: str, query_type: str, release: str) -> ServiceSeries:
+        return ServiceSeries(self.service, service, query_type, release)
 
     def record_series(self, service: str, query_type: str) -> RecordSeries:
         labels = {"service": service, "query_type": query_type}

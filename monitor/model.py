@@ -115,6 +115,12 @@ class SpanFacts:
     release: str = ""
     # Reasons for fields this span had but that could not be used (wrong type, absurd time).
     problems: list[Reject] = field(default_factory=list)
+    # The span's status is ERROR (OTLP `Status.code` 2): the service's own error signal.
+    error: bool = False
+    # Generator tokens the span reports (`gen_ai.usage.*`, OpenInference `llm.token_count.*`),
+    # on LLM spans only; None: not reported (or an unusable value, counted as bad_attribute).
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -133,6 +139,15 @@ class RagRecord:
     end_ns: int = 0
     replay: bool = False
     release: str = ""  # raw, as the root span (else any span) says; "" unknown
+    # The service's own RED figures, from the same spans (`assemble.build_record`): the retriever
+    # stage's and the generator stage's wall time (first start to last end of the retriever and
+    # reranker spans, of the LLM spans; -1 unknown), whether the root span's status is ERROR, and
+    # the generator tokens the LLM spans report, summed (None: none reported).
+    retrieval_ns: int = -1
+    generation_ns: int = -1
+    error: bool = False
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         return {

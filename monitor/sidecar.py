@@ -82,6 +82,7 @@ def ingest_stage(
         sampling=settings.sampling,
         limits=settings.pipeline.ingest_limits(),
         retrieval_drift=retrieval_drift,
+        prices=settings.metrics.service_prices,
     )
 
 

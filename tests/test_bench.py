@@ -35,6 +35,15 @@ def test_the_ingest_stage_benchmark_measures_every_record(workload: str) -> None
     assert figures["cpu_us_per_msg"] > 0
 
 
+def test_the_ingest_stage_benchmark_compares_two_trees_in_one_run() -> None:
+    """`--before DIR`: DIR's stage and this tree's, alternating; here DIR is this tree itself."""
+    done = _run("bench/ingest.py", "--stage-only", "--traces", "200", "--before", ".", "--repeat", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(figures["after_over_before_per_round"]) == 2
+    assert figures["after_over_before_median"] > 0
+
+
 def test_leave_one_family_out_never_tunes_on_the_family_it_reports() -> None:
     """bench/lexical_judge.py --lofo: the setting a family is judged with is chosen on the other
     families alone. Setting 1 is far better on family `a` and worse on `b` and `c`: `a` held out

@@ -126,12 +126,15 @@ static PyObject *trace_fraction(PyObject *self, PyObject *id)
 /* --- the objects' slots ------------------------------------------------------------------ */
 
 enum {
-    T_RECORD, T_CHUNK, T_FINISHED, T_REF, T_SERIES, T_TALLY, T_DRIFT, T_SLICE, T_FROZEN, N_TYPES
+    T_RECORD, T_CHUNK, T_FINISHED, T_REF, T_SERIES, T_RED, T_PRICES, T_TALLY, T_DRIFT, T_SLICE, T_FROZEN, N_TYPES
 };
-static const char *const type_names[N_TYPES] = {"RagRecord",      "Chunk",      "Finished",   "MessageRef",  "RecordSeries",
-                                                "HistogramTally", "SliceDrift", "SliceState", "FrozenWindow"};
+static const char *const type_names[N_TYPES] = {"RagRecord",  "Chunk",          "Finished",   "MessageRef",
+                                                "RecordSeries", "ServiceSeries", "PriceBook",  "HistogramTally",
+                                                "SliceDrift", "SliceState",     "FrozenWindow"};
 enum {
     R_TRACE_ID, R_SERVICE, R_QUERY_TYPE, R_CHUNKS, R_ANSWER, R_START, R_END, R_REPLAY,
+    R_MODEL, R_RELEASE, R_RETRIEVAL, R_GENERATION, R_ERROR, R_IN_TOKENS, R_OUT_TOKENS,
+    V_BOUNDS, V_VALUES, P_CACHE,
     C_SCORE,
     F_RECORD, F_REFS,
     M_HOLDS, M_PARTITION, M_OFFSET, M_TRACES, M_SIZE,
@@ -149,6 +152,9 @@ static const struct {
 } slot_spec[N_SLOTS] = {
     {T_RECORD, "trace_id"},  {T_RECORD, "service"},    {T_RECORD, "query_type"}, {T_RECORD, "chunks"},
     {T_RECORD, "answer"},    {T_RECORD, "start_ns"},   {T_RECORD, "end_ns"},     {T_RECORD, "replay"},
+    {T_RECORD, "model"},     {T_RECORD, "release"},    {T_RECORD, "retrieval_ns"}, {T_RECORD, "generation_ns"},
+    {T_RECORD, "error"},     {T_RECORD, "input_tokens"}, {T_RECORD, "output_tokens"},
+    {T_RED, "bounds"},       {T_RED, "values"},        {T_PRICES, "cache"},
     {T_CHUNK, "score"},      {T_FINISHED, "record"},   {T_FINISHED, "refs"},     {T_REF, "holds"},
     {T_REF, "partition"},    {T_REF, "offset"},        {T_REF, "traces"},        {T_REF, "size"},
     {T_SERIES, "records"},   {T_SERIES, "chunks"},     {T_SERIES, "top_score"},  {T_TALLY, "bounds"},
@@ -217,15 +223,16 @@ static int drift_type(PyObject *d)
 }
 
 static const char init_doc[] =
-    "init(record, chunk, finished, message_ref, record_series, histogram_tally, slice_state, frozen_window, "
-    "looks_like_refusal): the classes whose public fields RecordAccounting reads and writes (ValueError "
+    "init(record, chunk, finished, message_ref, record_series, service_series, price_book, histogram_tally, "
+    "slice_state, frozen_window, looks_like_refusal): the classes whose public fields RecordAccounting reads and writes (ValueError "
     "when one is not a slot), and the sampler's refusal check";
 
 static PyObject *init(PyObject *self, PyObject *args)
 {
     PyObject *cls[N_TYPES], *refusal;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &cls[T_RECORD], &cls[T_CHUNK], &cls[T_FINISHED], &cls[T_REF],
-                          &cls[T_SERIES], &cls[T_TALLY], &cls[T_SLICE], &cls[T_FROZEN], &refusal))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &cls[T_RECORD], &cls[T_CHUNK], &cls[T_FINISHED], &cls[T_REF],
+                          &cls[T_SERIES], &cls[T_RED], &cls[T_PRICES], &cls[T_TALLY], &cls[T_SLICE], &cls[T_FROZEN],
+                          &refusal))
         return NULL;
     if (!PyCallable_Check(refusal)) {
         PyErr_SetString(PyExc_TypeError, "looks_like_refusal must be callable");
@@ -527,10 +534,168 @@ static int unsampled(writes_t *w, const sampler_t *sp, PyObject *record, PyObjec
     return rc ? rc : put(w, &SLOT(s, L_MEDIAN), PyFloat_FromDouble(m));
 }
 
+/* --- the RED series ---------------------------------------------------------------------- */
+
+/* ServiceSeries.observe(record, prices), staged: the additions to its `values` (a writable buffer
+ * of doubles, held from the staging to the commit), made only once the record is counted. */
+#define MAX_RED 12
+typedef struct {
+    Py_buffer view;
+    int held, n;
+    Py_ssize_t at[MAX_RED];
+    double add[MAX_RED];
+} red_t;
+
+static void red_release(red_t *r)
+{
+    if (r->held)
+        PyBuffer_Release(&r->view);
+    r->held = r->n = 0;
+}
+
+static void red_commit(red_t *r)
+{
+    double *v = (double *)r->view.buf;
+    for (int i = 0; i < r->n; i++)
+        v[r->at[i]] += r->add[i];
+    red_release(r);
+}
+
+static inline void red_add(red_t *r, Py_ssize_t at, double x)
+{
+    r->at[r->n] = at;
+    r->add[r->n++] = x;
+}
+
+/* A token count: 0 none (None, or negative: ServiceSeries.observe ignores it), 1 *x, -1 not the
+ * common path (not an int within a long) */
+static int figure(PyObject *o, long *x, int none_ok)
+{
+    if (o == Py_None && none_ok)
+        return 0;
+    if (long_of(o, x))
+        return -1;
+    if (*x < 0) {
+        *x = 0;
+        return 0;
+    }
+    return 1;
+}
+
+/* A series' `bounds` (a list of floats, one object every series shares) as doubles, read once
+ * per `account` call rather than bisected as objects per record. */
+#define MAX_BOUNDS 32
+typedef struct {
+    PyObject *obj; /* borrowed: the list last read (0: none) */
+    Py_ssize_t n;
+    double v[MAX_BOUNDS];
+} bounds_t;
+
+/* 0 with b holding `bounds`' values; 1 when it is not a list of at most MAX_BOUNDS floats */
+static int read_bounds(bounds_t *b, PyObject *bounds)
+{
+    if (bounds == b->obj)
+        return 0;
+    Py_ssize_t n = PyList_GET_SIZE(bounds);
+    if (n > MAX_BOUNDS)
+        return 1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (float_of(PyList_GET_ITEM(bounds, i), &b->v[i])) {
+            b->obj = NULL;
+            return 1;
+        }
+    b->obj = bounds;
+    b->n = n;
+    return 0;
+}
+
+/* bisect_left over b's values (as `bisect`) */
+static inline Py_ssize_t bisect_bounds(const bounds_t *b, double x)
+{
+    Py_ssize_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (!(b->v[mid] < x))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* A record's RED additions to `red`, priced from `cache` (PriceBook.cache): 0 staged in r (its
+ * buffer held), 1 (not the common path: a model not in the cache, a field of another type), -1. */
+static int red_stage(red_t *r, bounds_t *bc, PyObject *red, PyObject *record, PyObject *cache)
+{
+    r->held = r->n = 0;
+    if (!IS(red, T_RED) || !IS(record, T_RECORD))
+        return 1;
+    PyObject *bounds = SLOT(red, V_BOUNDS), *values = SLOT(red, V_VALUES), *error = SLOT(record, R_ERROR);
+    if (bounds == NULL || values == NULL || !PyList_CheckExact(bounds) || (error != Py_True && error != Py_False)
+        || read_bounds(bc, bounds))
+        return 1;
+    long start, end, stage[2], tin = 0, tout = 0;
+    int has_in, has_out;
+    if (long_of(SLOT(record, R_START), &start) || long_of(SLOT(record, R_END), &end)
+        || long_of(SLOT(record, R_RETRIEVAL), &stage[0]) || long_of(SLOT(record, R_GENERATION), &stage[1])
+        || (has_in = figure(SLOT(record, R_IN_TOKENS), &tin, 1)) < 0
+        || (has_out = figure(SLOT(record, R_OUT_TOKENS), &tout, 1)) < 0)
+        return 1;
+    long request = -1; /* end - start, as Python's ints give it: beyond a long, Python's path */
+    if (start && __builtin_sub_overflow(end, start, &request))
+        return 1;
+    PyObject *price = NULL;
+    if (has_in || has_out) {
+        PyObject *model = SLOT(record, R_MODEL);
+        if (model == NULL || cache == NULL)
+            return 1;
+        if ((price = PyDict_GetItemWithError(cache, model)) == NULL)
+            return PyErr_Occurred() ? -1 : 1; /* not priced yet: PriceBook.price */
+        if (price != Py_None
+            && (!PyTuple_CheckExact(price) || PyTuple_GET_SIZE(price) != 2 || !PyFloat_CheckExact(PyTuple_GET_ITEM(price, 0))
+                || !PyFloat_CheckExact(PyTuple_GET_ITEM(price, 1))))
+            return 1;
+    }
+    Py_ssize_t b = PyList_GET_SIZE(bounds), step = b + 1, at;
+    if (PyObject_GetBuffer(values, &r->view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    r->held = 1;
+    if (r->view.itemsize != 8 || r->view.format == NULL || strcmp(r->view.format, "d") != 0
+        || r->view.len != (3 * step + 6) * 8) {
+        red_release(r);
+        return 1;
+    }
+    long ns[3] = {request, stage[0], stage[1]};
+    for (int k = 0; k < 3; k++) {
+        if (ns[k] < 0)
+            continue;
+        double d = (double)ns[k] / 1e9;
+        at = bisect_bounds(bc, d);
+        red_add(r, k * step + at, 1.0);
+        red_add(r, k * step + step - 1, d);
+    }
+    Py_ssize_t q = 3 * step;
+    red_add(r, q, 1.0);
+    if (error == Py_True)
+        red_add(r, q + 1, 1.0);
+    if (has_in)
+        red_add(r, q + 2, (double)tin);
+    if (has_out)
+        red_add(r, q + 3, (double)tout);
+    if (price == Py_None)
+        red_add(r, q + 5, 1.0);
+    else if (price != NULL)
+        red_add(r, q + 4, (double)tin * PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(price, 0))
+                              + (double)tout * PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(price, 1)));
+    return 0;
+}
+
 /* One finished trace through `_finish`'s common path, staged in w: 0 (commit w), 1 (not the
  * common path), -1 (an error). */
-static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const sampler_t *sp, PyObject *drifts,
-               PyObject *lag)
+static int one(writes_t *w, red_t *red, bounds_t *bc, PyObject *fin, double now, PyObject *labels,
+               const sampler_t *sp, PyObject *drifts, PyObject *lag, PyObject *cache)
 {
     int rc;
     if (!IS(fin, T_FINISHED))
@@ -539,17 +704,18 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const s
     if (record == NULL || !IS(record, T_RECORD) || refs == NULL || !PyList_CheckExact(refs)
         || PyList_GET_SIZE(refs) > MAX_REFS || SLOT(record, R_REPLAY) != Py_False)
         return 1;
-    PyObject *service = SLOT(record, R_SERVICE), *raw_qt = SLOT(record, R_QUERY_TYPE);
-    if (service == NULL || raw_qt == NULL || !PyUnicode_CheckExact(raw_qt) || PyUnicode_GET_LENGTH(raw_qt) == 0)
+    PyObject *service = SLOT(record, R_SERVICE), *raw_qt = SLOT(record, R_QUERY_TYPE), *release = SLOT(record, R_RELEASE);
+    if (service == NULL || raw_qt == NULL || release == NULL || !PyUnicode_CheckExact(raw_qt)
+        || PyUnicode_GET_LENGTH(raw_qt) == 0)
         return 1; /* no query type: the classifier's */
-    PyObject *key = PyTuple_Pack(2, service, raw_qt);
+    PyObject *key = PyTuple_Pack(3, service, raw_qt, release);
     if (key == NULL)
         return -1;
     PyObject *bounded = PyDict_GetItemWithError(labels, key);
     Py_DECREF(key);
     if (bounded == NULL)
         return PyErr_Occurred() ? -1 : 1;
-    if (!PyTuple_CheckExact(bounded) || PyTuple_GET_SIZE(bounded) != 4 || PyTuple_GET_ITEM(bounded, 2) != Py_False)
+    if (!PyTuple_CheckExact(bounded) || PyTuple_GET_SIZE(bounded) != 5 || PyTuple_GET_ITEM(bounded, 2) != Py_False)
         return 1;
     PyObject *qt = PyTuple_GET_ITEM(bounded, 1), *series = PyTuple_GET_ITEM(bounded, 3);
     PyObject *chunks = SLOT(record, R_CHUNKS);
@@ -591,14 +757,14 @@ static int one(writes_t *w, PyObject *fin, double now, PyObject *labels, const s
             if (PyList_GET_ITEM(refs, j) == ref)
                 return 1;
     }
-    return 0;
+    return red_stage(red, bc, PyTuple_GET_ITEM(bounded, 4), record, cache); /* last: it holds a buffer */
 }
 
 /* --- the type ------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *labels, *sampler, *retrieval, *lag;
+    PyObject *labels, *sampler, *retrieval, *lag, *prices;
     sampler_t sp; /* the sampler's policy, read once (a Sampler's never changes); sp.slices unused */
 } Accounting;
 
@@ -637,13 +803,13 @@ static int read_policy(PyObject *sampler, sampler_t *sp)
 
 static int acc_init(Accounting *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"sampler", "retrieval", "lag", NULL};
-    PyObject *sampler, *retrieval, *lag, *labels;
+    static char *kwlist[] = {"sampler", "retrieval", "lag", "prices", NULL};
+    PyObject *sampler, *retrieval, *lag, *prices, *labels;
     if (!ready) {
         PyErr_SetString(PyExc_RuntimeError, "_accounting.init() was not called");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO", kwlist, &sampler, &retrieval, &lag))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO", kwlist, &sampler, &retrieval, &lag, &prices))
         return -1;
     sampler_t sp = {.slices = NULL};
     if (read_policy(sampler, &sp) || (labels = PyDict_New()) == NULL)
@@ -653,6 +819,7 @@ static int acc_init(Accounting *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->sampler, Py_NewRef(sampler));
     Py_XSETREF(self->retrieval, Py_NewRef(retrieval));
     Py_XSETREF(self->lag, Py_NewRef(lag));
+    Py_XSETREF(self->prices, Py_NewRef(prices));
     return 0;
 }
 
@@ -662,6 +829,7 @@ static int acc_traverse(Accounting *self, visitproc visit, void *arg)
     Py_VISIT(self->sampler);
     Py_VISIT(self->retrieval);
     Py_VISIT(self->lag);
+    Py_VISIT(self->prices);
     return 0;
 }
 
@@ -671,6 +839,7 @@ static int acc_clear(Accounting *self)
     Py_CLEAR(self->sampler);
     Py_CLEAR(self->retrieval);
     Py_CLEAR(self->lag);
+    Py_CLEAR(self->prices);
     return 0;
 }
 
@@ -691,11 +860,11 @@ static PyObject *call_observe(PyObject *obj, PyObject *a, PyObject *b, PyObject 
 /* The reference's `count`: the same objects' own methods, called alike. */
 static PyObject *acc_count(Accounting *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "count(record, series, now)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "count(record, series, red, now)");
         return NULL;
     }
-    PyObject *record = args[0], *series = args[1], *now = args[2], *r = NULL;
+    PyObject *record = args[0], *series = args[1], *red = args[2], *now = args[3], *r = NULL;
     PyObject *chunks = NULL, *n = NULL, *top = NULL, *end = NULL, *scaled = NULL, *lag = NULL, *qt = NULL;
     Py_ssize_t len;
     if ((chunks = PyObject_GetAttrString(record, "chunks")) == NULL || (len = PyObject_Length(chunks)) < 0
@@ -710,6 +879,9 @@ static PyObject *acc_count(Accounting *self, PyObject *const *args, Py_ssize_t n
     } else
         top = Py_NewRef(Py_None);
     if ((r = call_observe(series, n, top, NULL)) == NULL)
+        goto done;
+    Py_CLEAR(r);
+    if ((r = call_observe(red, record, self->prices, NULL)) == NULL)
         goto done;
     Py_CLEAR(r);
     if (self->retrieval != Py_None) {
@@ -760,25 +932,31 @@ static PyObject *acc_account(Accounting *self, PyObject *const *args, Py_ssize_t
     PyObject *finished = args[0], *labels = self->labels, *lag = self->lag;
     sampler_t sp = self->sp;
     PyObject *drifts = NULL;
+    PyObject *cache = IS(self->prices, T_PRICES) ? SLOT(self->prices, P_CACHE) : NULL;
     Py_ssize_t i = start;
     writes_t w = {.n = 0};
+    red_t red = {.held = 0};
+    bounds_t bc = {.obj = NULL};
     if ((sp.slices = PyObject_GetAttr(self->sampler, str_slices)) == NULL
         || (self->retrieval != Py_None && (drifts = PyObject_GetAttr(self->retrieval, str_slices)) == NULL))
         goto fail;
-    if (!PyDict_CheckExact(sp.slices) || (drifts != NULL && !PyDict_CheckExact(drifts)) || !PyDict_CheckExact(labels)) {
+    if (!PyDict_CheckExact(sp.slices) || (drifts != NULL && !PyDict_CheckExact(drifts)) || !PyDict_CheckExact(labels)
+        || (cache != NULL && !PyDict_CheckExact(cache))) {
         i = start; /* not the shapes this was written for: Python counts them all */
         goto done;
     }
     for (; i < PyList_GET_SIZE(finished); i++) {
         PyObject *fin = PyList_GET_ITEM(finished, i);
-        int rc = one(&w, fin, now, labels, &sp, drifts, lag);
+        int rc = one(&w, &red, &bc, fin, now, labels, &sp, drifts, lag, cache);
         if (rc) {
             drop(&w);
+            red_release(&red);
             if (rc < 0)
                 goto fail;
             break;
         }
         commit(&w);
+        red_commit(&red);
         PyObject *refs = SLOT(fin, F_REFS);
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++) { /* release_all */
             PyObject **holds = &SLOT(PyList_GET_ITEM(refs, j), M_HOLDS);
@@ -799,16 +977,17 @@ fail:
 
 static PyMemberDef acc_members[] = {
     {"labels", T_OBJECT_EX, offsetof(Accounting, labels), READONLY,
-     "raw (service, query_type) -> bounded labels and their series, filled by the stage"},
+     "raw (service, query_type, release) -> bounded labels and their series, filled by the stage"},
     {"sampler", T_OBJECT_EX, offsetof(Accounting, sampler), READONLY, NULL},
     {"retrieval", T_OBJECT_EX, offsetof(Accounting, retrieval), READONLY, NULL},
     {"lag", T_OBJECT_EX, offsetof(Accounting, lag), READONLY, NULL},
+    {"prices", T_OBJECT_EX, offsetof(Accounting, prices), READONLY, NULL},
     {NULL},
 };
 
 static PyMethodDef acc_methods[] = {
     {"count", (PyCFunction)(void (*)(void))acc_count, METH_FASTCALL,
-     "count(record, series, now) -> float | None: as accounting.RecordAccounting.count"},
+     "count(record, series, red, now) -> float | None: as accounting.RecordAccounting.count"},
     {"account", (PyCFunction)(void (*)(void))acc_account, METH_FASTCALL,
      "account(finished, start, now) -> index: from start, each finished trace on the common path counted as "
      "IngestStage._finish counts it and its messages released, up to the first that is not"},
@@ -818,7 +997,7 @@ static PyMethodDef acc_methods[] = {
 static PyTypeObject AccountingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "monitor.ingest._accounting.RecordAccounting",
-    .tp_doc = PyDoc_STR("RecordAccounting(sampler, retrieval, lag): accounting.RecordAccounting's compiled twin"),
+    .tp_doc = PyDoc_STR("RecordAccounting(sampler, retrieval, lag, prices): accounting.RecordAccounting's compiled twin"),
     .tp_basicsize = sizeof(Accounting),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,

@@ -3,10 +3,10 @@
 from collections.abc import Callable
 from typing import Any
 
-from monitor.ingest.accounting import Labels, RetrievalObserver
+from monitor.ingest.accounting import Labels, PriceBook, RetrievalObserver
 from monitor.ingest.assemble import Finished
 from monitor.ingest.sampler import Sampler
-from monitor.metrics import HistogramTally, RecordSeries
+from monitor.metrics import HistogramTally, RecordSeries, ServiceSeries
 from monitor.model import RagRecord
 
 def init(
@@ -15,6 +15,8 @@ def init(
     finished: type,
     message_ref: type,
     record_series: type,
+    service_series: type,
+    price_book: type,
     histogram_tally: type,
     slice_state: type,
     frozen_window: type,
@@ -26,17 +28,21 @@ class RecordAccounting:
     """`accounting.RecordAccounting`'s compiled twin."""
 
     @property
-    def labels(self) -> dict[tuple[str, str], Labels]: ...
+    def labels(self) -> dict[tuple[str, str, str], Labels]: ...
     @property
     def sampler(self) -> Sampler: ...
     @property
     def retrieval(self) -> RetrievalObserver | None: ...
     @property
     def lag(self) -> HistogramTally: ...
+    @property
+    def prices(self) -> PriceBook: ...
     def __init__(
-        self, sampler: Sampler, retrieval: RetrievalObserver | None, lag: HistogramTally
+        self, sampler: Sampler, retrieval: RetrievalObserver | None, lag: HistogramTally, prices: PriceBook
     ) -> None: ...
-    def count(self, record: RagRecord, series: RecordSeries, now: float, /) -> float | None: ...
+    def count(
+        self, record: RagRecord, series: RecordSeries, red: ServiceSeries, now: float, /
+    ) -> float | None: ...
     def account(self, finished: list[Finished], start: int, now: float, /) -> int: ...
 
 def new_refs(partition: Any, messages: list[Any], last: int | None, /) -> list[Any]: ...

@@ -26,15 +26,17 @@
 
 static PyTypeObject *span_type = NULL, *chunk_type = NULL, *ref_type = NULL;
 enum { S_TRACE_ID, S_SPAN_ID, S_PARENT, S_SERVICE, S_START, S_END, S_ROLE, S_QUERY, S_ANSWER, S_CHUNKS, S_MODEL,
-       S_QUERY_TYPE, S_REPLAY, S_RELEASE, N_SPAN_FIELDS };
+       S_QUERY_TYPE, S_REPLAY, S_RELEASE, S_ERROR, S_IN_TOKENS, S_OUT_TOKENS, N_SPAN_FIELDS };
 static const char *const span_field_names[N_SPAN_FIELDS] = {
     "trace_id", "span_id", "parent_span_id", "service", "start_ns", "end_ns", "role",
-    "query", "answer", "chunks", "model", "query_type", "replay", "release"};
+    "query", "answer", "chunks", "model", "query_type", "replay", "release", "error", "input_tokens",
+    "output_tokens"};
 static Py_ssize_t span_off[N_SPAN_FIELDS];
 static Py_ssize_t chunk_id_off, holds_off, partition_off, traces_off, size_off;
 static PyObject *role_root, *role_retriever, *role_reranker, *role_llm, *role_other;
 static PyObject *rej_late, *rej_evicted, *rej_not_rag, *rej_missing_query, *rej_missing_answer, *rej_too_many;
 static PyObject *sort_by_end, *sort_by_start, *max_by_end; /* fallbacks for keys that are not int64 */
+static PyObject *stage_facts_fn;                          /* assemble.stage_facts, likewise */
 static long long trace_cost, span_cost; /* assemble.TRACE_COST, SPAN_COST: charged besides messages */
 static PyObject *str_acquire, *str_append, *empty_str, *str_traces, *str_size;
 static int ready = 0;
@@ -43,7 +45,7 @@ static int ready = 0;
 #define F(span, f) SLOT(span, span_off[f])
 
 /* A class built by filling its slots (all fields given, in order), or by calling it. */
-#define MAX_FIELDS 16
+#define MAX_FIELDS 20
 typedef struct {
     PyObject *cls;
     int n; /* 0: call the class */
@@ -531,6 +533,94 @@ static PyObject *first_query(PyObject **spans, Py_ssize_t n, int *err)
     return NULL;
 }
 
+/* 0 with *v for an exact int within int64; 1 (no error set) for anything else. */
+static int as_plain_int(PyObject *o, long long *v)
+{
+    int overflow;
+    if (!PyLong_CheckExact(o))
+        return 1;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    return overflow ? 1 : 0;
+}
+
+/* A stage's wall time (`assemble._stage_ns`) over two groups of spans: 0 with *ns set (-1: no span
+ * with times), 1 when a time is not an int64 (the Python function decides). */
+static int stage_ns(PyObject **a, Py_ssize_t na, PyObject **b, Py_ssize_t nb, long long *ns)
+{
+    long long lo = 0, hi = 0;
+    for (int g = 0; g < 2; g++) {
+        PyObject **items = g ? b : a;
+        Py_ssize_t n = g ? nb : na;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long long st, en;
+            if (as_plain_int(F(items[i], S_START), &st) || as_plain_int(F(items[i], S_END), &en))
+                return 1;
+            if (st) {
+                if (!lo || st < lo)
+                    lo = st;
+                if (en > hi)
+                    hi = en;
+            }
+        }
+    }
+    *ns = lo ? hi - lo : -1;
+    return 0;
+}
+
+/* `assemble.stage_facts(retrievers, rerankers, llms)` as the four new references of a record's
+ * fields (retrieval_ns, generation_ns, input_tokens, output_tokens): 0, or -1 with an error. */
+static int stage_facts(PyObject **ret, Py_ssize_t n_ret, PyObject **rr, Py_ssize_t n_rr, PyObject **llms,
+                       Py_ssize_t n_llm, PyObject **out)
+{
+    long long retrieval, generation, in = 0, outs = 0;
+    int has_in = 0, has_out = 0, native = stage_ns(ret, n_ret, rr, n_rr, &retrieval) == 0
+                                         && stage_ns(llms, n_llm, NULL, 0, &generation) == 0;
+    for (Py_ssize_t i = 0; native && i < n_llm; i++) {
+        PyObject *a = F(llms[i], S_IN_TOKENS), *b = F(llms[i], S_OUT_TOKENS);
+        long long x;
+        if (a != Py_None) {
+            native = as_plain_int(a, &x) == 0 && x >= 0 && x <= (1LL << 40);
+            in += x;
+            has_in = 1;
+        }
+        if (native && b != Py_None) {
+            native = as_plain_int(b, &x) == 0 && x >= 0 && x <= (1LL << 40);
+            outs += x;
+            has_out = 1;
+        }
+    }
+    if (native) {
+        out[0] = PyLong_FromLongLong(retrieval);
+        out[1] = PyLong_FromLongLong(generation);
+        /* one LLM span (the common case): its own objects, equal to the reference's sums */
+        out[2] = n_llm == 1 ? Py_NewRef(F(llms[0], S_IN_TOKENS)) : has_in ? PyLong_FromLongLong(in) : Py_NewRef(Py_None);
+        out[3] = n_llm == 1 ? Py_NewRef(F(llms[0], S_OUT_TOKENS)) : has_out ? PyLong_FromLongLong(outs) : Py_NewRef(Py_None);
+    } else { /* a value the decoder never gives: the reference's arithmetic */
+        PyObject *lists[3] = {as_list(ret, n_ret), as_list(rr, n_rr), as_list(llms, n_llm)}, *r = NULL;
+        if (lists[0] && lists[1] && lists[2])
+            r = PyObject_Vectorcall(stage_facts_fn, lists, 3, NULL);
+        for (int i = 0; i < 3; i++)
+            Py_XDECREF(lists[i]);
+        if (r == NULL)
+            return -1;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 4) {
+            Py_DECREF(r);
+            PyErr_SetString(PyExc_TypeError, "stage_facts: a tuple of 4 expected");
+            return -1;
+        }
+        for (int i = 0; i < 4; i++)
+            out[i] = Py_NewRef(PyTuple_GET_ITEM(r, i));
+        Py_DECREF(r);
+    }
+    for (int i = 0; i < 4; i++)
+        if (out[i] == NULL) {
+            for (int j = 0; j < 4; j++)
+                Py_CLEAR(out[j]);
+            return -1;
+        }
+    return 0;
+}
+
 /* `build_record(tid, spans)`: *record a new reference (None or a RagRecord), *reason borrowed. */
 static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObject **reason)
 {
@@ -670,15 +760,22 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
                 qt = query_type != NULL ? query_type : empty_str;
             if (!t_rel)
                 rel = release != NULL ? release : empty_str;
-            /* RagRecord(trace_id, span_id, service, query, query_type, chunks, answer, model,
-             * start_ns, end_ns, replay, release) */
-            PyObject *fields[12] = {tid,   F(anchor, S_SPAN_ID), F(anchor, S_SERVICE), query,
-                                    qt,    chunks,               answer,               model,
-                                    F(anchor, S_START),          F(anchor, S_END),     replay ? Py_True : Py_False,
-                                    rel};
-            *record = build(&record_b, fields, 12);
-            if (*record != NULL)
-                rc = 0;
+            PyObject *red[4] = {NULL};
+            if (stage_facts(retrievers, n_ret, rerankers, n_rr, llms, n_llm, red) == 0) {
+                /* RagRecord(trace_id, span_id, service, query, query_type, chunks, answer, model,
+                 * start_ns, end_ns, replay, release, retrieval_ns, generation_ns, error,
+                 * input_tokens, output_tokens) */
+                PyObject *fields[17] = {tid,   F(anchor, S_SPAN_ID), F(anchor, S_SERVICE), query,
+                                        qt,    chunks,               answer,               model,
+                                        F(anchor, S_START),          F(anchor, S_END),     replay ? Py_True : Py_False,
+                                        rel,   red[0],               red[1],               F(anchor, S_ERROR),
+                                        red[2], red[3]};
+                *record = build(&record_b, fields, 17);
+                if (*record != NULL)
+                    rc = 0;
+                for (int i = 0; i < 4; i++)
+                    Py_DECREF(red[i]);
+            }
         }
         Py_DECREF(chunks);
     }
@@ -1494,18 +1591,18 @@ static int set_obj(PyObject **slot, PyObject *v)
 
 PyDoc_STRVAR(setup_doc,
              "setup(span_facts, chunk, message_ref, rag_record, rag_record_fields, finished, finished_fields, "
-             "roles, rejects, costs, sort_by_end, sort_by_start, max_by_end, /)\n\n"
+             "roles, rejects, costs, sort_by_end, sort_by_start, max_by_end, stage_facts, /)\n\n"
              "roles: (ROOT, RETRIEVER, RERANKER, LLM, OTHER); rejects: (LATE_SPAN, EVICTED, NOT_RAG, "
              "MISSING_QUERY, MISSING_ANSWER, TOO_MANY_SPANS); costs: (TRACE_COST, SPAN_COST); *_fields: the class's field names when it is a plain slots "
              "dataclass (filled here), else None (called). The sort and max callables take a list of spans "
-             "and are used only when a time is not an int64.");
+             "and are used only when a time is not an int64; stage_facts (assemble.stage_facts) likewise.");
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-    PyObject *sf, *ch, *mr, *rr, *rr_fields, *fin, *fin_fields, *roles, *rejects, *sbe, *sbs, *mbe;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOO(LL)OOO:setup", &PyType_Type, &sf, &PyType_Type, &ch, &PyType_Type,
+    PyObject *sf, *ch, *mr, *rr, *rr_fields, *fin, *fin_fields, *roles, *rejects, *sbe, *sbs, *mbe, *sf_fn;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOO(LL)OOOO:setup", &PyType_Type, &sf, &PyType_Type, &ch, &PyType_Type,
                           &mr, &rr, &rr_fields, &fin, &fin_fields, &roles, &rejects, &trace_cost, &span_cost, &sbe,
-                          &sbs, &mbe))
+                          &sbs, &mbe, &sf_fn))
         return NULL;
     ready = 0;
     for (int f = 0; f < N_SPAN_FIELDS; f++)
@@ -1515,7 +1612,7 @@ static PyObject *setup(PyObject *self, PyObject *args)
         || (partition_off = member_offset_str(mr, "partition")) < 0
         || (traces_off = member_offset_str(mr, "traces")) < 0 || (size_off = member_offset_str(mr, "size")) < 0)
         return NULL;
-    if (set_builder(&record_b, rr, rr_fields, 12) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
+    if (set_builder(&record_b, rr, rr_fields, 17) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
         return NULL;
     PyObject **role_slots[] = {&role_root, &role_retriever, &role_reranker, &role_llm, &role_other};
     PyObject **reject_slots[] = {&rej_late,          &rej_evicted,        &rej_not_rag,
@@ -1535,6 +1632,7 @@ static PyObject *setup(PyObject *self, PyObject *args)
     set_obj(&sort_by_end, sbe);
     set_obj(&sort_by_start, sbs);
     set_obj(&max_by_end, mbe);
+    set_obj(&stage_facts_fn, sf_fn);
     if (str_acquire == NULL
         && ((str_acquire = PyUnicode_InternFromString("acquire")) == NULL
             || (str_append = PyUnicode_InternFromString("append")) == NULL || (empty_str = PyUnicode_New(0, 0)) == NULL

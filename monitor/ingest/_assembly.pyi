@@ -21,6 +21,9 @@ def setup(
     sort_by_end: Callable[[list[SpanFacts]], list[SpanFacts]],
     sort_by_start: Callable[[list[SpanFacts]], list[SpanFacts]],
     max_by_end: Callable[[list[SpanFacts]], SpanFacts],
+    stage_facts: Callable[
+        [list[SpanFacts], list[SpanFacts], list[SpanFacts]], tuple[int, int, int | None, int | None]
+    ],
     /,
 ) -> None: ...
 

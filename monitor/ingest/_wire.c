@@ -983,7 +983,7 @@ static int merge_events(PyObject *attrs, ptr *ev, Py_ssize_t *ev_n, int n_ev, in
  * slots filled here, without running that __init__; without a layout the class is called.
  */
 
-#define MAX_SLOTS 16
+#define MAX_SLOTS 24
 enum { F_REQUIRED, F_DEFAULT, F_NEW_LIST, F_NEW_DICT };
 typedef struct {
     PyObject *cls;
@@ -1080,6 +1080,24 @@ static PyObject **field_slot(layout_t *l, PyObject *obj, PyObject *name)
     return NULL;
 }
 
+/* facts_set for a field near the end of SpanFacts' layout (the RED fields, set on every LLM span):
+ * its index found once per name instead of scanned for per span. */
+static int facts_set_late(PyObject *facts, PyObject *name, int *at, PyObject *v)
+{
+    layout_t *l = &span_facts;
+    if (*at < 0)
+        for (int i = 0; i < l->n_fields; i++)
+            if (l->name[i] == name)
+                *at = i;
+    if (*at < 0 || *at >= l->n_fields || Py_TYPE(facts) != (PyTypeObject *)l->cls || !l->plain_setattr)
+        return PyObject_SetAttr(facts, name, v);
+    PyObject **slot = (PyObject **)((char *)facts + l->offset[*at]);
+    Py_INCREF(v);
+    Py_XSETREF(*slot, v);
+    return 0;
+}
+static int at_error = -1, at_input_tokens = -1, at_output_tokens = -1; /* reset by init */
+
 static int facts_set(PyObject *facts, PyObject *name, PyObject *v)
 {
     PyObject **slot = field_slot(&span_facts, facts, name);
@@ -1126,12 +1144,13 @@ static int append_problem(PyObject *facts, PyObject *problem)
 enum { R_ROOT, R_RETRIEVER, R_RERANKER, R_LLM, R_OTHER, N_ROLES };
 static PyObject *roles[N_ROLES];
 static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay, *str_content, *str_raw,
-    *str_release;
+    *str_release, *str_error, *str_input_tokens, *str_output_tokens;
 static unsigned long long mapped_native = 0, mapped_apply = 0;
 
 enum { K_KIND, K_INPUT, K_OUTPUT, K_TL_INPUT, K_TL_OUTPUT, K_RETRIEVAL_QUERY, K_GENAI_DOCS, K_QUERY_TYPE,
        K_METADATA, K_REPLAY, K_MODEL, K_MODEL_END = K_MODEL + 5, K_JSON_IN = K_MODEL_END, K_JSON_OUT = K_JSON_IN + 2,
-       K_LEGACY_IN = K_JSON_OUT + 2, K_LEGACY_OUT, N_KEYS };
+       K_LEGACY_IN = K_JSON_OUT + 2, K_LEGACY_OUT, K_IN_TOKENS, K_OUT_TOKENS = K_IN_TOKENS + 3,
+       N_KEYS = K_OUT_TOKENS + 3 };
 static const char *const key_names[N_KEYS] = {
     "openinference.span.kind", "input.value", "output.value", "traceloop.entity.input",
     "traceloop.entity.output", "gen_ai.retrieval.query.text", "gen_ai.retrieval.documents", "rag.query_type",
@@ -1141,7 +1160,11 @@ static const char *const key_names[N_KEYS] = {
     /* _MESSAGE_KEYS */
     "gen_ai.input.messages", "gen_ai.prompt", "gen_ai.output.messages", "gen_ai.completion",
     "gen_ai.prompt.0.content", "gen_ai.completion.0.content",
+    /* dialects.INPUT_TOKEN_KEYS, OUTPUT_TOKEN_KEYS */
+    "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt",
+    "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion",
 };
+#define MAX_TOKENS 10000000LL /* dialects.MAX_TOKENS */
 static int key_slot[N_KEYS]; /* -1: not in the table, so never among a span's attributes */
 
 /* Indexed families: "{prefix}{i}{suffix}", built once per index. */
@@ -1403,12 +1426,32 @@ static int oi_role(PyObject *kind)
     return R_OTHER;
 }
 
+/* `_tokens(attrs, keys)` for the three keys from `first`: *out the first present (borrowed), an
+ * int within [0, MAX_TOKENS]; anything else is apply's (which notes the problem). */
+static int tokens_of(const attrs_t *attrs, int first, PyObject **out)
+{
+    for (int k = first; k < first + 3; k++) {
+        PyObject *v = attr(attrs, key_slot[k]);
+        if (v == NULL)
+            continue;
+        if (!PyLong_CheckExact(v))
+            return UNSUPPORTED;
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || x < 0 || x > MAX_TOKENS)
+            return UNSUPPORTED;
+        *out = v;
+        return 0;
+    }
+    return 0;
+}
+
 /* `dialects.apply(facts, attrs)` for the shapes above: 0 done (*role_out: the role set),
  * UNSUPPORTED (facts untouched), FAIL with an error. */
 static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_out)
 {
     PyObject *kind = attr(attrs, key_slot[K_KIND]), *query = NULL, *answer = NULL, *model = NULL, *chunks = NULL,
-             *qt = NULL, *replay = NULL;
+             *qt = NULL, *replay = NULL, *tokens_in = NULL, *tokens_out = NULL;
     if (kind == NULL || !PyUnicode_CheckExact(kind))
         return UNSUPPORTED; /* another dialect's role, or one inferred */
     int role = oi_role(kind), rc;
@@ -1435,9 +1478,11 @@ static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_o
     case R_LLM:
         if ((rc = messages_text(attrs, 1, &answer)) || (answer == NULL && (rc = plain_text(attrs, K_OUTPUT, &answer))))
             break;
-        if ((rc = messages_text(attrs, 0, &query)))
+        if ((rc = messages_text(attrs, 0, &query)) || (rc = model_of(attrs, &model)))
             break;
-        rc = model_of(attrs, &model);
+        if ((rc = tokens_of(attrs, K_IN_TOKENS, &tokens_in)))
+            break;
+        rc = tokens_of(attrs, K_OUT_TOKENS, &tokens_out);
         break;
     case R_OTHER: /* a kind without a role: only a traceloop retriever task could change that */
         rc = has(attrs, key_slot[K_TL_OUTPUT]);
@@ -1470,9 +1515,47 @@ static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_o
             rc = facts_set(facts, str_query_type, qt);
         if (rc == 0 && replay != NULL)
             rc = facts_set(facts, str_replay, replay);
+        if (rc == 0 && tokens_in != NULL)
+            rc = facts_set_late(facts, str_input_tokens, &at_input_tokens, tokens_in);
+        if (rc == 0 && tokens_out != NULL)
+            rc = facts_set_late(facts, str_output_tokens, &at_output_tokens, tokens_out);
     }
     Py_XDECREF(chunks);
     return rc;
+}
+
+/* The code of a Status message (validated), as upb reads it into the int32 enum: the last one
+ * given wins, as when a repeated singular message is merged. *code is left as it is without one. */
+static int status_code(ptr p, ptr end, int32_t *code)
+{
+    while (p < end) {
+        uint32_t field;
+        int wt;
+        uint64_t v;
+        ptr body;
+        Py_ssize_t n;
+        if (read_tag(&p, end, &field, &wt))
+            return FAIL;
+        if (wt == 0) {
+            if (read_varint(&p, end, &v))
+                return FAIL;
+            if (field == 3)
+                *code = (int32_t)v;
+        }
+        else if (wt == 2) {
+            if (read_len(&p, end, &body, &n))
+                return FAIL;
+        }
+        else if (wt == 1) {
+            if (read_fixed64(&p, end, &v))
+                return FAIL;
+        }
+        else if (wt == 5 && end - p >= 4)
+            p += 4;
+        else
+            return FAIL;
+    }
+    return 0;
 }
 
 static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, int depth)
@@ -1480,6 +1563,7 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
     ptr tid = NULL, sid = NULL, pid = NULL, name = NULL;
     Py_ssize_t tid_n = 0, sid_n = 0, pid_n = 0, name_n = 0;
     uint64_t start = 0, stop = 0;
+    int32_t status = 0;
     PyObject *facts = NULL;
     attrs_t attrs;
     ptr ev[MAX_EVENT_SEGMENTS];
@@ -1520,6 +1604,12 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
         }
         else if (wt == 1 && (field == 7 || field == 8)) {
             if (read_fixed64(&p, end, field == 7 ? &start : &stop))
+                goto fail;
+        }
+        else if (wt == 2 && field == 15) { /* status: validated as any field, then its code read */
+            ptr q = p;
+            if (skip_field(M_SPAN, field, wt, &p, end, depth) || read_len(&q, end, &body, &n)
+                || status_code(body, body + n, &status))
                 goto fail;
         }
         else if (skip_field(M_SPAN, field, wt, &p, end, depth)) {
@@ -1576,6 +1666,8 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
     if (bad_times && append_problem(facts, bad_timestamp))
         goto fail;
     if (release != NULL && facts_set(facts, str_release, release))
+        goto fail;
+    if (status == 2 && facts_set_late(facts, str_error, &at_error, Py_True)) /* STATUS_CODE_ERROR */
         goto fail;
     int mapped = attrs_any(&attrs), role = R_OTHER;
     if (mapped) {
@@ -2110,6 +2202,7 @@ static PyObject *init(PyObject *self, PyObject *args)
             indexed_slots[f][i] = entry->slot;
         }
     }
+    at_error = at_input_tokens = at_output_tokens = -1;
     if (set_layout(&span_facts, facts_cls, facts_layout) || set_layout(&chunk, chunk_cls, chunk_layout)
         || set_layout(&decoded, decoded_cls, decoded_layout))
         return NULL;
@@ -2130,10 +2223,11 @@ static PyObject *init(PyObject *self, PyObject *args)
     }
     PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
                           &str_query_type, &str_replay, &str_value, &str_holds, &str_content, &str_raw,
-                          &str_release};
+                          &str_release, &str_error, &str_input_tokens, &str_output_tokens};
     const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",  "model",
-                                     "query_type", "replay",   "value", "holds",  "content", "raw", "release"};
-    for (int i = 0; i < 13; i++)
+                                     "query_type", "replay",   "value", "holds",  "content", "raw", "release",
+                                     "error",      "input_tokens", "output_tokens"};
+    for (int i = 0; i < 16; i++)
         if ((*names[i] = PyUnicode_InternFromString(name_strs[i])) == NULL)
             return NULL;
     empty_str = PyUnicode_New(0, 0);

@@ -1,9 +1,11 @@
 """The ingest stage's per-record accounting: what one finished record changes, held in one object.
 
-Each record the ingest stage finishes is counted into its (service, query_type) series, the lag
-tally, the retrieval-drift observer and the sampler, whose decision says whether it is produced.
-`RecordAccounting` holds that hot state: the label cache (raw labels to bounded ones and their
-series), the sampler, the retrieval observer and the lag tally. Its `count` is the reference.
+Each record the ingest stage finishes is counted into its (service, query_type) series, its
+(service, query_type, release) RED series (the service's own durations, errors, tokens and USD,
+priced by the `PriceBook`), the lag tally, the retrieval-drift observer and the sampler, whose
+decision says whether it is produced. `RecordAccounting` holds that hot state: the label cache
+(raw labels to bounded ones and their series), the price book, the sampler, the retrieval observer
+and the lag tally. Its `count` is the reference.
 
 `_accounting.c` defines its compiled twin, `_accounting.RecordAccounting`: the same constructor,
 attributes and methods, chosen at start-up (`ACCOUNTING`, as `monitor.ingest.compiled.choose`
@@ -12,8 +14,9 @@ counts in one call the run of records on `count`'s common path — labels cached
 drift slice that neither completes its reference nor is due a check, a sampling window that does
 not roll and leaves the record unsampled — and stops at the first it leaves to the stage; the
 reference's counts none. The twin writes only what `count` would write, through the attributes the
-owning classes declare public as their C seam (each says so in its docstring): `RecordSeries` and
-`HistogramTally` (monitor.metrics), `Sampler.slices`, `SliceState` and `FrozenWindow` (read only)
+owning classes declare public as their C seam (each says so in its docstring): `RecordSeries`,
+`ServiceSeries` and `HistogramTally` (monitor.metrics), `PriceBook.cache` (here),
+`Sampler.slices`, `SliceState` and `FrozenWindow` (read only)
 (monitor.ingest.sampler), the retrieval observer's `slices` and their class's fields (the drift
 stage's `SliceDrift`, learnt from the first slice met: the ingest stage does not import the drift
 stage), and the public fields of `RagRecord`, `Chunk`, `Finished` and `MessageRef`.
@@ -29,12 +32,41 @@ from monitor.ingest.assemble import Finished
 from monitor.ingest.compiled import choose
 from monitor.ingest.sampler import FrozenWindow, Sampler, SliceState, looks_like_refusal
 from monitor.kafka.offsets import MessageRef, RefMaker, new_refs
-from monitor.metrics import HistogramTally, RecordSeries
+from monitor.llm.usage import Price, price_for
+from monitor.metrics import HistogramTally, RecordSeries, ServiceSeries
 from monitor.model import Chunk, RagRecord
 
-# A raw (service, query_type)'s bounded labels: service, query type, whether the raw query type
-# was outside the allow-list, and the series of the bounded pair.
-Labels = tuple[str, str, bool, RecordSeries]
+# A raw (service, query_type, release)'s bounded labels: service, query type, whether the raw
+# query type was outside the allow-list, the series of the bounded pair and the RED series of the
+# bounded triple.
+Labels = tuple[str, str, bool, RecordSeries, ServiceSeries]
+
+_MAX_MODELS = 1024  # model names remembered with their price; spans may say anything
+
+
+class PriceBook:
+    """USD per token, (input, output), of each generator model the spans name, from a price table
+    in USD per million tokens (`monitor.llm.usage.price_for`: exact, else the longest prefix);
+    None for a model the table lacks (its tokens are counted, not priced). `cache` (model to
+    answer) is the C seam: the compiled accounting reads it, and leaves a model not in it to
+    `price`."""
+
+    __slots__ = ("cache", "table")
+
+    def __init__(self, table: Mapping[str, Price]) -> None:
+        self.table = table
+        self.cache: dict[str | None, tuple[float, float] | None] = {}
+
+    def price(self, model: str | None) -> tuple[float, float] | None:
+        cache = self.cache
+        if model in cache:
+            return cache[model]
+        p = price_for(model, self.table) if model else None
+        answer = None if p is None else (p.input / 1e6, p.output / 1e6)
+        if len(cache) >= _MAX_MODELS:
+            cache.clear()
+        cache[model] = answer
+        return answer
 
 
 class RetrievalObserver(Protocol):
@@ -53,22 +85,27 @@ class RecordAccounting:
     """The ingest stage's per-record state and the counting of one record into it (the module
     docstring). `retrieval` None: no retrieval drift is watched."""
 
-    __slots__ = ("labels", "lag", "retrieval", "sampler")
+    __slots__ = ("labels", "lag", "prices", "retrieval", "sampler")
 
-    def __init__(self, sampler: Sampler, retrieval: RetrievalObserver | None, lag: HistogramTally) -> None:
-        self.labels: dict[tuple[str, str], Labels] = {}  # filled by the stage, which bounds the labels
+    def __init__(
+        self, sampler: Sampler, retrieval: RetrievalObserver | None, lag: HistogramTally, prices: PriceBook
+    ) -> None:
+        # raw (service, query_type, release) -> bounded labels, filled by the stage, which bounds them
+        self.labels: dict[tuple[str, str, str], Labels] = {}
         self.sampler = sampler
         self.retrieval = retrieval
         self.lag = lag
+        self.prices = prices
 
-    def count(self, record: RagRecord, series: RecordSeries, now: float) -> float | None:
-        """One record whose `query_type` is already the bounded one: counted into `series`, the
-        retrieval observer and the lag tally, then the sampler's inclusion probability (None: not
-        sampled). `now` is wall-clock seconds."""
+    def count(self, record: RagRecord, series: RecordSeries, red: ServiceSeries, now: float) -> float | None:
+        """One record whose `query_type` is already the bounded one: counted into `series`, its
+        RED series `red`, the retrieval observer and the lag tally, then the sampler's inclusion
+        probability (None: not sampled). `now` is wall-clock seconds."""
         chunks = record.chunks
         n_chunks = len(chunks)
         top = chunks[0].score if n_chunks else None
         series.observe(n_chunks, top)
+        red.observe(record, self.prices)
         if self.retrieval is not None:
             self.retrieval.observe(record.query_type, n_chunks, top)
         if record.end_ns:
@@ -95,6 +132,8 @@ def _compiled() -> ModuleType | None:
         Finished,
         MessageRef,
         RecordSeries,
+        ServiceSeries,
+        PriceBook,
         HistogramTally,
         SliceState,
         FrozenWindow,

@@ -323,6 +323,7 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
 
     chunks = _final_ranking(rerankers, retrievers)
     anchor = root if root is not None else spans[0]
+    retrieval_ns, generation_ns, tokens_in, tokens_out = stage_facts(retrievers, rerankers, llms)
     return (
         RagRecord(
             trace_id=trace_id,
@@ -337,9 +338,44 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             end_ns=anchor.end_ns,
             replay=replay,
             release=anchor.release or release,
+            retrieval_ns=retrieval_ns,
+            generation_ns=generation_ns,
+            error=anchor.error,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
         ),
         None,
     )
+
+
+def stage_facts(
+    retrievers: Sequence[SpanFacts], rerankers: Sequence[SpanFacts], llms: Sequence[SpanFacts]
+) -> tuple[int, int, int | None, int | None]:
+    """A record's RED figures from its spans: the retriever stage's and the generator stage's
+    wall time (`_stage_ns`), and the generator tokens its LLM spans report, summed (None: none
+    reported). `_assembly.c` computes the same, and calls this for spans whose fields are not
+    plain ints."""
+    tokens_in = tokens_out = None
+    for s in llms:
+        if s.input_tokens is not None:
+            tokens_in = s.input_tokens + (tokens_in or 0)
+        if s.output_tokens is not None:
+            tokens_out = s.output_tokens + (tokens_out or 0)
+    return _stage_ns(retrievers, rerankers), _stage_ns(llms, ()), tokens_in, tokens_out
+
+
+def _stage_ns(spans: Sequence[SpanFacts], more: Sequence[SpanFacts]) -> int:
+    """A stage's wall time: its first span's start to its last span's end, over the spans with
+    times (a span with absurd times has them zeroed by the decoder); -1 when none has."""
+    lo = hi = 0
+    for group in (spans, more):
+        for s in group:
+            if s.start_ns:
+                if not lo or s.start_ns < lo:
+                    lo = s.start_ns
+                if s.end_ns > hi:
+                    hi = s.end_ns
+    return hi - lo if lo else -1
 
 
 def _end_ns(s: SpanFacts) -> int:
@@ -409,6 +445,7 @@ def compiled_assembler() -> Any:
         functools.partial(sorted, key=_end_ns),
         functools.partial(sorted, key=attrgetter("start_ns")),
         functools.partial(max, key=_end_ns),
+        stage_facts,
     )
     return _assembly.Assembler
 

@@ -67,6 +67,10 @@ _ZERO_SPAN = bytes(8)
 _JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")  # optional BOM, JSON whitespace
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _HEX = frozenset("0123456789abcdef")
+# OTLP `Status.code` ERROR: a span's own error signal (the RED error share). OTLP/JSON writes the
+# enum as its number; the name is accepted as protobuf's JSON mapping writes it.
+_STATUS_ERROR = 2
+_JSON_STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
 
 DEFAULT_RELEASE_KEYS = ("service.version",)
 MAX_RELEASE_KEYS = 8
@@ -280,6 +284,8 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
                 if end < start or start < lo or end > hi:
                     facts.start_ns = facts.end_ns = 0
                     facts.problems.append(Reject.BAD_TIMESTAMP)
+                if sp.status.code == _STATUS_ERROR:
+                    facts.error = True
                 attrs = _pb_attrs(sp.attributes)
                 facts.release = _release(attrs, resource_release)  # before events: spans only
                 if wants_events(attrs) and len(sp.events):
@@ -532,6 +538,9 @@ def _json_span(sp: Any, service: str, resource_release: tuple[str, ...], now: in
     if _bad_times(start, end, now):
         facts.start_ns = facts.end_ns = 0
         facts.problems.append(Reject.BAD_TIMESTAMP)
+    status = sp.get("status")
+    if isinstance(status, dict) and status.get("code") in _JSON_STATUS_ERROR:
+        facts.error = True
     attrs, bad = _json_attrs(sp.get("attributes"))
     facts.release = _release(attrs, resource_release)
     events = sp.get("events") if dialects.wants_events(attrs) else None

@@ -28,6 +28,17 @@ MERGED_EVENTS = frozenset(
 )
 
 
+# An LLM span's generator tokens, in order of precedence: GenAI semconv (1.37+, then the older
+# names Traceloop still writes), then OpenInference's. The first key present decides.
+INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_TOKEN_KEYS = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+)
+# More tokens than any model's context window takes in one call: a hostile or broken value.
+MAX_TOKENS = 10_000_000
+
 # Every attribute key `apply` and `wants_events` may read: exact keys, and the indexed families by
 # prefix. The compiled decoder (`_wire.c`) materialises only these, so a span with none of them
 # (HTTP, database, cache, framework spans) costs no attribute objects, and `apply` sees the same
@@ -66,6 +77,8 @@ ATTRIBUTE_KEYS = frozenset(
         "reranker.query",
         "reranker.model_name",
         "reranker.mime_type",
+        *INPUT_TOKEN_KEYS,
+        *OUTPUT_TOKEN_KEYS,
     }
 )
 INDEXED_PREFIXES = (
@@ -128,7 +141,8 @@ _MAX_DEPTH = 6
 
 
 def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
-    """Fill role, query, answer, chunks, model, query_type and replay of `facts` from `attrs`.
+    """Fill role, query, answer, chunks, model, query_type and replay of `facts` from `attrs`, and an
+    LLM span's tokens.
 
     Fields a span has in an unusable shape are dropped and noted in `facts.problems`. The compiled
     decoder (`_wire.c`, `map_span`) follows these steps itself for spans with an explicit
@@ -159,6 +173,8 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
         facts.answer = a if a is not None else _text_attr(attrs, "output.value", _ANSWER_KEYS, problems)
         facts.query = _last_user_message(attrs, problems)
         facts.model = _model(attrs, problems)
+        facts.input_tokens = _tokens(attrs, INPUT_TOKEN_KEYS, problems)
+        facts.output_tokens = _tokens(attrs, OUTPUT_TOKEN_KEYS, problems)
     elif _is_traceloop_retriever(facts.name, attrs):
         chunks = _traceloop_documents(attrs.get("traceloop.entity.output"), problems)
         if chunks is not None:
@@ -648,6 +664,21 @@ def _model(attrs: dict[str, Any], problems: list[Reject]) -> str | None:
             m = _scalar_text(attrs[key], problems)
             if m:
                 return m
+    return None
+
+
+def _tokens(attrs: dict[str, Any], keys: tuple[str, ...], problems: list[Reject]) -> int | None:
+    """The first of `keys` present: an int within [0, MAX_TOKENS] (an integral float too, as JSON
+    writers may give); anything else (negative, huge, text, bool) is dropped as bad_attribute."""
+    for key in keys:
+        if key in attrs:
+            v = attrs[key]
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS:
+                return v
+            problems.append(Reject.BAD_ATTRIBUTE)
+            return None
     return None
 
 

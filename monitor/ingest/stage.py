@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from monitor.ingest.accounting import ACCOUNTING, NEW_REFS, Accounting, Labels, RetrievalObserver
+from monitor.ingest.accounting import ACCOUNTING, NEW_REFS, Accounting, Labels, PriceBook, RetrievalObserver
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingPolicy
@@ -28,7 +28,8 @@ from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSp
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import HistogramTally, Metrics, RecordSeries
+from monitor.llm.usage import DEFAULT_PRICES, Price
+from monitor.metrics import HistogramTally, Metrics, RecordSeries, ServiceSeries
 from monitor.model import Reject
 from monitor.progress import StageProgress
 from monitor.rejects import Rejections
@@ -38,7 +39,7 @@ from monitor.slices import BoundedLabel, SlicesConfig
 log = logging.getLogger(__name__)
 
 _RUN = 256  # messages between pauses that let the fetcher and heartbeats run
-_MAX_RAW_LABELS = 4096  # raw (service, query_type) pairs remembered with their bounded labels
+_MAX_RAW_LABELS = 4096  # raw (service, query_type, release) remembered with their bounded labels
 
 
 class IngestStage:
@@ -53,11 +54,13 @@ class IngestStage:
         sampling: SamplingPolicy,
         limits: IngestLimits,
         retrieval_drift: RetrievalObserver | None,
+        prices: Mapping[str, Price] = DEFAULT_PRICES,
     ) -> None:
         """Built from its own sections (the sidecar picks them from the configuration);
         `retrieval_drift`: where every record's retrieval goes (the drift stage's label-free
         monitor, built by the sidecar with the drift section's policy and the pinned baseline);
-        None: no retrieval drift is watched."""
+        None: no retrieval drift is watched. `prices`: USD per million tokens of the service's
+        generator models (`metrics.service_prices`), for `ragmon_generator_cost_usd_total`."""
         self.kafka = kafka
         self.metrics = metrics
         self.tracker = OffsetTracker(NEW_REFS)
@@ -105,8 +108,13 @@ class IngestStage:
         # per batch: `.labels()` and a Prometheus observation cost more than the rest of a
         # record's accounting. Both label sets are bounded, so this dict is too.
         self._series: dict[tuple[str, str], RecordSeries] = {}
-        # The per-record state (labels by raw values, sampler, retrieval drift, lag), compiled or not.
-        self.accounting = Accounting(self.sampler, retrieval_drift, HistogramTally(metrics.record_lag))
+        # The RED series per bounded (service, query_type, release), likewise.
+        self._red: dict[tuple[str, str, str], ServiceSeries] = {}
+        # The per-record state (labels by raw values, sampler, retrieval drift, lag, prices),
+        # compiled or not.
+        self.accounting = Accounting(
+            self.sampler, retrieval_drift, HistogramTally(metrics.record_lag), PriceBook(prices)
+        )
         self._account: Callable[[list[Finished], int, float], int] | None = self.accounting.account
         self.records_seen = 0
 
@@ -219,6 +227,8 @@ class IngestStage:
         behind."""
         for series in self._series.values():
             series.flush()
+        for red in self._red.values():
+            red.flush()
         self.accounting.lag.flush()
 
     async def _flush(self, force: bool = False) -> None:
@@ -271,18 +281,18 @@ class IngestStage:
             if self.classifier is not None:
                 record.query_type = self.classifier(record.query)
                 source = "rules"
-        key = (record.service, record.query_type)
+        key = (record.service, record.query_type, record.release)
         labels = self.accounting.labels.get(key)
         if labels is None:
             labels = self._bound(key)
-        service, qt, outside, series = labels
+        service, qt, outside, series, red = labels
         if outside:
             self.rejections.count(
                 Reject.QUERY_TYPE_UNKNOWN, "rag.query_type not in the allow-list; counted as 'other'"
             )
         record.query_type = qt
         self.records_seen += 1
-        probability = self.accounting.count(record, series, now)
+        probability = self.accounting.count(record, series, red, now)
         if probability is None:
             release_all(fin.refs)
             return
@@ -292,18 +302,23 @@ class IngestStage:
         )
         self.samples.add(record.trace_id.encode(), value, fin.refs)
 
-    def _bound(self, key: tuple[str, str]) -> Labels:
-        """Bounded labels and series of a raw (service, query_type), remembered: `bound` gives
-        the same answer for a value once it has seen it (allow-lists only grow, to capacity)."""
+    def _bound(self, key: tuple[str, str, str]) -> Labels:
+        """Bounded labels and series of a raw (service, query_type, release), remembered: `bound`
+        gives the same answer for a value once it has seen it (allow-lists only grow, to
+        capacity)."""
         service, _ = self.services.bound(key[0])
         qt, outside = self.query_types.bound(key[1])
+        release, _ = self.releases.bound(key[2])
         series = self._series.get((service, qt))
         if series is None:
             series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
+        red = self._red.get((service, qt, release))
+        if red is None:
+            red = self._red[(service, qt, release)] = self.metrics.service_series(service, qt, release)
         cache = self.accounting.labels
         if len(cache) >= _MAX_RAW_LABELS:
             cache.clear()  # raw values are unbounded; the bounded series are not
-        labels = cache[key] = (service, qt, outside, series)
+        labels = cache[key] = (service, qt, outside, series, red)
         return labels
 
     # -- housekeeping ----------------------------------------------------------------------

@@ -10,6 +10,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from monitor.llm.usage import DEFAULT_PRICES, Price
+
 TRACE_ID_PLACEHOLDER = "{trace_id}"
 # Query parameters that carry a credential: a template goes verbatim into every alert, which
 # people and chat channels see, so it must not hold one.
@@ -71,6 +73,12 @@ class MetricsConfig(BaseModel):
         4096,
         gt=0,
         description="open connections; beyond, the longest-waiting is closed (at most half the fd limit)",
+    )
+    service_prices: dict[str, Price] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICES),
+        description="USD per million tokens (input, output) of the RAG service's own generator models, for "
+        "ragmon_generator_cost_usd_total (a key matches a model exactly or as its longest prefix); "
+        "a model missing: its tokens are counted, its cost is not (ragmon_generator_unpriced_total)",
     )
 
 

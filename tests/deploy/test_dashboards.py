@@ -110,11 +110,16 @@ def dashboards() -> dict[str, dict[str, Any]]:
     return {name: json.loads(text) for name, text in build.render().items()}
 
 
+def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panels that show something: row headers only group the panels after them."""
+    return [p for p in board["panels"] if p["type"] != "row"]
+
+
 def queries(board: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(where, PromQL) of every panel target, annotation and variable, with Grafana's variables
     substituted. A variable's `label_values(selector, label)` becomes `count by (label) (selector)`:
     the series Grafana reads the values from."""
-    for p in board["panels"]:
+    for p in panels(board):
         for t in p["targets"]:
             yield f"{board['uid']} / {p['title']} / {t['refId']}", substitute(t["expr"])
     for a in board["annotations"]["list"]:
@@ -190,7 +195,7 @@ def test_quality_panels_show_exemplars_linked_to_a_tracing_data_source() -> None
         assert tracing["type"] == "datasource" and tracing["query"] in ("tempo", "jaeger")
     quality = dashboards()["rag-monitor-quality.json"]
     shown = []
-    for p in quality["panels"]:
+    for p in panels(quality):
         for t in p["targets"]:
             if verdict_series.search(t["expr"]):
                 assert t.get("exemplar") is True, p["title"]
@@ -206,7 +211,7 @@ def exemplar_targets() -> dict[str, str]:
     return {
         f"{board['uid']} / {p['title']} / {t['refId']}": substitute(t["expr"])
         for board in dashboards().values()
-        for p in board["panels"]
+        for p in panels(board)
         for t in p["targets"]
         if t.get("exemplar")
     }
@@ -226,7 +231,7 @@ def test_every_panel_has_a_description_and_a_unit() -> None:
     for board in dashboards().values():
         ids = [p["id"] for p in board["panels"]]
         assert len(set(ids)) == len(ids), board["uid"]
-        for p in board["panels"]:
+        for p in panels(board):
             where = f"{board['uid']} / {p['title']}"
             assert len(p["description"]) > 20, where
             assert p["fieldConfig"]["defaults"]["unit"], where
@@ -252,7 +257,7 @@ def test_every_query_parses_and_reads_only_exported_series() -> None:
             assert not unknown, f"{where}: {sorted(unknown)} is exported by nothing"
             seen.update(names)
     for board in dashboards().values():
-        for p in board["panels"]:
+        for p in panels(board):
             for t in p["targets"]:
                 # Rates follow the scrape interval Grafana knows: no hard-coded window.
                 for window in re.findall(
@@ -262,6 +267,13 @@ def test_every_query_parses_and_reads_only_exported_series() -> None:
     # The quality panels read the recording rules; the judge panels the cost counters.
     assert "service_query_type_metric:ragmon_estimate_weighted_value:increase1h" in seen
     assert {"ragmon_judge_cost_usd_total", "ragmon_judge_tokens_total", "ALERTS"} <= seen
+    # The service's own RED row reads its recording rules.
+    assert {
+        "service_query_type_release_stage_le:ragmon_request_duration_seconds_bucket:rate5m",
+        "service_query_type_release:ragmon_request_errors:rate5m",
+        "service_query_type_release_type:ragmon_generator_tokens:rate5m",
+        "service_query_type_release:ragmon_generator_cost_usd:rate5m",
+    } <= seen
 
 
 def test_a_wrong_metric_name_would_be_caught() -> None:
@@ -710,7 +722,7 @@ async def check_panels(prom: str) -> None:
         ids = await asyncio.to_thread(exemplar_ids, prom, expr)
         assert ids and all(ids), f"{where}: no exemplar with a trace_id"
 
-    quality = {p["title"]: p for p in dashboards()["rag-monitor-quality.json"]["panels"]}
+    quality = {p["title"]: p for p in panels(dashboards()["rag-monitor-quality.json"])}
 
     # The quality board's annotations: the degraded release where it first appeared (the only
     # version the traffic carries; records without one are `unknown`, which has no mark), and

@@ -347,6 +347,10 @@ def random_span(rng: random.Random) -> SpanFacts:
         model=text("m1", "m2"),
         query_type=text("lookup", "howto"),
         replay=rng.random() < 0.1,
+        # RED: status, and tokens as the decoder gives them, or beyond (the C path's fallback)
+        error=rng.random() < 0.2,
+        input_tokens=rng.choice([None, None, 0, 7, 1234, 2**41, 2**70, -3]),
+        output_tokens=rng.choice([None, 0, 56, 10_000_000]),
     )
 
 

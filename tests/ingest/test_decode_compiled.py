@@ -184,7 +184,7 @@ def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
     """`_wire` fills the slots of SpanFacts, Chunk and Decoded itself (their `__init__` only
     stores values); a dataclass that does more, or has no slots, is called instead."""
     facts = slots_layout(SpanFacts)
-    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 8 + [2]
+    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 8 + [2] + [1] * 3
     assert facts[7] == ("role", 1, SpanRole.OTHER)
     assert slots_layout(Chunk) == [
         ("id", 0, None),

@@ -346,6 +346,73 @@ def test_rag_replay_forms(value: Any, expected: bool, problem: bool) -> None:
     assert (Reject.BAD_ATTRIBUTE in f.problems) is problem
 
 
+def test_span_status_and_generator_tokens() -> None:
+    """The RED figures a span gives: status ERROR (on any role), and an LLM span's tokens from
+    GenAI semconv (current names over the older ones), Traceloop's older names or OpenInference's;
+    a negative, huge or textual count is dropped as bad_attribute, never read as a number."""
+    from opentelemetry.trace import Status, StatusCode
+
+    oi_llm = {"openinference.span.kind": "LLM", "llm.output_messages.0.message.content": "Paris."}
+    t = Spans()
+    with t.span("rag", **{"openinference.span.kind": "CHAIN", "input.value": "q?"}) as root:
+        with t.span("oi", **oi_llm, **{"llm.token_count.prompt": 120, "llm.token_count.completion": 30}):
+            pass
+        with t.span(
+            "semconv",
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.usage.input_tokens": 5,
+                "gen_ai.usage.output_tokens": 7,
+                "gen_ai.usage.prompt_tokens": 999,
+            },
+        ) as failed:
+            failed.set_status(Status(StatusCode.ERROR, "upstream 503"))
+        with t.span(
+            "legacy",
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.usage.prompt_tokens": 11,
+                "gen_ai.usage.completion_tokens": 4,
+            },
+        ):
+            pass
+        with t.span("task", **{"traceloop.span.kind": "task", "gen_ai.usage.prompt_tokens": 11}):
+            pass
+        hostile = {"llm.token_count.prompt": -5, "llm.token_count.completion": 10**12}
+        with t.span("hostile", **oi_llm, **hostile):
+            pass
+        with t.span("textual", **oi_llm, **{"gen_ai.usage.input_tokens": "12"}):
+            pass
+        with t.span("retriever", **{"openinference.span.kind": "RETRIEVER", "llm.token_count.prompt": 3}):
+            pass
+        root.set_status(Status(StatusCode.ERROR))
+    f = decode_both(t.finished)
+    assert {name: s.error for name, s in f.items()} == {
+        "rag": True,
+        "oi": False,
+        "semconv": True,
+        "legacy": False,
+        "task": False,
+        "hostile": False,
+        "textual": False,
+        "retriever": False,
+    }
+    tokens = {name: (s.input_tokens, s.output_tokens) for name, s in f.items()}
+    assert tokens == {
+        "rag": (None, None),
+        "oi": (120, 30),
+        "semconv": (5, 7),
+        "legacy": (11, 4),
+        "task": (None, None),  # no LLM role: no generator tokens
+        "hostile": (None, None),
+        "textual": (None, None),
+        "retriever": (None, None),
+    }
+    assert f["hostile"].problems == [Reject.BAD_ATTRIBUTE, Reject.BAD_ATTRIBUTE]
+    assert f["textual"].problems == [Reject.BAD_ATTRIBUTE]
+    assert not f["oi"].problems and not f["semconv"].problems
+
+
 def test_default_service_name_when_resource_has_none() -> None:
     req = encode_spans(_one_chain_span())
     del req.resource_spans[0].resource.attributes[:]

@@ -91,7 +91,9 @@ def make_stage(account: bool) -> tuple[IngestStage, KafkaOutput, list[int]]:
     assert type(st.accounting) is not RecordAccounting  # the compiled twin
     handled = [0]
     if not account:  # the reference: every record through `_finish` and the pure-Python `count`
-        st.accounting = RecordAccounting(st.sampler, st.retrieval_drift, st.accounting.lag)
+        st.accounting = RecordAccounting(
+            st.sampler, st.retrieval_drift, st.accounting.lag, st.accounting.prices
+        )
         st._account = None
     else:
         compiled = st._account
@@ -138,6 +140,18 @@ def traffic(seed: int, batches: int) -> list[tuple[float, list[Finished], list[M
             end = start + int(rng.uniform(0, 3e9)) if start and rng.random() < 0.9 else 0
             qt = rng.choice((*TYPES, *TYPES, "", "not-a-type"))
             service = rng.choice(("svc-a", "svc-a", "svc-b", f"svc-{rng.randint(0, 9)}"))
+            # The RED figures: stage times known or not, errors, tokens reported or not, a model
+            # with a price, a dated one priced by its prefix, one without, none; and releases.
+            tokens = rng.choice((None, 0, 1, 1234, 10_000_000))
+            red = {
+                "retrieval_ns": rng.choice((-1, 0, int(rng.uniform(0, 2e9)))),
+                "generation_ns": rng.choice((-1, int(rng.uniform(0, 90e9)))),
+                "error": rng.random() < 0.1,
+                "input_tokens": tokens,
+                "output_tokens": rng.choice((None, tokens, 57)),
+                "model": rng.choice((None, "gpt-4o-mini", "claude-haiku-4-5-20251001", "in-house-llm")),
+                "release": rng.choice(("", "v1.4.1", "v1.4.2", f"build-{rng.randint(0, 40)}")),
+            }
             record = RagRecord(
                 trace_id=tid,
                 span_id="0" * 16,
@@ -149,6 +163,7 @@ def traffic(seed: int, batches: int) -> list[tuple[float, list[Finished], list[M
                 start_ns=start,
                 end_ns=end,
                 replay=kind < 0.07,
+                **red,
             )
             finished.append(Finished(tid, record, None, own))
         out.append((now, finished, refs))
@@ -220,6 +235,16 @@ async def test_compiled_accounting_ends_where_finish_ends(seed: int) -> None:
     assert 0.3 * seen < handled < seen
     assert fast["queued"], "nothing was sampled: the sampled path went untested"
     assert "\nragmon_retrieval_drift_psi{" in fast["metrics"]  # drift slices froze and were checked
+    # The RED series were counted on both paths: durations, errors, tokens, USD and unpriced.
+    for pattern in (
+        r'ragmon_request_duration_seconds_count\{.*stage="generation"\} [1-9]',
+        r'ragmon_request_duration_seconds_count\{.*stage="retrieval"\} [1-9]',
+        r"ragmon_request_errors_total\{.*\} [1-9]",
+        r'ragmon_generator_tokens_total\{.*type="output"\} [1-9]',
+        r"ragmon_generator_cost_usd_total\{.*\} [1-9]",
+        r"ragmon_generator_unpriced_total\{.*\} [1-9]",
+    ):
+        assert re.search(pattern, fast["metrics"]), pattern
 
 
 @pytest.mark.parametrize("collecting", [False, True], ids=["drift frozen", "drift collecting"])
@@ -240,7 +265,7 @@ async def test_a_record_off_the_common_path_is_left_untouched(collecting: bool) 
     chunks = [Chunk("c1", "x", 0.8)]
     record = RagRecord(tid, "0" * 16, "svc-a", "q", "lookup", chunks, "a", start_ns=int(now * 1e9))
     ref = MessageRef(TP, 0)
-    assert st._account is not None and ("svc-a", "lookup") in st.accounting.labels
+    assert st._account is not None and ("svc-a", "lookup", "") in st.accounting.labels
     before = state(st, output)
     assert st._account([Finished(tid, record, None, [ref])], 0, now) == 0
     assert state(st, output) == before
