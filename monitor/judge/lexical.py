@@ -471,6 +471,8 @@ class _Claim:
     # A terse answer's kind ("year", "number", "name"; None: a phrase): the context's other words
     # of that kind are the alternatives it is weighed against (`_alternatives`).
     kind: str | None = None
+    slot: str | None = None  # what the question asks for (`_slot`)
+    own: frozenset[str] = _EMPTY  # a terse answer's own content words
 
 
 # A terse answer's place (chosen on the dev half of bench/lexical_judge.py): question words weigh
@@ -571,6 +573,132 @@ def _alternatives(sent: _Text, kind: str, known: frozenset[str], answer: frozens
             continue
         out.extend(j for j in run if known.isdisjoint(toks[j].stems))
     return out
+
+
+# -- the question's slot and a name's type ------------------------------------------------------------
+
+# What a question asks for: "person", "place", "time", "number" or "thing" (a named entity that is
+# none of those: a company, a film); None: the question does not say (`_slot`).
+_SLOT_NOUNS = {
+    "time": "year years date day month century decade era",
+    "number": "number amount percentage percent population",
+    "place": "city town country state location place county region province river island village "
+    "capital continent mountain lake street area district neighborhood venue stadium",
+    "person": "person man woman actor actress singer director writer author musician player "
+    "artist politician composer producer king queen president husband wife son daughter father "
+    "mother brother sister founder leader coach poet novelist rapper member",
+    "thing": "company band club team organization organisation university college film movie book "
+    "album song group newspaper magazine show series game label network brand school party airline",
+}
+_SLOT_OF_NOUN = {w: slot for slot, words in _SLOT_NOUNS.items() for w in words.split()}
+_WH = r"(?P<time>when)|(?P<number>how many|how much)|(?P<place>where)|(?P<person>who|whom)"
+# A wh-word that opens the question (after a preposition at most) or ends it ("... based where?");
+# elsewhere it opens a relative clause ("the city where he was born") and asks nothing.
+_SLOT_EDGE = (
+    re.compile(rf"^\W*(?:(?:in|at|from|by|to|for|with|since|until)\s+)?(?:{_WH})\b", re.IGNORECASE),
+    re.compile(rf"\b(?:{_WH})\W*$", re.IGNORECASE),
+)
+_SLOT_NOUN = re.compile(r"\b(?:what|which)\s+(\w+)(?:\s+(\w+))?", re.IGNORECASE)
+_MONTHS = frozenset(
+    _w(
+        "january february march april may june july august september october november december "
+        "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
+        "saturday sunday"
+    )
+)
+_MONTH_STEMS = frozenset(_stem_slow(m) for m in _MONTHS) - {""}
+
+
+def _slot(question: str) -> str | None:
+    """The type of answer the question asks for: its opening or closing wh-word ("Who ...",
+    "In where ...", "... based where?"), else the noun after its first "what"/"which" ("which
+    city", "what Bollywood actress"; one the table lacks: None)."""
+    for edge in _SLOT_EDGE:
+        m = edge.search(question)
+        if m is not None:
+            return m.lastgroup
+    m = _SLOT_NOUN.search(question)
+    if m is None:
+        return None
+    for noun in (m.group(1), m.group(2)):
+        if noun:
+            low = noun.lower()
+            slot = _SLOT_OF_NOUN.get(low) or _SLOT_OF_NOUN.get(low[:-1] if low.endswith("s") else low)
+            if slot is not None:
+                return slot
+    return None
+
+
+def _fits(slot: str | None, kind: str | None, words: frozenset[str]) -> bool:
+    """Whether a terse answer of this kind (`_kind`; its content words) can fill the slot: a
+    bare number is no person, place or thing; a bare month no person, place, thing or number; a
+    name with neither digit nor month is no time or number."""
+    if slot is None or kind is None:
+        return True
+    digits = any(w[0].isdigit() for w in words)
+    months = not words.isdisjoint(_MONTH_STEMS)
+    plain = {w for w in words if not w[0].isdigit() and w not in _MONTH_STEMS}
+    if slot in ("person", "place", "thing"):
+        return bool(plain)
+    if slot == "time":
+        return digits or months
+    return digits  # number
+
+
+# A name's type in the sentence it stands in, from the words around it: None when they do not say.
+_PLACE_BEFORE = frozenset(_w("in at near from across throughout outside inside"))
+_PLACE_HEADS = frozenset(
+    _w("city county river island state province kingdom republic mountains mountain lake valley street bay")
+)
+_THING_HEADS = frozenset(
+    _w(
+        "inc corporation company university college club party records group team fc association "
+        "institute museum church council commission agency department ministry bank band"
+    )
+)
+_PERSON_BEFORE = frozenset(_SLOT_NOUNS["person"].split()) | frozenset(
+    _w("by mr mrs ms dr sir lord lady saint st prof")
+)
+_DEMONYM = re.compile(r"(?:an|ese|ish|ch|i|ic)$")
+_TYPES: dict[tuple[str, int], str | None] = {}
+
+
+def _type_of(sent: _Text, run: tuple[int, ...]) -> str | None:
+    """What a run of name tokens in a chunk sentence is: "time" (a month or weekday), "modifier"
+    (a nationality before a noun: "Qatari banker", "Indian film"), "place" ("in Leland", "Columbus,
+    Ohio", "... County"), "thing" ("... University", "... Records"), "person" ("directed by",
+    "actress Antara Mali", "Choi Jin-ri (born 1994)"), or None: the words around it do not say."""
+    global _TYPES
+    key = (sent.text, run[0])
+    if key in _TYPES:
+        return _TYPES[key]
+    raw = sent.text.split()  # one raw token per `sent.toks` entry (`_toks`)
+    words = [w.lower().strip(".,;:()\"'“”‘’") for w in raw]
+    last = run[-1]
+    inside = {words[k] for k in run}
+    before = words[run[0] - 1] if run[0] else ""
+    after = words[last + 1] if last + 1 < len(words) else ""
+    nxt = raw[last + 1] if last + 1 < len(raw) else ""
+    got: str | None = None
+    if words[run[0]] in _MONTHS:
+        got = "time"
+    elif any(raw[k].startswith("(") for k in run[1:]):
+        got = "person"  # "Irwin Shaw (February 27, 1913 - ...)": a life's dates
+    elif inside & _PLACE_HEADS:
+        got = "place"
+    elif inside & _THING_HEADS:
+        got = "thing"
+    elif len(run) == 1 and _DEMONYM.search(words[last]) and nxt[:1].islower() and after not in _STOP:
+        got = "modifier"  # "Qatari banker" (a lower-case word after it: `after` is folded, `nxt` not)
+    elif before in _PLACE_BEFORE:
+        got = "place"
+    elif before in _PERSON_BEFORE or nxt.startswith("(") or after == "born":
+        got = "person"
+    types = _TYPES
+    if len(types) > _CACHE_MAX:
+        types = _TYPES = {}  # a new dict, not clear(): a caller in another thread keeps a valid one
+    types[key] = got
+    return got
 
 
 _PLACES: dict[str, tuple[dict[str, tuple[int, ...]], tuple[int, ...]]] = {}
@@ -894,6 +1022,8 @@ class LexicalJudge:
                     if _CHOICE.search(question) or (_OR.search(question) and required <= query)
                     else _kind(sent, numbers)
                 ),
+                slot=_slot(question),
+                own=words,
             )
         if len(words) < 2:
             return None
@@ -1098,6 +1228,20 @@ class LexicalJudge:
             return Claim(claim.text, Verdict.UNCERTAIN, note="answer_spread_over_sentences")
         if claim.kind == "choice":
             return Claim(claim.text, Verdict.UNCERTAIN, note="comparison_not_checked")
+        types: list[str | None] = []  # the answer's type where it stands (`_type_of`)
+        if claim.kind == "name":
+            for r in ok:
+                for run in _runs(r[4], "name"):
+                    if any(not claim.required.isdisjoint(r[4].toks[k].stems) for k in run):
+                        types.append(_type_of(r[4], run))
+        mine_type = next((t for t in types if t is not None), None)
+        slot = claim.slot
+        if not _fits(slot, claim.kind, claim.own) or (
+            slot in ("person", "place", "thing") and types and all(t in ("time", "modifier") for t in types)
+        ):
+            # "Which writer ...? February." / "What company ...? 4." / "Which club ...? Qatari.":
+            # not the kind of thing the question asks for, wherever the context holds it.
+            return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="answer_not_of_asked_kind")
         q = claim.query
         n = len(rows)
         df: dict[str, int] = dict.fromkeys(q, 0)
@@ -1162,6 +1306,17 @@ class LexicalJudge:
             got, i = max(scored, key=lambda x: x[0])
             return (got / best if best else 0.0), i
 
+        def can_rival(sent: _Text, k: int) -> bool:
+            """Whether the name at k can be what the question asks for, as the answer is: its type
+            (`_type_of`) fits the question's slot and the answer's own type, where they are known."""
+            run = next(run for run in _runs(sent, "name") if k in run)
+            got = _type_of(sent, run)
+            if got is None:
+                return True
+            if got in ("time", "modifier"):
+                return got == mine_type
+            return (mine_type is None or got == mine_type) and slot in (None, got)
+
         if claim.kind is not None:
             # The answer and each alternative scored alike: the question words of every sentence
             # that holds it (with their bridges: a multi-hop answer is named by several facts),
@@ -1187,6 +1342,8 @@ class LexicalJudge:
                 others = _alternatives(
                     sent, claim.kind, bridged if id(r[3]) in homes else claim.words | linked, claim.required
                 )
+                if others and claim.kind == "name":
+                    others = [k for k in others if can_rival(sent, k)]
                 if not mine and not others:
                     continue
                 held = (q & (sent.words | r[5])) | bridge(i)
@@ -1229,7 +1386,10 @@ class LexicalJudge:
                 return Claim(
                     claim.text, Verdict.CONTRADICTED, evidence=quote, note="question_answered_elsewhere"
                 )
+            # The answer's sentence and the best alternative's: what a reader compares.
             quote = [Quote(chunk.id, sent.text, True)]
+            if other is not rows[i]:
+                quote.append(Quote(other[3].id, other[4].text, True))
             return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="same_kind_alternative")
 
         ratio, i = located()
