@@ -14,7 +14,12 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   a name) is weighed against the context's other words of that kind, scored alike: supported
   when it outscores the best of them by `decide_margin`, `contradicted`
   (`question_answered_elsewhere`) when another sentence's alternative outscores it and its own
-  sentence holds little of the question, otherwise `uncertain` (`same_kind_alternative`). A
+  sentence holds little of the question, otherwise `uncertain` (`same_kind_alternative`). Only
+  a word that can fill the question's slot is an alternative ("who" asks for a person, "where"
+  and "which city" for a place, "when" for a time, "how many" for a number; a name's type is read
+  from the words around it: "directed by", "in", "... University", a month, a nationality
+  before a noun), and an answer that cannot fill it (a month for "which writer?", a bare number
+  for "what company?") is `not_in_context` (`answer_not_of_asked_kind`). A
   phrase answer is compared with the best-scoring sentence. Any answer to a choice question
   ("..., A or B?") is `uncertain`: the other side is not checked. A yes/no answer is decided only
   when every fact the question asks about is found (then "yes" is supported, "no" contradicted),
@@ -40,12 +45,15 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   opposite of the sentence's, and one that states such a relation the sentence does not state is
   not supported.
 - verdict per claim: `supported` when the best sentence meeting those requirements holds at least
-  `support_threshold` of the claim's content words; `contradicted` when the sentence that states the
-  rest of the claim gives another number, or the polarity flips; `not_in_context` when a number or
-  name is nowhere to be found, or little of the claim aligns; `uncertain` in between (low
-  alignment but nothing missing or contradicted: multi-hop claims, heavy paraphrase). Uncertain
-  claims are counted apart and left out of faithfulness; an answer whose claims are all uncertain
-  has no faithfulness and no hallucination verdict rather than a confident wrong one.
+  `support_threshold` of the claim's content words (with `claim_margin` of them to spare: else
+  `uncertain`, `low_margin`; a claim that negates words its sentence lacks altogether is `uncertain`
+  too, `negation_unchecked`: the rest aligns, the negation is not checked); `contradicted` when the
+  sentence that states the rest of the claim gives another number, or the polarity flips;
+  `not_in_context` when a number or name is nowhere to be found, or little of the claim aligns;
+  `uncertain` in between (low alignment but nothing missing or contradicted: multi-hop claims, heavy
+  paraphrase). Uncertain claims are counted apart and left out of faithfulness; an answer whose
+  claims are all uncertain has no faithfulness and no hallucination verdict rather than a confident
+  wrong one.
   A supported claim quotes its aligned sentence as evidence (the text is the chunk's own).
 - refusal (`answer_admits_uncertainty`): phrase patterns ("I don't know", "not in the provided
   documents", "couldn't find", ...).
@@ -60,11 +68,11 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   refusal).
 
 What it cannot do: synonyms beyond its table, inference, coreference beyond "the subject of the
-previous or the chunk's first sentence", the type of a question's slot (a place for "who?"),
-comparing two facts (a yes/no or "A or B?" answer is mostly undecided), or knowing whether a chunk
-*answers* the query. On
-public QA data (`bench/lexical_judge.py`, docs/judges.md) it separates grounded from edited
-answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your traffic.
+previous or the chunk's first sentence", a name's type beyond the cues around it, comparing two
+facts (a yes/no or "A or B?" answer is mostly undecided), or knowing whether a chunk *answers* the
+query. On public QA data (`bench/lexical_judge.py`, docs/judges.md) it separates grounded from
+edited answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your
+traffic.
 """
 
 from __future__ import annotations
@@ -869,6 +877,7 @@ class LexicalJudge:
         terse_words: int = 3,
         terse_alignment: float = 0.5,
         decide_margin: float = 0.0,
+        claim_margin: float = 0.0,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
         max_chunks: int = MAX_CHUNKS,
@@ -884,7 +893,10 @@ class LexicalJudge:
         kind by `decide_margin` (relative; between that and being outscored: `uncertain`). The
         margin trades decided share for accuracy on decided (`bench/lexical_judge.py --lofo` prints
         the curve); its default, 0, is what that leave-one-family-out procedure chose for five of
-        its six held-out families (docs/judges.md).
+        its six held-out families (docs/judges.md). `claim_margin` is the same trade for a
+        sentence claim: its confidence is the share of its content words its best sentence holds
+        over `support_threshold`; a claim supported by a single sentence with less than
+        `claim_margin` of that to spare is `uncertain` (`low_margin`) instead.
         `max_chunks` and `max_chunk_chars` clip what is read as an LLM judge's prompt is clipped
         (`prompt.clip_record`; the judgement's `raw.clipped` says what was cut): the work grows
         faster than the text, and a 150 KB answer would otherwise hold the CPU for longer than a
@@ -902,6 +914,7 @@ class LexicalJudge:
         self.terse_words = terse_words
         self.terse_alignment = terse_alignment
         self.decide_margin = decide_margin
+        self.claim_margin = claim_margin
         self.answerable_coverage = answerable_coverage
         self.supported_query_coverage = supported_query_coverage
 
@@ -1098,6 +1111,10 @@ class LexicalJudge:
         if ok:
             hits, _, _, chunk, sent, _ = max(ok, key=lambda r: r[0])
             if hits >= self.support_threshold * total:
+                if hits < (self.support_threshold + self.claim_margin) * total:
+                    # Barely aligned: a confidence under `claim_margin` is no verdict either way
+                    # (unless the polarity flips: that is decided whatever the margin).
+                    return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_margin")
                 return self._checked(claim, [(chunk, sent)])
         pair, loose = self._pair(claim, rows)
         if pair is not None:
@@ -1197,6 +1214,13 @@ class LexicalJudge:
         if flip is not None:
             bad = Verdict.NOT_IN_CONTEXT if flip == "missing_relation" else Verdict.CONTRADICTED
             return Claim(claim.text, bad, evidence=quote, note=flip)
+        if verdict is Verdict.SUPPORTED and not claim.query and claim.polar.negated:
+            said = frozenset().union(*(sent.words for _, sent in aligned))
+            if claim.polar.negated.isdisjoint(said):
+                # The claim negates words its sentence does not hold at all ("X is not the oldest
+                # trophy" on "X is a trophy awarded to ..."): the rest aligns, the negation is
+                # unchecked, so the verdict is no more confident than a guess.
+                return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="negation_unchecked")
         if verdict is Verdict.SUPPORTED:
             ids = list(dict.fromkeys(chunk.id for chunk, _ in aligned))
             return Claim(claim.text, verdict, chunk_ids=ids, evidence=quote)

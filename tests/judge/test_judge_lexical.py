@@ -642,3 +642,35 @@ def test_a_relative_wh_word_does_not_set_the_slot() -> None:
     ]
     q = "At the 2011 census, what was the population of the town where Kerry Saxby was born?"
     assert acme("6,960.", query=q, chunks=chunks).claims[0].note != "answer_not_of_asked_kind"
+
+
+CUP = [
+    Chunk(
+        "cup",
+        "The America's Cup, known as the Auld Mug, is a trophy awarded to the winner of the America's "
+        "Cup match races between two sailing yachts.",
+    )
+]
+
+
+def test_a_negation_of_words_the_sentence_lacks_is_undecided() -> None:
+    """The rest of the claim aligns, but the words it negates are nowhere in the sentence: the
+    negation cannot be checked (ClapNQ, a "not" inserted the judge accepted), so no verdict."""
+    edited = (
+        "The America's Cup is not the oldest international sporting trophy awarded to the winner of races."
+    )
+    j = acme(edited, query="What is the America's Cup?", chunks=CUP)
+    assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "negation_unchecked"
+    plain = "The America's Cup is a trophy awarded to the winner of races between two sailing yachts."
+    assert acme(plain, query="What is the America's Cup?", chunks=CUP).faithfulness == 1.0
+
+
+def test_claim_margin_trades_decisions_for_accuracy_on_sentence_claims() -> None:
+    """A sentence claim its best sentence barely supports: supported at the default margin (0),
+    undecided (`low_margin`) when the judge asks for more words to spare."""
+    claim = "The America's Cup trophy is awarded to the winner of yacht contests held every year."
+    assert acme(claim, query="What is the America's Cup?", chunks=CUP).faithfulness == 1.0
+    strict = LexicalJudge(claim_margin=0.3).judge_sync(
+        rec(claim, query="What is the America's Cup?", chunks=CUP)
+    )
+    assert strict.claims[0].verdict is Verdict.UNCERTAIN and strict.claims[0].note == "low_margin"
