@@ -23,7 +23,10 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   phrase answer is compared with the best-scoring sentence. Any answer to a choice question
   ("..., A or B?") is `uncertain`: the other side is not checked. A yes/no answer is decided only
   when every fact the question asks about is found (then "yes" is supported, "no" contradicted),
-  never for a comparison ("the same", "before", "consistent"); otherwise `uncertain`.
+  never for a comparison ("the same", "before", "consistent"); otherwise `uncertain`. "Are A and
+  B both P?" looks for each entity with the property: yes when both hold it, no when a sentence
+  naming one gives it another value of the property's named kind (a Hungarian director for
+  "American directors"), otherwise `uncertain`.
 - alignment: each claim is compared with every SENTENCE of the chunks (not the whole chunk): a
   number from one sentence and a subject from another support nothing. Words are lower-cased,
   crudely stemmed and mapped through a small synonym table ("established" = "founded"), so a
@@ -855,6 +858,13 @@ _COMPARES = frozenset(
 )
 
 
+# "A and B both P" (a yes/no question's body): two entities and the property asked of both.
+_BOTH = re.compile(r"^(?P<a>[A-Z][^,]*?)\s+and\s+(?P<b>[A-Z][^,]*?)\s+both\s+(?P<p>[^,]+?)\s*$")
+# "both magazines, the A and B, P"
+_BOTH_LISTED = re.compile(
+    r"^both\s+[^,]+,\s*(?:the\s+)?(?P<a>[A-Z][^,]*?)\s+and\s+(?:the\s+)?(?P<b>[A-Z][^,]*?),\s*(?P<p>[^,]+?)\s*$"
+)
+
 # Clipped input (answer plus chunks, characters) judged on the event loop itself: ~5 ms at most.
 _INLINE_CHARS = 8192
 
@@ -1064,6 +1074,9 @@ class LexicalJudge:
         low = _analyse(body.lower())
         if _COMPARES.intersection(t.lower() for t in _TOKEN.findall(body)) or low.markers or low.weak:
             return Claim(text, Verdict.UNCERTAIN, note="yes_no_comparison")
+        both = self._both(body, text, yes, chunks)
+        if both is not None:
+            return both
         found: list[Claim] = []
         for part in _YES_NO_PARTS.split(body):
             claim = self._claim(part, question, _EMPTY, terse=False)
@@ -1080,6 +1093,61 @@ class LexicalJudge:
             ids = list(dict.fromkeys(i for v in found for i in v.chunk_ids))
             return Claim(text, Verdict.SUPPORTED, chunk_ids=ids, evidence=quote)
         return Claim(text, Verdict.CONTRADICTED, evidence=quote, note="yes_no_facts_found")
+
+    def _both(self, body: str, text: str, yes: bool, chunks: list[_Chunk]) -> Claim | None:
+        """ "Are A and B both P?": each entity looked for with the property. Yes when both hold it
+        (a sentence naming the entity holds `support_threshold` of P's words and all its names); no
+        when a sentence naming one gives it another value of P's named kind ("American
+        directors" vs "an Austrian-Hungarian film director": another nationality); undecided
+        otherwise (None: not of this form)."""
+        m = _BOTH.match(body) or _BOTH_LISTED.match(body)
+        if m is None:
+            return None
+        prop = _analyse(m.group("p"), first_is_name=True)
+        want, named = prop.words, prop.names
+        if not want:
+            return None
+        holds: list[Quote] = []
+        others: list[Quote] = []
+        for entity in (m.group("a"), m.group("b")):
+            e = _analyse(entity, first_is_name=True)
+            names = e.names or e.words
+            about = [
+                (c, t)
+                for c in chunks
+                for t, ante in zip(c.sentences, c.antecedents, strict=True)
+                if names <= t.words | ante
+            ]
+            has = next(
+                (
+                    Quote(c.id, t.text, True)
+                    for c, t in about
+                    if named <= t.words and len(want & t.words) >= self.support_threshold * len(want)
+                ),
+                None,
+            )
+            if has is not None:
+                holds.append(has)
+                continue
+            for c, t in about if named else ():
+                rival = {n for tok in t.toks for n in tok.names if _DEMONYM.search(n) and n not in names}
+                if rival - named and named.isdisjoint(t.words):
+                    others.append(Quote(c.id, t.text, True))
+                    break
+        if others:  # one of them has another value of the property's kind: the answer is no
+            if yes:
+                return Claim(text, Verdict.CONTRADICTED, evidence=others, note="yes_no_facts_found")
+            return Claim(text, Verdict.SUPPORTED, chunk_ids=[q.chunk_id for q in others], evidence=others)
+        if len(holds) < 2:
+            return Claim(text, Verdict.UNCERTAIN, note="yes_no_fact_missing")
+        if yes:
+            return Claim(
+                text,
+                Verdict.SUPPORTED,
+                chunk_ids=list(dict.fromkeys(q.chunk_id for q in holds)),
+                evidence=holds,
+            )
+        return Claim(text, Verdict.CONTRADICTED, evidence=holds, note="yes_no_facts_found")
 
     def _verdict(self, claim: _Claim, chunks: list[_Chunk]) -> Claim:
         """Aligns the claim with its best sentence; see the module docstring for the rules."""

@@ -674,3 +674,26 @@ def test_claim_margin_trades_decisions_for_accuracy_on_sentence_claims() -> None
         rec(claim, query="What is the America's Cup?", chunks=CUP)
     )
     assert strict.claims[0].verdict is Verdict.UNCERTAIN and strict.claims[0].note == "low_margin"
+
+
+BOTH = [
+    Chunk("kv", "King Vidor was an American film director and producer."),
+    Chunk("gc", "Géza von Cziffra was a Hungarian film director and screenwriter."),
+]
+
+
+def test_yes_no_both_is_no_when_one_entity_has_another_value_of_the_property() -> None:
+    """ "Are A and B both American directors?": B is found a Hungarian director, so the answer is
+    no; the words of each fact are all in the context, which the older rule took for a yes."""
+    q = "Are King Vidor and Géza von Cziffra both American directors?"
+    assert acme("No.", query=q, chunks=BOTH).faithfulness == 1.0
+    yes = acme("Yes.", query=q, chunks=BOTH)
+    assert yes.claims[0].verdict is Verdict.CONTRADICTED and yes.hallucinated is not None
+
+
+def test_yes_no_both_is_yes_only_when_each_entity_holds_the_property() -> None:
+    q = "Are King Vidor and Géza von Cziffra both film directors?"
+    assert acme("Yes.", query=q, chunks=BOTH).faithfulness == 1.0
+    assert acme("No.", query=q, chunks=BOTH).claims[0].verdict is Verdict.CONTRADICTED
+    one = acme("Yes.", query=q, chunks=BOTH[:1])
+    assert one.claims[0].verdict is Verdict.UNCERTAIN and one.claims[0].note == "yes_no_fact_missing"
