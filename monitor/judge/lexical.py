@@ -670,7 +670,7 @@ _THING_HEADS = frozenset(
 _PERSON_BEFORE = frozenset(_SLOT_NOUNS["person"].split()) | frozenset(
     _w("by mr mrs ms dr sir lord lady saint st prof")
 )
-_DEMONYM = re.compile(r"(?:an|ese|ish|ch|i|ic)$")
+_DEMONYM = re.compile(r"(?:an|ese|ish|ch|i)$")  # not "ic": "the Pacific coast"
 _TYPES: dict[tuple[str, int], str | None] = {}
 
 
