@@ -14,11 +14,19 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   a name) is weighed against the context's other words of that kind, scored alike: supported
   when it outscores the best of them by `decide_margin`, `contradicted`
   (`question_answered_elsewhere`) when another sentence's alternative outscores it and its own
-  sentence holds little of the question, otherwise `uncertain` (`same_kind_alternative`). A
+  sentence holds little of the question, otherwise `uncertain` (`same_kind_alternative`). Only
+  a word that can fill the question's slot is an alternative ("who" asks for a person, "where"
+  and "which city" for a place, "when" for a time, "how many" for a number; a name's type is read
+  from the words around it: "directed by", "in", "... University", a month, a nationality
+  before a noun), and an answer that cannot fill it (a month for "which writer?", a bare number
+  for "what company?") is `not_in_context` (`answer_not_of_asked_kind`). A
   phrase answer is compared with the best-scoring sentence. Any answer to a choice question
   ("..., A or B?") is `uncertain`: the other side is not checked. A yes/no answer is decided only
   when every fact the question asks about is found (then "yes" is supported, "no" contradicted),
-  never for a comparison ("the same", "before", "consistent"); otherwise `uncertain`.
+  never for a comparison ("the same", "before", "consistent"); otherwise `uncertain`. "Are A and
+  B both P?" looks for each entity with the property: yes when both hold it, no when a sentence
+  naming one gives it another value of the property's named kind (a Hungarian director for
+  "American directors"), otherwise `uncertain`.
 - alignment: each claim is compared with every SENTENCE of the chunks (not the whole chunk): a
   number from one sentence and a subject from another support nothing. Words are lower-cased,
   crudely stemmed and mapped through a small synonym table ("established" = "founded"), so a
@@ -40,12 +48,15 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   opposite of the sentence's, and one that states such a relation the sentence does not state is
   not supported.
 - verdict per claim: `supported` when the best sentence meeting those requirements holds at least
-  `support_threshold` of the claim's content words; `contradicted` when the sentence that states the
-  rest of the claim gives another number, or the polarity flips; `not_in_context` when a number or
-  name is nowhere to be found, or little of the claim aligns; `uncertain` in between (low
-  alignment but nothing missing or contradicted: multi-hop claims, heavy paraphrase). Uncertain
-  claims are counted apart and left out of faithfulness; an answer whose claims are all uncertain
-  has no faithfulness and no hallucination verdict rather than a confident wrong one.
+  `support_threshold` of the claim's content words (with `claim_margin` of them to spare: else
+  `uncertain`, `low_margin`; a claim that negates words its sentence lacks altogether is `uncertain`
+  too, `negation_unchecked`: the rest aligns, the negation is not checked); `contradicted` when the
+  sentence that states the rest of the claim gives another number, or the polarity flips;
+  `not_in_context` when a number or name is nowhere to be found, or little of the claim aligns;
+  `uncertain` in between (low alignment but nothing missing or contradicted: multi-hop claims, heavy
+  paraphrase). Uncertain claims are counted apart and left out of faithfulness; an answer whose
+  claims are all uncertain has no faithfulness and no hallucination verdict rather than a confident
+  wrong one.
   A supported claim quotes its aligned sentence as evidence (the text is the chunk's own).
 - refusal (`answer_admits_uncertainty`): phrase patterns ("I don't know", "not in the provided
   documents", "couldn't find", ...).
@@ -60,11 +71,11 @@ runs in well under a millisecond: the demo and the tests can judge every record.
   refusal).
 
 What it cannot do: synonyms beyond its table, inference, coreference beyond "the subject of the
-previous or the chunk's first sentence", the type of a question's slot (a place for "who?"),
-comparing two facts (a yes/no or "A or B?" answer is mostly undecided), or knowing whether a chunk
-*answers* the query. On
-public QA data (`bench/lexical_judge.py`, docs/judges.md) it separates grounded from edited
-answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your traffic.
+previous or the chunk's first sentence", a name's type beyond the cues around it, comparing two
+facts (a yes/no or "A or B?" answer is mostly undecided), or knowing whether a chunk *answers* the
+query. On public QA data (`bench/lexical_judge.py`, docs/judges.md) it separates grounded from
+edited answers well; calibrate (`monitor.judge.calibrate`) before trusting its scores on your
+traffic.
 """
 
 from __future__ import annotations
@@ -471,6 +482,8 @@ class _Claim:
     # A terse answer's kind ("year", "number", "name"; None: a phrase): the context's other words
     # of that kind are the alternatives it is weighed against (`_alternatives`).
     kind: str | None = None
+    slot: str | None = None  # what the question asks for (`_slot`)
+    own: frozenset[str] = _EMPTY  # a terse answer's own content words
 
 
 # A terse answer's place (chosen on the dev half of bench/lexical_judge.py): question words weigh
@@ -571,6 +584,132 @@ def _alternatives(sent: _Text, kind: str, known: frozenset[str], answer: frozens
             continue
         out.extend(j for j in run if known.isdisjoint(toks[j].stems))
     return out
+
+
+# -- the question's slot and a name's type ------------------------------------------------------------
+
+# What a question asks for: "person", "place", "time", "number" or "thing" (a named entity that is
+# none of those: a company, a film); None: the question does not say (`_slot`).
+_SLOT_NOUNS = {
+    "time": "year years date day month century decade era",
+    "number": "number amount percentage percent population",
+    "place": "city town country state location place county region province river island village "
+    "capital continent mountain lake street area district neighborhood venue stadium",
+    "person": "person man woman actor actress singer director writer author musician player "
+    "artist politician composer producer king queen president husband wife son daughter father "
+    "mother brother sister founder leader coach poet novelist rapper member",
+    "thing": "company band club team organization organisation university college film movie book "
+    "album song group newspaper magazine show series game label network brand school party airline",
+}
+_SLOT_OF_NOUN = {w: slot for slot, words in _SLOT_NOUNS.items() for w in words.split()}
+_WH = r"(?P<time>when)|(?P<number>how many|how much)|(?P<place>where)|(?P<person>who|whom)"
+# A wh-word that opens the question (after a preposition at most) or ends it ("... based where?");
+# elsewhere it opens a relative clause ("the city where he was born") and asks nothing.
+_SLOT_EDGE = (
+    re.compile(rf"^\W*(?:(?:in|at|from|by|to|for|with|since|until)\s+)?(?:{_WH})\b", re.IGNORECASE),
+    re.compile(rf"\b(?:{_WH})\W*$", re.IGNORECASE),
+)
+_SLOT_NOUN = re.compile(r"\b(?:what|which)\s+(\w+)(?:\s+(\w+))?", re.IGNORECASE)
+_MONTHS = frozenset(
+    _w(
+        "january february march april may june july august september october november december "
+        "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
+        "saturday sunday"
+    )
+)
+_MONTH_STEMS = frozenset(_stem_slow(m) for m in _MONTHS) - {""}
+
+
+def _slot(question: str) -> str | None:
+    """The type of answer the question asks for: its opening or closing wh-word ("Who ...",
+    "In where ...", "... based where?"), else the noun after its first "what"/"which" ("which
+    city", "what Bollywood actress"; one the table lacks: None)."""
+    for edge in _SLOT_EDGE:
+        m = edge.search(question)
+        if m is not None:
+            return m.lastgroup
+    m = _SLOT_NOUN.search(question)
+    if m is None:
+        return None
+    for noun in (m.group(1), m.group(2)):
+        if noun:
+            low = noun.lower()
+            slot = _SLOT_OF_NOUN.get(low) or _SLOT_OF_NOUN.get(low[:-1] if low.endswith("s") else low)
+            if slot is not None:
+                return slot
+    return None
+
+
+def _fits(slot: str | None, kind: str | None, words: frozenset[str]) -> bool:
+    """Whether a terse answer of this kind (`_kind`; its content words) can fill the slot: a
+    bare number is no person, place or thing; a bare month no person, place, thing or number; a
+    name with neither digit nor month is no time or number."""
+    if slot is None or kind is None:
+        return True
+    digits = any(w[0].isdigit() for w in words)
+    months = not words.isdisjoint(_MONTH_STEMS)
+    plain = {w for w in words if not w[0].isdigit() and w not in _MONTH_STEMS}
+    if slot in ("person", "place", "thing"):
+        return bool(plain)
+    if slot == "time":
+        return digits or months
+    return digits  # number
+
+
+# A name's type in the sentence it stands in, from the words around it: None when they do not say.
+_PLACE_BEFORE = frozenset(_w("in at near from across throughout outside inside"))
+_PLACE_HEADS = frozenset(
+    _w("city county river island state province kingdom republic mountains mountain lake valley street bay")
+)
+_THING_HEADS = frozenset(
+    _w(
+        "inc corporation company university college club party records group team fc association "
+        "institute museum church council commission agency department ministry bank band"
+    )
+)
+_PERSON_BEFORE = frozenset(_SLOT_NOUNS["person"].split()) | frozenset(
+    _w("by mr mrs ms dr sir lord lady saint st prof")
+)
+_DEMONYM = re.compile(r"(?:an|ese|ish|ch|i)$")  # not "ic": "the Pacific coast"
+_TYPES: dict[tuple[str, int], str | None] = {}
+
+
+def _type_of(sent: _Text, run: tuple[int, ...]) -> str | None:
+    """What a run of name tokens in a chunk sentence is: "time" (a month or weekday), "modifier"
+    (a nationality before a noun: "Qatari banker", "Indian film"), "place" ("in Leland", "Columbus,
+    Ohio", "... County"), "thing" ("... University", "... Records"), "person" ("directed by",
+    "actress Antara Mali", "Choi Jin-ri (born 1994)"), or None: the words around it do not say."""
+    global _TYPES
+    key = (sent.text, run[0])
+    if key in _TYPES:
+        return _TYPES[key]
+    raw = sent.text.split()  # one raw token per `sent.toks` entry (`_toks`)
+    words = [w.lower().strip(".,;:()\"'“”‘’") for w in raw]
+    last = run[-1]
+    inside = {words[k] for k in run}
+    before = words[run[0] - 1] if run[0] else ""
+    after = words[last + 1] if last + 1 < len(words) else ""
+    nxt = raw[last + 1] if last + 1 < len(raw) else ""
+    got: str | None = None
+    if words[run[0]] in _MONTHS:
+        got = "time"
+    elif any(raw[k].startswith("(") for k in run[1:]):
+        got = "person"  # "Irwin Shaw (February 27, 1913 - ...)": a life's dates
+    elif inside & _PLACE_HEADS:
+        got = "place"
+    elif inside & _THING_HEADS:
+        got = "thing"
+    elif len(run) == 1 and _DEMONYM.search(words[last]) and nxt[:1].islower() and after not in _STOP:
+        got = "modifier"  # "Qatari banker" (a lower-case word after it: `after` is folded, `nxt` not)
+    elif before in _PLACE_BEFORE:
+        got = "place"
+    elif before in _PERSON_BEFORE or nxt.startswith("(") or after == "born":
+        got = "person"
+    types = _TYPES
+    if len(types) > _CACHE_MAX:
+        types = _TYPES = {}  # a new dict, not clear(): a caller in another thread keeps a valid one
+    types[key] = got
+    return got
 
 
 _PLACES: dict[str, tuple[dict[str, tuple[int, ...]], tuple[int, ...]]] = {}
@@ -719,6 +858,13 @@ _COMPARES = frozenset(
 )
 
 
+# "A and B both P" (a yes/no question's body): two entities and the property asked of both.
+_BOTH = re.compile(r"^(?P<a>[A-Z][^,]*?)\s+and\s+(?P<b>[A-Z][^,]*?)\s+both\s+(?P<p>[^,]+?)\s*$")
+# "both magazines, the A and B, P"
+_BOTH_LISTED = re.compile(
+    r"^both\s+[^,]+,\s*(?:the\s+)?(?P<a>[A-Z][^,]*?)\s+and\s+(?:the\s+)?(?P<b>[A-Z][^,]*?),\s*(?P<p>[^,]+?)\s*$"
+)
+
 # Clipped input (answer plus chunks, characters) judged on the event loop itself: ~5 ms at most.
 _INLINE_CHARS = 8192
 
@@ -741,6 +887,7 @@ class LexicalJudge:
         terse_words: int = 3,
         terse_alignment: float = 0.5,
         decide_margin: float = 0.0,
+        claim_margin: float = 0.0,
         answerable_coverage: float = 0.75,
         supported_query_coverage: float = 0.3,
         max_chunks: int = MAX_CHUNKS,
@@ -756,7 +903,10 @@ class LexicalJudge:
         kind by `decide_margin` (relative; between that and being outscored: `uncertain`). The
         margin trades decided share for accuracy on decided (`bench/lexical_judge.py --lofo` prints
         the curve); its default, 0, is what that leave-one-family-out procedure chose for five of
-        its six held-out families (docs/judges.md).
+        its six held-out families (docs/judges.md). `claim_margin` is the same trade for a
+        sentence claim: its confidence is the share of its content words its best sentence holds
+        over `support_threshold`; a claim supported by a single sentence with less than
+        `claim_margin` of that to spare is `uncertain` (`low_margin`) instead.
         `max_chunks` and `max_chunk_chars` clip what is read as an LLM judge's prompt is clipped
         (`prompt.clip_record`; the judgement's `raw.clipped` says what was cut): the work grows
         faster than the text, and a 150 KB answer would otherwise hold the CPU for longer than a
@@ -774,6 +924,7 @@ class LexicalJudge:
         self.terse_words = terse_words
         self.terse_alignment = terse_alignment
         self.decide_margin = decide_margin
+        self.claim_margin = claim_margin
         self.answerable_coverage = answerable_coverage
         self.supported_query_coverage = supported_query_coverage
 
@@ -894,6 +1045,8 @@ class LexicalJudge:
                     if _CHOICE.search(question) or (_OR.search(question) and required <= query)
                     else _kind(sent, numbers)
                 ),
+                slot=_slot(question),
+                own=words,
             )
         if len(words) < 2:
             return None
@@ -921,6 +1074,9 @@ class LexicalJudge:
         low = _analyse(body.lower())
         if _COMPARES.intersection(t.lower() for t in _TOKEN.findall(body)) or low.markers or low.weak:
             return Claim(text, Verdict.UNCERTAIN, note="yes_no_comparison")
+        both = self._both(body, text, yes, chunks)
+        if both is not None:
+            return both
         found: list[Claim] = []
         for part in _YES_NO_PARTS.split(body):
             claim = self._claim(part, question, _EMPTY, terse=False)
@@ -937,6 +1093,61 @@ class LexicalJudge:
             ids = list(dict.fromkeys(i for v in found for i in v.chunk_ids))
             return Claim(text, Verdict.SUPPORTED, chunk_ids=ids, evidence=quote)
         return Claim(text, Verdict.CONTRADICTED, evidence=quote, note="yes_no_facts_found")
+
+    def _both(self, body: str, text: str, yes: bool, chunks: list[_Chunk]) -> Claim | None:
+        """ "Are A and B both P?": each entity looked for with the property. Yes when both hold it
+        (a sentence naming the entity holds `support_threshold` of P's words and all its names); no
+        when a sentence naming one gives it another value of P's named kind ("American
+        directors" vs "an Austrian-Hungarian film director": another nationality); undecided
+        otherwise (None: not of this form)."""
+        m = _BOTH.match(body) or _BOTH_LISTED.match(body)
+        if m is None:
+            return None
+        prop = _analyse(m.group("p"), first_is_name=True)
+        want, named = prop.words, prop.names
+        if not want:
+            return None
+        holds: list[Quote] = []
+        others: list[Quote] = []
+        for entity in (m.group("a"), m.group("b")):
+            e = _analyse(entity, first_is_name=True)
+            names = e.names or e.words
+            about = [
+                (c, t)
+                for c in chunks
+                for t, ante in zip(c.sentences, c.antecedents, strict=True)
+                if names <= t.words | ante
+            ]
+            has = next(
+                (
+                    Quote(c.id, t.text, True)
+                    for c, t in about
+                    if named <= t.words and len(want & t.words) >= self.support_threshold * len(want)
+                ),
+                None,
+            )
+            if has is not None:
+                holds.append(has)
+                continue
+            for c, t in about if named else ():
+                rival = {n for tok in t.toks for n in tok.names if _DEMONYM.search(n) and n not in names}
+                if rival - named and named.isdisjoint(t.words):
+                    others.append(Quote(c.id, t.text, True))
+                    break
+        if others:  # one of them has another value of the property's kind: the answer is no
+            if yes:
+                return Claim(text, Verdict.CONTRADICTED, evidence=others, note="yes_no_facts_found")
+            return Claim(text, Verdict.SUPPORTED, chunk_ids=[q.chunk_id for q in others], evidence=others)
+        if len(holds) < 2:
+            return Claim(text, Verdict.UNCERTAIN, note="yes_no_fact_missing")
+        if yes:
+            return Claim(
+                text,
+                Verdict.SUPPORTED,
+                chunk_ids=list(dict.fromkeys(q.chunk_id for q in holds)),
+                evidence=holds,
+            )
+        return Claim(text, Verdict.CONTRADICTED, evidence=holds, note="yes_no_facts_found")
 
     def _verdict(self, claim: _Claim, chunks: list[_Chunk]) -> Claim:
         """Aligns the claim with its best sentence; see the module docstring for the rules."""
@@ -968,6 +1179,10 @@ class LexicalJudge:
         if ok:
             hits, _, _, chunk, sent, _ = max(ok, key=lambda r: r[0])
             if hits >= self.support_threshold * total:
+                if hits < (self.support_threshold + self.claim_margin) * total:
+                    # Barely aligned: a confidence under `claim_margin` is no verdict either way
+                    # (unless the polarity flips: that is decided whatever the margin).
+                    return self._checked(claim, [(chunk, sent)], Verdict.UNCERTAIN, "low_margin")
                 return self._checked(claim, [(chunk, sent)])
         pair, loose = self._pair(claim, rows)
         if pair is not None:
@@ -1067,6 +1282,13 @@ class LexicalJudge:
         if flip is not None:
             bad = Verdict.NOT_IN_CONTEXT if flip == "missing_relation" else Verdict.CONTRADICTED
             return Claim(claim.text, bad, evidence=quote, note=flip)
+        if verdict is Verdict.SUPPORTED and not claim.query and claim.polar.negated:
+            said = frozenset().union(*(sent.words for _, sent in aligned))
+            if claim.polar.negated.isdisjoint(said):
+                # The claim negates words its sentence does not hold at all ("X is not the oldest
+                # trophy" on "X is a trophy awarded to ..."): the rest aligns, the negation is
+                # unchecked, so the verdict is no more confident than a guess.
+                return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="negation_unchecked")
         if verdict is Verdict.SUPPORTED:
             ids = list(dict.fromkeys(chunk.id for chunk, _ in aligned))
             return Claim(claim.text, verdict, chunk_ids=ids, evidence=quote)
@@ -1098,6 +1320,20 @@ class LexicalJudge:
             return Claim(claim.text, Verdict.UNCERTAIN, note="answer_spread_over_sentences")
         if claim.kind == "choice":
             return Claim(claim.text, Verdict.UNCERTAIN, note="comparison_not_checked")
+        types: list[str | None] = []  # the answer's type where it stands (`_type_of`)
+        if claim.kind == "name":
+            for r in ok:
+                for run in _runs(r[4], "name"):
+                    if any(not claim.required.isdisjoint(r[4].toks[k].stems) for k in run):
+                        types.append(_type_of(r[4], run))
+        mine_type = next((t for t in types if t is not None), None)
+        slot = claim.slot
+        if not _fits(slot, claim.kind, claim.own) or (
+            slot in ("person", "place", "thing") and types and all(t in ("time", "modifier") for t in types)
+        ):
+            # "Which writer ...? February." / "What company ...? 4." / "Which club ...? Qatari.":
+            # not the kind of thing the question asks for, wherever the context holds it.
+            return Claim(claim.text, Verdict.NOT_IN_CONTEXT, note="answer_not_of_asked_kind")
         q = claim.query
         n = len(rows)
         df: dict[str, int] = dict.fromkeys(q, 0)
@@ -1162,6 +1398,17 @@ class LexicalJudge:
             got, i = max(scored, key=lambda x: x[0])
             return (got / best if best else 0.0), i
 
+        def can_rival(sent: _Text, k: int) -> bool:
+            """Whether the name at k can be what the question asks for, as the answer is: its type
+            (`_type_of`) fits the question's slot and the answer's own type, where they are known."""
+            run = next(run for run in _runs(sent, "name") if k in run)
+            got = _type_of(sent, run)
+            if got is None:
+                return True
+            if got in ("time", "modifier"):
+                return got == mine_type
+            return (mine_type is None or got == mine_type) and slot in (None, got)
+
         if claim.kind is not None:
             # The answer and each alternative scored alike: the question words of every sentence
             # that holds it (with their bridges: a multi-hop answer is named by several facts),
@@ -1187,6 +1434,8 @@ class LexicalJudge:
                 others = _alternatives(
                     sent, claim.kind, bridged if id(r[3]) in homes else claim.words | linked, claim.required
                 )
+                if others and claim.kind == "name":
+                    others = [k for k in others if can_rival(sent, k)]
                 if not mine and not others:
                     continue
                 held = (q & (sent.words | r[5])) | bridge(i)
@@ -1229,7 +1478,10 @@ class LexicalJudge:
                 return Claim(
                     claim.text, Verdict.CONTRADICTED, evidence=quote, note="question_answered_elsewhere"
                 )
+            # The answer's sentence and the best alternative's: what a reader compares.
             quote = [Quote(chunk.id, sent.text, True)]
+            if other is not rows[i]:
+                quote.append(Quote(other[3].id, other[4].text, True))
             return Claim(claim.text, Verdict.UNCERTAIN, evidence=quote, note="same_kind_alternative")
 
         ratio, i = located()

@@ -588,3 +588,112 @@ def test_a_negation_near_a_terse_answer_leaves_it_undecided_not_contradicted() -
     j = acme("October 2007.", query=q, chunks=chunks)
     assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "negation"
     assert j.hallucinated is None
+
+
+WRITERS = [
+    Chunk(
+        "shaw",
+        "Irwin Shaw (February 27, 1913 – May 16, 1984) was an American playwright, screenwriter and "
+        "novelist. The Young Lions was his first novel.",
+    ),
+    Chunk("lions", "The Young Lions was published by Random House in New York."),
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "query"),
+    [
+        ("February.", "Which writer wrote The Young Lions?"),  # a month: no person
+        ("27.", "Who wrote The Young Lions?"),  # a bare number: no person
+        ("Irwin Shaw.", "In what year was The Young Lions first novel published by Random House?"),
+    ],
+)
+def test_a_terse_answer_not_of_the_kind_the_question_asks_for_is_not_supported(
+    answer: str, query: str
+) -> None:
+    """A terse answer that cannot fill the question's slot (its wh-word, or the noun after "which")
+    is no answer the context gives, wherever the context holds it."""
+    j = acme(answer, query=query, chunks=WRITERS)
+    assert j.claims[0].verdict is Verdict.NOT_IN_CONTEXT and j.claims[0].note == "answer_not_of_asked_kind"
+    fits = acme("Irwin Shaw.", query="Which writer wrote The Young Lions?", chunks=WRITERS)
+    assert fits.claims[0].note != "answer_not_of_asked_kind"
+
+
+def test_a_name_of_another_type_than_the_slot_is_no_alternative() -> None:
+    """ "Who directed ...?": the place the question's film was shot in ("in Wilmington") is no
+    rival of the director the context names; a second person where the question points is."""
+    chunks = [
+        Chunk("film", "Maximum Overdrive is a 1986 American horror film directed by Stephen King."),
+        Chunk("shot", "Maximum Overdrive was shot in Wilmington, the film studio town."),
+    ]
+    q = "Who directed the film that was shot in 1986, Maximum Overdrive?"
+    assert acme("Stephen King.", query=q, chunks=chunks).faithfulness == 1.0
+    rival = [*chunks, Chunk("co", "Maximum Overdrive was co-directed by producer Dino Laurentiis in 1986.")]
+    j = acme("Stephen King.", query=q, chunks=rival)
+    assert j.claims[0].verdict is not Verdict.SUPPORTED
+
+
+def test_a_relative_wh_word_does_not_set_the_slot() -> None:
+    """ "... of the city where she was born?" asks for a number (a population), not a place: the
+    answer is judged as one, not rejected for its kind."""
+    chunks = [
+        Chunk("young", "At the 2011 census, Young had a population of 6,960."),
+        Chunk("ks", "Kerry Saxby (born 2 June 1961 in Young) is a retired Australian race walker."),
+    ]
+    q = "At the 2011 census, what was the population of the town where Kerry Saxby was born?"
+    assert acme("6,960.", query=q, chunks=chunks).claims[0].note != "answer_not_of_asked_kind"
+
+
+CUP = [
+    Chunk(
+        "cup",
+        "The America's Cup, known as the Auld Mug, is a trophy awarded to the winner of the America's "
+        "Cup match races between two sailing yachts.",
+    )
+]
+
+
+def test_a_negation_of_words_the_sentence_lacks_is_undecided() -> None:
+    """The rest of the claim aligns, but the words it negates are nowhere in the sentence: the
+    negation cannot be checked (ClapNQ, a "not" inserted the judge accepted), so no verdict."""
+    edited = (
+        "The America's Cup is not the oldest international sporting trophy awarded to the winner of races."
+    )
+    j = acme(edited, query="What is the America's Cup?", chunks=CUP)
+    assert j.claims[0].verdict is Verdict.UNCERTAIN and j.claims[0].note == "negation_unchecked"
+    plain = "The America's Cup is a trophy awarded to the winner of races between two sailing yachts."
+    assert acme(plain, query="What is the America's Cup?", chunks=CUP).faithfulness == 1.0
+
+
+def test_claim_margin_trades_decisions_for_accuracy_on_sentence_claims() -> None:
+    """A sentence claim its best sentence barely supports: supported at the default margin (0),
+    undecided (`low_margin`) when the judge asks for more words to spare."""
+    claim = "The America's Cup trophy is awarded to the winner of yacht contests held every year."
+    assert acme(claim, query="What is the America's Cup?", chunks=CUP).faithfulness == 1.0
+    strict = LexicalJudge(claim_margin=0.3).judge_sync(
+        rec(claim, query="What is the America's Cup?", chunks=CUP)
+    )
+    assert strict.claims[0].verdict is Verdict.UNCERTAIN and strict.claims[0].note == "low_margin"
+
+
+BOTH = [
+    Chunk("kv", "King Vidor was an American film director and producer."),
+    Chunk("gc", "Géza von Cziffra was a Hungarian film director and screenwriter."),
+]
+
+
+def test_yes_no_both_is_no_when_one_entity_has_another_value_of_the_property() -> None:
+    """ "Are A and B both American directors?": B is found a Hungarian director, so the answer is
+    no; the words of each fact are all in the context, which the older rule took for a yes."""
+    q = "Are King Vidor and Géza von Cziffra both American directors?"
+    assert acme("No.", query=q, chunks=BOTH).faithfulness == 1.0
+    yes = acme("Yes.", query=q, chunks=BOTH)
+    assert yes.claims[0].verdict is Verdict.CONTRADICTED and yes.hallucinated is not None
+
+
+def test_yes_no_both_is_yes_only_when_each_entity_holds_the_property() -> None:
+    q = "Are King Vidor and Géza von Cziffra both film directors?"
+    assert acme("Yes.", query=q, chunks=BOTH).faithfulness == 1.0
+    assert acme("No.", query=q, chunks=BOTH).claims[0].verdict is Verdict.CONTRADICTED
+    one = acme("Yes.", query=q, chunks=BOTH[:1])
+    assert one.claims[0].verdict is Verdict.UNCERTAIN and one.claims[0].note == "yes_no_fact_missing"
