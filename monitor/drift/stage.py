@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
@@ -73,7 +74,7 @@ class DriftStage:
         self.policy = policy = alerts.drift
         self.baseline = baseline
         self.monitor = DriftMonitor(
-            policy, metrics.drift, self.baseline.references() if self.baseline else None
+            policy, metrics.drift, self.baseline.references() if self.baseline else None, deferred=True
         )
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
@@ -155,12 +156,12 @@ class DriftStage:
                     break  # revoked since the fetch
                 if tp in self._replaying and msg.offset >= until:
                     self._go_live(tp)
-                self._observe(tp, msg.value, live=msg.offset >= until)
+                await self._observe(tp, msg.value, live=msg.offset >= until)
                 ref.release()
             if tp in self._replaying and messages and messages[-1].offset + 1 >= until:
                 self._go_live(tp)
 
-    def _observe(self, tp: TopicPartition, value: bytes | None, *, live: bool) -> None:
+    async def _observe(self, tp: TopicPartition, value: bytes | None, *, live: bool) -> None:
         self.seen += 1
         try:
             line = ResultLine.model_validate_json(value or b"")
@@ -186,6 +187,14 @@ class DriftStage:
         raw_qt, w, values = judged
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
+        for pending in self.monitor.uncalibrated(qt, [metric for metric, _ in values]):
+            # A reference froze (or a pinned one is first used): its h1 is simulated from it, CPU
+            # for ~0.5 s, in a worker thread; the slice's next record waits for it, so the state
+            # stays a function of the topic alone (a rebuild gets the same h1).
+            started = time.perf_counter()
+            h1 = await asyncio.to_thread(pending.calibrate)
+            took = time.perf_counter() - started
+            log.debug("drift: %s/%s h1 %.2f, calibrated in %.2f s", qt, pending.metric, h1, took)
         changed = self.monitor.observe(qt, w, values, live=live, stratum=line.stratum or "")
         labels = (release, self.services.bound(line.service)[0])
         for metric, y in values:  # before alerting: the record that raises an alarm counts too
