@@ -722,6 +722,10 @@ class DriftMonitor:
                 out.append(detector)
         return out
 
+    def export(self, query_type: str, detector: Detector) -> None:
+        """Show a detector's state on its series (after its threshold was calibrated)."""
+        self._export(query_type, detector)
+
     def _export(self, query_type: str, detector: Detector) -> None:
         labels = {"query_type": query_type, "metric": detector.metric}
         m = self._metrics

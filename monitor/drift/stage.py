@@ -186,15 +186,11 @@ class DriftStage:
             return  # skipped or failed judgements, golden replays: nothing to detect on
         raw_qt, w, values = judged
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
+        metrics = [metric for metric, _ in values]
+        await self._calibrate(qt, metrics, live=live)  # a pinned reference, before its first record
+        if tp not in self._slices:
+            return  # revoked while it was calibrated: the new owner rebuilds from the topic
         self._slices[tp].add(qt)
-        for pending in self.monitor.uncalibrated(qt, [metric for metric, _ in values]):
-            # A reference froze (or a pinned one is first used): its h1 is simulated from it, CPU
-            # for ~0.5 s, in a worker thread; the slice's next record waits for it, so the state
-            # stays a function of the topic alone (a rebuild gets the same h1).
-            started = time.perf_counter()
-            h1 = await asyncio.to_thread(pending.calibrate)
-            took = time.perf_counter() - started
-            log.debug("drift: %s/%s h1 %.2f, calibrated in %.2f s", qt, pending.metric, h1, took)
         changed = self.monitor.observe(qt, w, values, live=live, stratum=line.stratum or "")
         labels = (release, self.services.bound(line.service)[0])
         for metric, y in values:  # before alerting: the record that raises an alarm counts too
@@ -208,6 +204,20 @@ class DriftStage:
             self._alert(detector, query_type, raised)
             if raised and self._on_examples is not None:
                 self._on_examples(self.examples.pick_lines(query_type, detector))
+        await self._calibrate(qt, metrics, live=live)  # a reference this record froze (awaits last)
+
+    async def _calibrate(self, query_type: str, metrics: list[str], *, live: bool) -> None:
+        """Set the h1 of the slice's detectors whose reference froze (or a pinned one's, before its
+        first record): simulated from the reference (`calibrate_h1`), ~0.5-0.8 s of CPU, in a
+        worker thread. The stage's next record waits for it, so the state stays a function of the
+        topic alone: a rebuild gets the same h1 at the same record."""
+        for pending in self.monitor.uncalibrated(query_type, metrics):
+            started = time.perf_counter()
+            h1 = await asyncio.to_thread(pending.calibrate)
+            took = time.perf_counter() - started
+            log.debug("drift: %s/%s h1 %.2f, calibrated in %.2f s", query_type, pending.metric, h1, took)
+            if live and self.monitor.detectors.get((query_type, pending.metric)) is pending:
+                self.monitor.export(query_type, pending)  # unless revoked meanwhile
 
     def _reattribute(self, detector: Detector, query_type: str) -> None:
         """A firing alert names suspects as the failing records since its change point accrue
