@@ -43,13 +43,11 @@ and runs missed within 5,000 records; for (c), alarms per 10,000 records over `-
 after the shift, and the runs with any alarm.
 
 The stratified detector (`StratifiedDetector`, the product's: imported, not copied) is fed each
-record's kind as its stratum, as the sampler tells it what it sampled a record as. Its h1 is each
-run's own, simulated from that run's reference when it freezes (`calibrate_h1`, as in production;
-the calibration line's `chosen.stratified_h1` gives the runs' mean, lowest and highest). Beside
-it, the bench counts the alarms its statistics would raise at each h1 of a fixed grid
-(`stratified_h1` in the calibration line: what one h1 for every slice would give, and how the
-earlier fixed `H1_OFFSET` was chosen). `--reference N` gives every detector a reference of N
-records (the product's default by default; the change stays 1,000 records after it).
+record's kind as its stratum, as the sampler tells it what it sampled a record as. Beside its own
+threshold, the bench counts the alarms its statistics would raise at each h1 of a grid
+(`stratified_h1` in the calibration line), which is how `H1_OFFSET` was chosen; `--h1-offset`
+tries another. `--reference N` gives every detector a reference of N records (the product's
+default by default; the change stays 1,000 records after it).
 
     python bench/drift.py                   # 40 runs each (needs the bench extra: river)
     python bench/drift.py --seed 1011       # fresh streams, calibration included
@@ -68,7 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from monitor.drift import BAD_DIRECTION, Detector, DriftPolicy
-from monitor.drift.detector import WITHIN_ARL_FACTOR, StratifiedDetector
+from monitor.drift.detector import H1_OFFSET, StratifiedDetector
 
 WINDOW = 200
 REFERENCE = 500
@@ -211,8 +209,8 @@ class PageHinkley:
 class Traced:
     """The production `StratifiedDetector`, and beside it the alarms its two statistics would raise
     at each within-strata threshold of a grid (the composition keeps its own), with its hysteresis:
-    one pass over the stable streams shows what one h1 for every slice would give (`H1_GRID`). The
-    production threshold (each run's own, `calibrate_h1`) is the one `observe` alarms on."""
+    one pass over the stable streams calibrates h1 as ADWIN's δ is (`H1_GRID`). The production
+    threshold (ln ARL0 + `H1_OFFSET`) is the one `observe` alarms on."""
 
     def __init__(self, metric: str, policy: DriftPolicy) -> None:
         self.d = StratifiedDetector(metric, policy)
@@ -342,6 +340,13 @@ def main() -> None:
     )
     p.add_argument("--metrics", default=",".join(METRICS))
     p.add_argument(
+        "--h1-offset",
+        action="append",
+        default=[],
+        metavar="KIND=X",
+        help="what-if: the stratified detector's h1 - ln(ARL0) for rate or score (else the product's)",
+    )
+    p.add_argument(
         "--reference",
         type=int,
         default=DriftPolicy().reference_records,
@@ -360,12 +365,15 @@ def main() -> None:
         "cusum": lambda m: Detector(m, policy),
         "window": lambda m: WindowAlert(m, policy.min_effect[m]),
     }
+    for given in args.h1_offset:
+        kind, _, value = given.partition("=")
+        H1_OFFSET[kind] = float(value)  # read when a detector's reference freezes
     out: dict[str, Any] = {
         "reference": REFERENCE,
         "arl0": policy.arl0,
         "threshold": round(policy.threshold, 3),
         "target": args.target,
-        "within_arl_factor": WITHIN_ARL_FACTOR,
+        "h1_offset": dict(H1_OFFSET),
     }
     families = {SCENARIOS[s][0] for s in scenarios}
     for metric in metrics:
@@ -398,9 +406,7 @@ def main() -> None:
             }
             cal["stratified_h1"] = {h: round(v, 3) for h, v in h1_fa.items()}
             chosen["stratified_h1_within_target"] = calibrate(H1_GRID, h1_fa, args.target, False)
-            # the product's: each run's own, calibrated from its reference (mean, lowest, highest)
-            h1s = [d.d.threshold for d in traced]
-            chosen["stratified_h1"] = [round(f(h1s), 3) for f in (statistics.mean, min, max)]
+            chosen["stratified_h1"] = round(traced[0].d.threshold, 3)  # the product's
             cal["stratified_h2_mean"] = round(statistics.mean(d.d.composition_threshold for d in traced), 3)
             print("calibration", family, metric, json.dumps(cal), flush=True)
             out[f"calibration/{family}/{metric}"] = cal

@@ -74,8 +74,8 @@ class DriftPolicy(BaseModel):
     reference_records: int = Field(
         1500,
         ge=50,
-        description="judged records that make a slice's reference (the stratified detector "
-        "calibrates its threshold from it: fewer records, a higher threshold, longer delays)",
+        description="judged records that make a slice's reference (the stratified detector's "
+        "threshold is calibrated at 1500; fewer make more false alarms)",
     )
     min_records: int = Field(50, ge=1, description="judged records after the reference before any alarm")
     release: float = Field(0.25, ge=0, lt=1, description="an alarm clears when S falls to this share of h")

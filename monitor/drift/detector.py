@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
-import zlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -244,9 +242,8 @@ class Detector:
 
 # The stratified detector's settings, chosen on `bench/drift.py`'s streams (bench/RESULTS.md):
 # the post-change shifts its GLR tries, in multiples of the minimum effect (a rate's one value:
-# each more costs threshold), and the provisional h1 - ln(ARL0) per kind of metric (one h1 for
-# every slice, the first production round's; a slice runs on it only until `calibrate_h1` has set
-# its own, which the drift stage awaits before the slice's next record).
+# each more costs threshold), and h1 - ln(ARL0) per kind of metric, calibrated by simulation at the
+# default reference size (`python bench/drift.py` prints the false alarms at each h1 of a grid).
 GLR_SHIFTS: dict[str, tuple[float, ...]] = {"rate": (1.25,), "score": (1.0, 2.0)}
 H1_OFFSET: dict[str, float] = {"rate": -1.46, "score": -0.71}
 # A score's best value: a stratum's shortfall from it is what a change multiplies.
@@ -342,9 +339,8 @@ class StratifiedDetector(Detector):
       DerSimonian-Laird), so a stratum of ~100 records does not keep a low value by chance; a
       score's Gaussian step is tilted to a likelihood ratio of the stratum's own skewed scores
       (`_tilt`), so that every stratum's walk has the same false-alarm rate and a change in the
-      sample's mix does not change the detector's. Threshold h1: the slice's own, simulated
-      from its frozen reference (`calibrate_h1`: no closed form, as the reference's own noise and
-      the information a record carries both move the false-alarm rate);
+      sample's mix does not change the detector's. Threshold h1 = ln ARL0 + `H1_OFFSET` (no
+      closed form: the references' own noise adds false alarms; calibrated by simulation);
     - *composition*: the weighted CUSUM of each record's stratum reference value, threshold
       d·ln ARL0 (d the reference's design effect): it moves when production's mix moves (more
       queries of a failing kind), not when the sample's does.
@@ -365,9 +361,6 @@ class StratifiedDetector(Detector):
     _vmean: float = 0.0
     _slope: float = 0.0  # the composition walk's a2 = δ / var
     _wbar: float = 1.0
-    seed: int = 0  # the calibration's (`slice_seed`): the same slice gets the same h1 after a restart
-    deferred: bool = False  # freeze leaves h1 provisional; the owner calls `calibrate` (the stage)
-    uncalibrated: bool = False  # frozen with the provisional h1: calibrate before the next record
 
     def _collect(self, w: float, y: float, stratum: str) -> None:
         ref = self.reference
@@ -389,33 +382,51 @@ class StratifiedDetector(Detector):
         self._pooled = set(strata) == {POOLED}
         metric = self.metric
         delta = self.policy.min_effect[metric]
-        kind = "rate" if metric in RATES else "score"
-        # Provisional until `calibrate` (the stage runs it off the event loop before the slice's
-        # next record; everything else calibrates here).
-        self.threshold = max(1.0, self.policy.threshold + H1_OFFSET[kind])
+        sign = BAD_DIRECTION[metric]
+        rate = metric in RATES
+        kind = "rate" if rate else "score"
+        h1 = max(1.0, self.policy.threshold + H1_OFFSET[kind])
+        self.threshold = h1
         self.composition_threshold = ref.design_effect * self.policy.threshold
-        self._strata = _within_table(strata, ref.mean, metric, self.policy)
-        self._cusums = [0.0] * len(GLR_SHIFTS[kind])
         n = sum(s.records for s in strata.values())
+        pooled = sum(s.sum_y for s in strata.values()) / n
+        means = {k: s.mean for k, s in strata.items()}
+        if rate:
+            noise = {k: pooled * (1 - pooled) / s.records for k, s in strata.items()}
+        else:
+            within = sum(s.sum_y2 - s.records * means[k] ** 2 for k, s in strata.items())
+            within = max(0.0, within) / max(1, n - len(strata))
+            noise = {k: within / s.records for k, s in strata.items()}
+        shrunk = _shrink(means, noise, pooled)
+        best = 1.0 if rate else SCORE_BEST.get(metric, 1.0)
+        prod = ref.mean
+        short0 = max(prod if sign > 0 else best - prod, 1e-3)  # production's failures
+        self._strata = {}
+        for k, s in strata.items():
+            m = shrunk[k]
+            sd = math.sqrt(s.variance)
+            steps = []
+            for g in GLR_SHIFTS[kind]:
+                theta = 1 + g * delta / short0
+                if rate:
+                    floor = 0.5 / s.records  # continuity: no event in the reference stays finite
+                    q0 = min(max(m, floor), 1 - floor)
+                    q1 = min(q0 * theta, 1 - floor)
+                    steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
+                else:
+                    d = (theta - 1) * max(best - m if sign < 0 else m, 1e-3)
+                    var = max(sd * sd, (d / 2) ** 2)
+                    a, b = d / var, -d * d / var / 2
+                    gamma = _tilt(a, b, sd * sd, sign * s.third_moment)
+                    steps.append((gamma * a, gamma * b))
+            self._strata[k] = _Stratum(m, tuple(steps))
+        self._cusums = [0.0] * len(GLR_SHIFTS[kind])
         sw = ref.sum_w
         self._wbar = sw / n
         vmean = sum(s.sum_w * self._strata[k].value for k, s in strata.items()) / sw
         spread = sum(s.sum_w * (self._strata[k].value - vmean) ** 2 for k, s in strata.items()) / sw
         self._vmean = vmean
         self._slope = delta / max(spread, (delta / 2) ** 2)
-        if self.deferred:
-            self.uncalibrated = True
-        else:
-            self.calibrate()
-
-    def calibrate(self) -> float:
-        """Set h1 from this slice's own frozen reference (`calibrate_h1`, seeded by `seed`); the
-        threshold it set. CPU-bound (~0.5 s): the drift stage calls it in a worker thread."""
-        ref = self.reference
-        assert isinstance(ref, StratifiedReference) and ref.frozen
-        self.threshold = calibrate_h1(ref, self.metric, self.policy, self.seed)
-        self.uncalibrated = False
-        return self.threshold
 
     def _walk(self, w: float, y: float, stratum: str) -> float:
         metric = self.metric
@@ -440,177 +451,6 @@ class StratifiedDetector(Detector):
         step = self._slope * (sign * (v - self._vmean) - delta / 2)
         self.composition = min(max(0.0, self.composition + w / self._wbar * step), 2 * h2)
         return max(self.within, self.composition * h1 / h2)
-
-
-def _within_table(
-    strata: dict[str, StratumSums], prod: float, metric: str, policy: DriftPolicy
-) -> dict[str, _Stratum]:
-    """Each stratum's (shrunk) reference value and its GLR steps, from its reference sums and
-    production's reference value `prod`: what `freeze` walks with, and what `calibrate_h1` rebuilds
-    from each bootstrap reference."""
-    delta = policy.min_effect[metric]
-    sign = BAD_DIRECTION[metric]
-    rate = metric in RATES
-    kind = "rate" if rate else "score"
-    n = sum(s.records for s in strata.values())
-    pooled = sum(s.sum_y for s in strata.values()) / n
-    means = {k: s.mean for k, s in strata.items()}
-    if rate:
-        noise = {k: pooled * (1 - pooled) / s.records for k, s in strata.items()}
-    else:
-        within = sum(s.sum_y2 - s.records * means[k] ** 2 for k, s in strata.items())
-        within = max(0.0, within) / max(1, n - len(strata))
-        noise = {k: within / s.records for k, s in strata.items()}
-    shrunk = _shrink(means, noise, pooled)
-    best = 1.0 if rate else SCORE_BEST.get(metric, 1.0)
-    short0 = max(prod if sign > 0 else best - prod, 1e-3)  # production's failures
-    table = {}
-    for k, s in strata.items():
-        m = shrunk[k]
-        sd = math.sqrt(s.variance)
-        steps = []
-        for g in GLR_SHIFTS[kind]:
-            theta = 1 + g * delta / short0
-            if rate:
-                floor = 0.5 / s.records  # continuity: no event in the reference stays finite
-                q0 = min(max(m, floor), 1 - floor)
-                q1 = min(q0 * theta, 1 - floor)
-                steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
-            else:
-                d = (theta - 1) * max(best - m if sign < 0 else m, 1e-3)
-                var = max(sd * sd, (d / 2) ** 2)
-                a, b = d / var, -d * d / var / 2
-                gamma = _tilt(a, b, sd * sd, sign * s.third_moment)
-                steps.append((gamma * a, gamma * b))
-        table[k] = _Stratum(m, tuple(steps))
-    return table
-
-
-# The calibration of h1 (`calibrate_h1`): in-control streams simulated per slice, each against its
-# own bootstrap reference. The within-strata walk aims at one false alarm per ARL0 ×
-# `WITHIN_ARL_FACTOR` records (0.25 per 10,000 at the default ARL0: the bench's peers' rate), the
-# rest of the stated 1 per ARL0 left to the composition test; streams of at most `CALIBRATION_RECORDS`
-# records (a longer ARL0 extrapolates along the walk's e^-h tail).
-WITHIN_ARL_FACTOR = 4.0
-CALIBRATION_STREAMS = 200
-CALIBRATION_RECORDS = 10_000
-_POOL = 4096  # a score's in-control values a stream draws from
-
-
-def slice_seed(query_type: str, metric: str) -> int:
-    """The calibration's seed of a slice: stable across processes (not Python's salted hash)."""
-    return zlib.crc32(f"{query_type}\x00{metric}".encode())
-
-
-def calibrate_h1(ref: StratifiedReference, metric: str, policy: DriftPolicy, seed: int) -> float:
-    """The within-strata threshold at which this slice's walk runs at its target false-alarm rate.
-
-    A slice's false alarms depend on more than ln ARL0: on how much information a record carries
-    (a stratum failing at 30 % takes larger steps than one at 3 %, and overshoots h by more) and on
-    its reference's own noise (a stratum value estimated low by chance makes every record of it
-    look worse). So it is simulated: each of `CALIBRATION_STREAMS` streams draws a bootstrap
-    reference of the slice's size (each stratum's records from the stratum's reference values: a
-    rate's Bernoulli, a score's Beta of its mean and variance), builds the walk from it as `freeze`
-    does (shrinkage, tilt, GLR shifts), and runs it over in-control records drawn in the
-    reference's stratum mix; h1 is the quantile of the streams' maxima that gives the target rate.
-    Deterministic in (reference sums, metric, policy, seed)."""
-    rng = random.Random(seed)
-    sign = BAD_DIRECTION[metric]
-    rate = metric in RATES
-    best = 1.0 if rate else SCORE_BEST.get(metric, 1.0)
-    names = sorted(ref.strata)
-    sums = [ref.strata[k] for k in names]
-    total = sum(s.records for s in sums)
-    # The in-control values, per stratum (pool) and mixed in the reference's stratum shares (codes).
-    pools: list[list[float]] = []
-    codes: list[tuple[int, float]] = []  # (stratum index, value)
-    for j, s in enumerate(sums):
-        size = max(1, round(_POOL * s.records / total))
-        if rate:
-            events = round(size * min(1.0, max(0.0, s.mean)))
-            pool = [1.0] * events + [0.0] * (size - events)
-        else:
-            pool = _score_pool(rng, s.mean / best, s.variance / best**2, size, best)
-        pools.append(pool)
-        codes.extend((j, y) for y in pool)
-    length = int(min(policy.arl0, CALIBRATION_RECORDS))
-    target = length / (policy.arl0 * WITHIN_ARL_FACTOR)  # false alarms a stream should see
-    index = range(len(codes))
-    peaks: list[float] = []
-    for _ in range(CALIBRATION_STREAMS):
-        boot: dict[str, StratumSums] = {}
-        for j, s in enumerate(sums):
-            b = StratumSums()
-            wbar = s.sum_w / s.records
-            for y in rng.choices(pools[j], k=s.records):
-                b.add(wbar, y)
-            boot[names[j]] = b
-        prod = sum(b.sum_wy for b in boot.values()) / sum(b.sum_w for b in boot.values())
-        table = _within_table(boot, prod, metric, policy)
-        shifts = [[0.0] * len(codes) for _ in GLR_SHIFTS["rate" if rate else "score"]]
-        for i, (j, y) in enumerate(codes):
-            st = table[names[j]]
-            for g, (a, b2) in enumerate(st.steps):
-                shifts[g][i] = (b2 + (a - b2) * y) if rate else a * sign * (y - st.value) + b2
-        peaks.extend(_peaks(shifts, rng.choices(index, k=length), policy.release))
-    # Expected false alarms a stream = `target`: the (streams × target)-th highest peak; too few
-    # peaks that far out, one further in moved out along the e^-h tail of a likelihood-ratio walk.
-    want = CALIBRATION_STREAMS * target
-    usable = max(want, 16.0)
-    peaks.sort(reverse=True)
-    h = peaks[min(len(peaks) - 1, int(usable))] if peaks else 1.0
-    return max(1.0, h + math.log(usable / want))
-
-
-def _peaks(shifts: list[list[float]], draws: list[int], release: float) -> list[float]:
-    """The peaks of the within-strata statistic (the largest of the shifts' CUSUMs) over one
-    stream, each ended by a fall to `release` × it: at a threshold h, the alarms (with the
-    stage's hysteresis, which clears at release × h) are about the peaks ≥ h."""
-    out = []
-    top = 0.0
-    if len(shifts) == 1:
-        (a,) = shifts
-        s = 0.0
-        for i in draws:
-            s += a[i]
-            if s < 0.0:
-                s = 0.0
-            if s > top:
-                top = s
-            elif s <= release * top and top > 1.0:
-                out.append(top)
-                top = s
-    else:
-        a, b = shifts[0], shifts[1]
-        s = t = 0.0
-        for i in draws:
-            s += a[i]
-            t += b[i]
-            if s < 0.0:
-                s = 0.0
-            if t < 0.0:
-                t = 0.0
-            m = s if s > t else t
-            if m > top:
-                top = m
-            elif m <= release * top and top > 1.0:
-                out.append(top)
-                top = m
-    if top > 1.0:
-        out.append(top)
-    return out
-
-
-def _score_pool(rng: random.Random, mean: float, var: float, size: int, best: float) -> list[float]:
-    """`size` scores of a Beta with this mean and variance (on [0, 1], scaled to [0, best]); the
-    two-point law when the variance is as large as a Beta's can be, the mean when there is none."""
-    mean = min(1.0, max(0.0, mean))
-    if var <= 0.0 or mean in (0.0, 1.0):
-        return [mean * best] * size
-    k = mean * (1 - mean) / var - 1
-    if k <= 0.0:
-        return [best if rng.random() < mean else 0.0 for _ in range(size)]
-    return [best * rng.betavariate(mean * k, (1 - mean) * k) for _ in range(size)]
 
 
 def _tilt(a: float, b: float, var: float, skew: float) -> float:
@@ -654,15 +494,10 @@ class DriftMonitor:
         policy: DriftPolicy,
         metrics: DriftMetrics,
         pinned: dict[tuple[str, str], Reference] | None = None,
-        *,
-        deferred: bool = False,
     ) -> None:
-        """`deferred`: a stratified detector's h1 is calibrated by whoever calls `uncalibrated`
-        (the drift stage, in a worker thread), not when its reference freezes."""
         self.policy = policy
         self._metrics = metrics
         self._pinned = pinned or {}
-        self.deferred = deferred
         self.detectors: dict[tuple[str, str], Detector] = {}
 
     def observe(
@@ -701,30 +536,11 @@ class DriftMonitor:
         """The stratified detector; the weighted CUSUM for a pinned reference without strata (a
         baseline file written before them, or pinned from a golden replay)."""
         pinned = self._pinned.get(key)
-        seed, deferred = slice_seed(*key), self.deferred
         if pinned is None:
-            return StratifiedDetector(key[1], self.policy, seed=seed, deferred=deferred)
+            return StratifiedDetector(key[1], self.policy)
         # frozen: never added to, so detectors of a slice can share it
-        if isinstance(pinned, StratifiedReference):
-            return StratifiedDetector(key[1], self.policy, reference=pinned, seed=seed, deferred=deferred)
-        return Detector(key[1], self.policy, reference=pinned)
-
-    def uncalibrated(self, query_type: str, metrics: list[str]) -> list[StratifiedDetector]:
-        """The slice's detectors of these metrics whose h1 awaits `StratifiedDetector.calibrate`
-        (created if new, so that a pinned reference's are among them before their first record)."""
-        out = []
-        for metric in metrics:
-            key = (query_type, metric)
-            detector = self.detectors.get(key)
-            if detector is None:
-                detector = self.detectors[key] = self._detector(key)
-            if isinstance(detector, StratifiedDetector) and detector.uncalibrated:
-                out.append(detector)
-        return out
-
-    def export(self, query_type: str, detector: Detector) -> None:
-        """Show a detector's state on its series (after its threshold was calibrated)."""
-        self._export(query_type, detector)
+        kind = StratifiedDetector if isinstance(pinned, StratifiedReference) else Detector
+        return kind(key[1], self.policy, reference=pinned)
 
     def _export(self, query_type: str, detector: Detector) -> None:
         labels = {"query_type": query_type, "metric": detector.metric}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
@@ -74,7 +73,7 @@ class DriftStage:
         self.policy = policy = alerts.drift
         self.baseline = baseline
         self.monitor = DriftMonitor(
-            policy, metrics.drift, self.baseline.references() if self.baseline else None, deferred=True
+            policy, metrics.drift, self.baseline.references() if self.baseline else None
         )
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
@@ -156,12 +155,12 @@ class DriftStage:
                     break  # revoked since the fetch
                 if tp in self._replaying and msg.offset >= until:
                     self._go_live(tp)
-                await self._observe(tp, msg.value, live=msg.offset >= until)
+                self._observe(tp, msg.value, live=msg.offset >= until)
                 ref.release()
             if tp in self._replaying and messages and messages[-1].offset + 1 >= until:
                 self._go_live(tp)
 
-    async def _observe(self, tp: TopicPartition, value: bytes | None, *, live: bool) -> None:
+    def _observe(self, tp: TopicPartition, value: bytes | None, *, live: bool) -> None:
         self.seen += 1
         try:
             line = ResultLine.model_validate_json(value or b"")
@@ -186,10 +185,6 @@ class DriftStage:
             return  # skipped or failed judgements, golden replays: nothing to detect on
         raw_qt, w, values = judged
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
-        metrics = [metric for metric, _ in values]
-        await self._calibrate(qt, metrics, live=live)  # a pinned reference, before its first record
-        if tp not in self._slices:
-            return  # revoked while it was calibrated: the new owner rebuilds from the topic
         self._slices[tp].add(qt)
         changed = self.monitor.observe(qt, w, values, live=live, stratum=line.stratum or "")
         labels = (release, self.services.bound(line.service)[0])
@@ -204,20 +199,6 @@ class DriftStage:
             self._alert(detector, query_type, raised)
             if raised and self._on_examples is not None:
                 self._on_examples(self.examples.pick_lines(query_type, detector))
-        await self._calibrate(qt, metrics, live=live)  # a reference this record froze (awaits last)
-
-    async def _calibrate(self, query_type: str, metrics: list[str], *, live: bool) -> None:
-        """Set the h1 of the slice's detectors whose reference froze (or a pinned one's, before its
-        first record): simulated from the reference (`calibrate_h1`), ~0.5-0.8 s of CPU, in a
-        worker thread. The stage's next record waits for it, so the state stays a function of the
-        topic alone: a rebuild gets the same h1 at the same record."""
-        for pending in self.monitor.uncalibrated(query_type, metrics):
-            started = time.perf_counter()
-            h1 = await asyncio.to_thread(pending.calibrate)
-            took = time.perf_counter() - started
-            log.debug("drift: %s/%s h1 %.2f, calibrated in %.2f s", query_type, pending.metric, h1, took)
-            if live and self.monitor.detectors.get((query_type, pending.metric)) is pending:
-                self.monitor.export(query_type, pending)  # unless revoked meanwhile
 
     def _reattribute(self, detector: Detector, query_type: str) -> None:
         """A firing alert names suspects as the failing records since its change point accrue
