@@ -49,9 +49,8 @@ class BaselineFileError(ValueError):
     """A baseline file that cannot be used; the message says why, in one line."""
 
 
-class StratumStats(BaseModel):
-    """One stratum's reference records (`StratumSums`' fields): weighted sums, and the unweighted
-    sums of its values that the stratified detector compares the stratum with."""
+class _WeightedStats(BaseModel):
+    """Reference records as weighted sums (`Reference`'s fields)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,22 +59,21 @@ class StratumStats(BaseModel):
     sum_w2: float = Field(gt=0)
     sum_wy: float = Field(ge=0)
     sum_wy2: float = Field(ge=0)
+
+
+class StratumStats(_WeightedStats):
+    """One stratum's reference records (`StratumSums`' fields): weighted sums, and the unweighted
+    sums of its values that the stratified detector compares the stratum with."""
+
     sum_y: float = Field(ge=0)
     sum_y2: float = Field(ge=0)
     sum_y3: float = Field(ge=0)
 
 
-class ReferenceStats(BaseModel):
-    """A slice's reference as weighted sums (`Reference`'s fields), and per stratum (schema
-    version 2; absent in older files and in golden pins, whose slices keep the weighted CUSUM)."""
+class ReferenceStats(_WeightedStats):
+    """A slice's reference as weighted sums, and per stratum (schema version 2; absent in older
+    files and in golden pins, whose slices keep the weighted CUSUM)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    records: int = Field(ge=1)
-    sum_w: float = Field(gt=0)
-    sum_w2: float = Field(gt=0)
-    sum_wy: float = Field(ge=0)
-    sum_wy2: float = Field(ge=0)
     # by stratum ("" for records whose lines name none); their sums add up to the ones above
     strata: dict[Annotated[str, Field(max_length=32)], StratumStats] | None = Field(None, max_length=16)
 
