@@ -707,7 +707,7 @@ def quality() -> Json:
         ),
         timeseries(
             "Drift statistic against threshold",
-            "CUSUM statistic of each (query type, metric) detector, and its threshold (dashed): an alarm "
+            "Drift statistic of each (query type, metric) detector, and its threshold (dashed): an alarm "
             "is raised when the statistic reaches the threshold, cleared at a quarter of it.",
             "none",
             [

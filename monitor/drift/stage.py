@@ -252,7 +252,7 @@ class DriftStage:
                     f"{metric} of {query_type}: {current:.3f} (95% {lower:.3f} to {upper:.3f}, "
                     f"{n} judged records since the estimated change, weighted) against "
                     f"{baseline:.3f} ({reference}, {ref.records} records); "
-                    f"CUSUM {detector.statistic:.1f} >= {detector.threshold:.1f}"
+                    f"drift statistic {detector.statistic:.1f} >= threshold {detector.threshold:.1f}"
                 ),
                 "baseline": f"{baseline:.4f}",
                 "baseline_version": version or "first-records",

@@ -145,7 +145,7 @@ def drift() -> dict[str, Any]:
         return fired(
             "RagmonDriftActive",
             lookup,
-            "faithfulness of lookup queries has moved from its reference: CUSUM statistic "
+            "faithfulness of lookup queries has moved from its reference: drift statistic "
             f"{statistic} against threshold 10.0. Reference: drift baseline prod-2027-01 "
             "(\"none\": each slice's own first records). Example traces: the sidecar's own "
             "RagmonDriftDetected alert for this slice carries up to five failing records since the "
@@ -185,7 +185,7 @@ def undecided_drift() -> dict[str, Any]:
     alert = fired(
         "RagmonJudgeUndecidedShift",
         lookup,
-        "The judge leaves more lookup records undecided than in its reference: CUSUM statistic 12.5 "
+        "The judge leaves more lookup records undecided than in its reference: drift statistic 12.5 "
         "against threshold 10.0. Over the last hour it decided faithfulness on 60% of them: the "
         "slice's scores rest on those only. The answers changed style (terse, yes/no, multi-hop) or "
         "the judge did.",
