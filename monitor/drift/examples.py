@@ -100,21 +100,24 @@ class ExampleBuffers:
 
     def pick(self, query_type: str, detector: Detector) -> list[Example]:
         """The examples of a slice since its change point, worst (then newest) first."""
-        buffer = self._buffers.get((query_type, detector.metric))
-        start = detector.change_point
-        if buffer is None or start is None or buffer.start != start:
-            return []
-        ranked = sorted(buffer.heap, key=lambda e: (e[0], e[1]), reverse=True)
-        return [example for _, position, example in ranked if position >= start]
+        return [example for _, example in self._since_change(query_type, detector)]
 
     def pick_lines(self, query_type: str, detector: Detector) -> list[ResultLine]:
         """The results lines of `pick`'s examples, in its order (none without `keep_lines`)."""
         buffer = self._buffers.get((query_type, detector.metric))
+        if buffer is None:
+            return []
+        ranked = self._since_change(query_type, detector)
+        return [buffer.lines[p] for p, _ in ranked if p in buffer.lines]
+
+    def _since_change(self, query_type: str, detector: Detector) -> list[tuple[int, Example]]:
+        """(position, example) of the slice's examples since its change point, worst first."""
+        buffer = self._buffers.get((query_type, detector.metric))
         start = detector.change_point
         if buffer is None or start is None or buffer.start != start:
             return []
         ranked = sorted(buffer.heap, key=lambda e: (e[0], e[1]), reverse=True)
-        return [buffer.lines[p] for _, p, _ in ranked if p >= start and p in buffer.lines]
+        return [(position, example) for _, position, example in ranked if position >= start]
 
     def forget(self, query_types: set[str]) -> None:
         for key in [k for k in self._buffers if k[0] in query_types]:
