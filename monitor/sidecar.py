@@ -20,6 +20,7 @@ from monitor.drift.retrieval import RetrievalDriftMonitor
 from monitor.drift.stage import DriftStage
 from monitor.ingest.stage import IngestStage
 from monitor.judge import Judge, create_judge
+from monitor.judge.review import ReviewQueue, alert_queue
 from monitor.judge.stage import JudgeStage
 from monitor.kafka.client import client_kwargs
 from monitor.kafka.consumer import KafkaSource
@@ -182,9 +183,17 @@ class Sidecar:
         self.golden = None
         if self.judge_stage is not None:
             self.golden = build_golden(settings, self.metrics, self.judge_stage)
-        if self.drift is not None and self.judge_stage is not None and self.judge_stage.review is not None:
-            # Both here: the examples of the alerts the drift stage raises go to the review queue.
-            self.drift.send_examples_to(self.judge_stage.review.alert_examples)
+        # The examples of the alerts the drift stage raises go to the review queue: the judge
+        # stage's when both are here, else one of the drift member's own, for alerts only.
+        self.review: ReviewQueue | None = None if self.judge_stage is None else self.judge_stage.review
+        if self.drift is not None:
+            if self.review is not None:
+                self.drift.send_examples_to(self.review.alert_examples)
+            elif self.judge_stage is None and (queue := alert_queue(settings.review, self.metrics.review)):
+                dropped = self.metrics.produce_dropped
+                queue.open_sinks(self.output, settings.pipeline.max_message_bytes, dropped)
+                self.drift.send_examples_to(queue.alert_examples, queue.set_group)
+                self.review = queue
 
         self.stages = [s.progress for s in (self.ingest, self.judge_stage, self.drift) if s is not None]
         for stage in self.stages:
@@ -279,6 +288,12 @@ class Sidecar:
             if self.judge_stage is not None:
                 tasks.append(asyncio.create_task(_after(tasks[-1], drift_stop), name="drift after judge"))
             tasks.append(asyncio.create_task(self.drift.run(drift_stop), name="drift"))
+            if self.judge_stage is None and self.review is not None:
+                # The drift member's own review queue writes the last alerts' examples, then stops.
+                review_stop = asyncio.Event()
+                tasks.append(asyncio.create_task(_after(tasks[-1], review_stop), name="review after drift"))
+                drain = self.review.serve(review_stop, lambda: left() - 3.0)
+                tasks.append(asyncio.create_task(drain, name="review"))
         stages = asyncio.create_task(_all(tasks))
         overdue = asyncio.create_task(self._overdue(stop))
         try:
@@ -352,7 +367,7 @@ class Sidecar:
         missing. Where the cluster forbids it, a warning says to provision them."""
         kafka = self.settings.kafka
         topics = [self.settings.pipeline.samples_topic, self.settings.results.topic]
-        if self.judge_stage is not None and self.judge_stage.review is not None:
+        if self.review is not None:
             topics.append(self.settings.review.topic)
         wanted = [t for t in topics if t]
         admin = AIOKafkaAdminClient(

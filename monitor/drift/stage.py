@@ -46,6 +46,7 @@ MAX_UPDATES = 3  # times a firing alert is sent again because its attribution ch
 # Handed the example records of each drift alert this stage raises (the review queue's, when the
 # wiring has one: the judge stage's, which this stage does not import).
 AlertExamplesHook = Callable[[Sequence[ResultLine]], None]
+GroupShareHook = Callable[[int, int], None]  # (partitions owned, partitions in all)
 
 
 def slice_key(query_type: str) -> bytes:
@@ -82,6 +83,7 @@ class DriftStage:
         # Per firing alert: the suspects it names, and how many times it was updated since.
         self._named: dict[tuple[str, ...], tuple[tuple[tuple[str, str], ...], int]] = {}
         self._on_examples: AlertExamplesHook | None = None
+        self._on_share: GroupShareHook | None = None
         self.tracker = OffsetTracker()
         spec = SourceSpec(topic, group_id, "earliest", kafka.max_poll_records, replay=True)
         self.source = KafkaSource(
@@ -90,6 +92,7 @@ class DriftStage:
             self.tracker,
             ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
             self._on_revoked,
+            self._on_assigned,
         )
         self.progress = StageProgress("drift", (self.source.input,))
         self.query_types = BoundedLabel.query_types(slices.query_types)
@@ -102,12 +105,19 @@ class DriftStage:
         self.seen = 0  # judgements read (replayed ones included)
         self._bad = 0
 
-    def send_examples_to(self, hook: AlertExamplesHook) -> None:
+    def send_examples_to(self, hook: AlertExamplesHook, share: GroupShareHook | None = None) -> None:
         """Hand `hook` the results lines of a raised alert's examples, worst first: alerts raised
         live, not those announced again after a replay (their examples went when first raised).
-        The example buffers then keep whole lines (at most five per slice and metric)."""
+        The example buffers then keep whole lines (at most five per slice and metric). `share` is
+        told, after each rebalance, how many of the results topic's partitions this member owns:
+        a receiver bounded group-wide takes that share."""
         self._on_examples = hook
+        self._on_share = share
         self.examples.keep_lines = True
+
+    def _on_assigned(self, owned: int, total: int) -> None:
+        if self._on_share is not None:
+            self._on_share(owned, total)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`. Nothing is held across a stop: the next owner rebuilds from the topic."""

@@ -5,7 +5,9 @@ A judged record is queued for any of four reasons (`ReviewReason`):
 
 - `disagreement`: judged twice (`judge.repeat_fraction`), the two judgements differ;
 - `boundary`: the judge's verdict is close to going the other way (`at_boundary`);
-- `alert`: an example trace of a drift alert this process raised (handed over by the wiring);
+- `alert`: an example trace of a drift alert (handed over by the wiring: to the judge stage's queue
+  when both stages run in one process, else to a drift member's own queue of alerts only,
+  `alert_queue`);
 - `uniform`: a random share of judged records, drawn per trace id whatever the record looks like.
 
 The first three are hard cases: what a reviewer learns most from, and exactly what must not be
@@ -28,15 +30,19 @@ import collections
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from prometheus_client import Counter
+
 from monitor.judge.config import ReviewConfig
+from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import ReviewMetrics
 from monitor.model import NOTE_NOT_JUDGED, EvidenceFailure, Verdict
-from monitor.outputs.result_sinks import ResultSink
+from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink
 from monitor.results import ResultLine, ReviewLine, ReviewReason, encode_result
 from monitor.samples import blake2b_fraction
+from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +175,14 @@ class ReviewQueue:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        only: Collection[ReviewReason] | None = None,
     ) -> None:
+        """`only`: the reasons this queue selects for, of those configured (`alert_queue`); the
+        hourly bound is still split over every configured reason, so each keeps its share."""
         self.config = config
         self.sinks = list(sinks)  # the wiring may add them until `run`
         self._metrics = metrics
-        self._reasons = frozenset(config.reasons)
+        self._reasons = frozenset(config.reasons) & frozenset(ReviewReason if only is None else only)
         self._share = config.uniform_share if ReviewReason.UNIFORM in self._reasons else 0.0
         self.budget = HourlyBudget(budget_split(config), clock)
         self.seen = SeenTraces(dedup_capacity(config))
@@ -190,6 +199,15 @@ class ReviewQueue:
         sees its share of the traffic and the group stays near the bound)."""
         if total > 0:
             self.budget.set_share(owned / total)
+
+    def open_sinks(self, output: KafkaOutput, max_message_bytes: int, produce_dropped: Counter) -> None:
+        """The configured sinks: `file` (rotated) and `topic` (through the process's producer)."""
+        config = self.config
+        if config.file is not None:
+            errors = self._metrics.write_errors
+            self.sinks.append(FileSink(config.file, config.file_max_bytes, config.file_keep, errors))
+        if config.topic:
+            self.sinks.append(TopicSink(output, config.topic, max_message_bytes, produce_dropped, "review"))
 
     # -- selecting: on the event loop, never waiting -------------------------------------------
 
@@ -308,3 +326,25 @@ class ReviewQueue:
     async def close(self) -> None:
         for sink in self.sinks:
             await sink.close()
+
+    async def serve(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
+        """Write until `stop`, then what is queued within the seconds `left()` gives, and close:
+        the queue's life where no judge stage holds it (a drift member's `alert_queue`)."""
+        writer = asyncio.create_task(self.run(), name="ragmon-review-writer")
+        try:
+            await stop.wait()
+            await self.drain(min(5.0, left()))
+        finally:
+            await cancel_all([writer])
+            await self.close()
+
+
+def alert_queue(config: ReviewConfig, metrics: ReviewMetrics) -> ReviewQueue | None:
+    """A drift member's review queue, where no judge stage runs beside it (split roles): the
+    drift alerts' example records, for `alert` only (the judge members queue the other reasons).
+    None when reviewing is off, `alert` is not a configured reason, or there is no sink."""
+    if not config.enabled or ReviewReason.ALERT not in config.reasons:
+        return None
+    if not config.topic and config.file is None:
+        return None
+    return ReviewQueue(config, metrics, only=(ReviewReason.ALERT,))

@@ -166,7 +166,6 @@ class JudgeStage:
         self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
         self.judged_seen = 0
         self.written = 0  # samples whose results are written (judged, skipped or failed)
-        self._review_config = review
         self.review: ReviewQueue | None = None  # judged records for people: `monitor.judge.review`
         if review is not None and review.enabled:
             if review.topic or review.file is not None:
@@ -266,16 +265,8 @@ class JudgeStage:
                 )
             )
         self.events = EvaluationEventSink.from_config(self._events_config)
-        review, config = self.review, self._review_config
-        if review is not None and config is not None:
-            if config.file is not None:
-                errors = self.metrics.review.write_errors
-                review.sinks.append(FileSink(config.file, config.file_max_bytes, config.file_keep, errors))
-            if config.topic:
-                dropped = self.metrics.produce_dropped
-                review.sinks.append(
-                    TopicSink(self._output, config.topic, self.queue.max_message_bytes, dropped, "review")
-                )
+        if self.review is not None:
+            self.review.open_sinks(self._output, self.queue.max_message_bytes, self.metrics.produce_dropped)
 
     async def _close_outputs(self) -> None:
         for sink in self._sinks:

@@ -7,16 +7,19 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from support import Webhook, eventually, running, sample, settings_for
+from support import Webhook, eventually, read_topic, result_lines, running, sample, settings_for
 
 from monitor.config import Settings
 from monitor.demo.workload import produce
+from monitor.judge.config import ReviewConfig
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
+from monitor.results import ReviewLine
 
 pytestmark = pytest.mark.kafka
 
@@ -152,6 +155,34 @@ async def test_a_restart_rebuilds_the_state_counts_nothing_twice_and_resolves(
         assert 1 <= len(ids) <= 5 and set(ids) <= failing_ids(bad), body["status"]
         assert body["annotations"]["example_trace_ids"] == ",".join(ids)
     assert bodies[-1]["examples"] == bodies[-2]["examples"]  # the resolution: the alarm's examples
+
+
+async def test_a_drift_member_alone_queues_its_alerts_examples_for_review(
+    broker: Any, topic: str, webhook: Webhook, tmp_path: Path
+) -> None:
+    """Split roles (the chart's default): no judge stage runs beside the drift stage, so the
+    member queues its alerts' example records itself, for `alert` only (the judge members draw
+    the uniform share and the hard cases), to the review file and topic, written by shutdown."""
+    bs = broker.bootstrap_servers
+    review = {"enabled": True, "file": str(tmp_path / "review.jsonl"), "uniform_share": 1.0}
+    settings = drift_settings(bs, topic, webhook).model_copy(
+        update={"review": ReviewConfig.model_validate(review)}
+    )
+    results, review_topic = settings.results.topic, settings.review.topic
+    assert results is not None and review_topic
+    await ensure_topics(KafkaConfig(bootstrap_servers=bs), [results], partitions=3)
+    bad = drifted("lookup", 60)
+    await produce(bs, results, stable("lookup", 100) + bad)
+    async with running(settings) as member:
+        assert member.judge_stage is None and member.review is not None
+        await eventually(lambda: "firing" in statuses(webhook), what="the alert")
+    examples = {e["trace_id"] for b in webhook.bodies if b["status"] == "firing" for e in b["examples"]}
+    lines = result_lines(tmp_path / "review.jsonl", ReviewLine)
+    assert examples and examples <= failing_ids(bad)
+    assert {line["trace_id"] for line in lines} == examples
+    assert all(line["review"] == {**line["review"], "reasons": ["alert"], "uniform": False} for line in lines)
+    on_topic = await read_topic(bs, review_topic, count=len(examples))
+    assert {m.key.decode() for m in on_topic if m.key} == examples
 
 
 async def test_two_members_keep_one_state_per_slice(broker: Any, topic: str) -> None:
