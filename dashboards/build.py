@@ -51,6 +51,9 @@ TRACES_LINK: Json = {
 # query_type but no service; judge, cost and Kafka metrics have neither.
 QT = 'query_type=~"$query_type"'
 SVC_QT = f'service=~"$service",{QT}'
+# Series per release (the estimates by release, the RED figures) are filtered on $release too.
+REL = 'release=~"$release"'
+SVC_QT_REL = f"{SVC_QT},{REL}"
 RATE = "[$__rate_interval]"
 
 # The recording rules' pooled statistics, and the z of their 95 % interval.
@@ -240,7 +243,7 @@ def band(title: str, description: str, unit: str, metric: str, top: float = 1.0,
 def by_release(metric: str, title: str) -> Json:
     """The estimate per release (solid) and its 95 % bounds (dashed), the selected query types
     pooled: releases side by side, so a new one's drop shows against the one before."""
-    e = estimate(metric, by="release", rule=RELEASE_RULE, sel=QT)
+    e = estimate(metric, by="release", rule=RELEASE_RULE, sel=f"{QT},{REL}")
     return timeseries(
         title,
         "Weighted faithfulness per release (the `release` label: slices.release_keys, default the "
@@ -286,7 +289,8 @@ def service_red() -> list[Json]:
         legend = "{{release}} " + ("{{stage}} " if "stage" in by else "")
         return [
             target(
-                f'histogram_quantile({q}, sum by ({by}, le) ({RED_BUCKETS}{{stage=~"{stage}",{SVC_QT}}}))',
+                f"histogram_quantile({q}, sum by ({by}, le) "
+                f'({RED_BUCKETS}{{stage=~"{stage}",{SVC_QT_REL}}}))',
                 f"{legend}p{round(q * 100)}",
             )
             for q in (0.5, 0.95)
@@ -294,8 +298,8 @@ def service_red() -> list[Json]:
 
     def share(part: str) -> str:
         return (
-            f"sum by (release, query_type) ({RED_RULE.format(part)}{{{SVC_QT}}})"
-            f" / (sum by (release, query_type) ({RED_RULE.format('requests')}{{{SVC_QT}}}) > 0)"
+            f"sum by (release, query_type) ({RED_RULE.format(part)}{{{SVC_QT_REL}}})"
+            f" / (sum by (release, query_type) ({RED_RULE.format('requests')}{{{SVC_QT_REL}}}) > 0)"
         )
 
     return [
@@ -332,8 +336,9 @@ def service_red() -> list[Json]:
             "none",
             [
                 target(
-                    f"sum by (release, query_type, type) ({RED_TOKENS}{{{SVC_QT}}}) / ignoring (type) "
-                    f"group_left sum by (release, query_type) ({RED_RULE.format('requests')}{{{SVC_QT}}})",
+                    f"sum by (release, query_type, type) ({RED_TOKENS}{{{SVC_QT_REL}}}) / ignoring (type) "
+                    "group_left sum by (release, query_type) "
+                    f"({RED_RULE.format('requests')}{{{SVC_QT_REL}}})",
                     "{{release}} {{query_type}} {{type}}",
                 )
             ],
@@ -347,7 +352,7 @@ def service_red() -> list[Json]:
             [
                 target(
                     "3600 * sum by (release, query_type) "
-                    f"({RED_RULE.format('generator_cost_usd')}{{{SVC_QT}}})",
+                    f"({RED_RULE.format('generator_cost_usd')}{{{SVC_QT_REL}}})",
                     "{{release}} {{query_type}}",
                 )
             ],
@@ -368,8 +373,8 @@ def service_red() -> list[Json]:
 
 
 def variables() -> list[Json]:
-    """$datasource, $tracing_datasource, $service, $query_type: the same on every dashboard, so
-    links keep them."""
+    """$datasource, $tracing_datasource, $service, $query_type, $release: the same on every
+    dashboard, so links keep them ($release filters only the series that carry the label)."""
 
     def query_var(name: str, label: str, query: str) -> Json:
         return {
@@ -418,6 +423,7 @@ def variables() -> list[Json]:
         query_var(
             "query_type", "Query type", 'label_values(ragmon_records_total{service=~"$service"}, query_type)'
         ),
+        query_var("release", "Release", 'label_values(ragmon_requests_total{service=~"$service"}, release)'),
     ]
 
 
@@ -454,7 +460,7 @@ def change_annotation() -> Json:
 
 
 RELEASE_FIRST_SEEN = (
-    'min by (release) (ragmon_release_first_seen_timestamp_seconds{release!~"other|unknown"}) * 1000'
+    f'min by (release) (ragmon_release_first_seen_timestamp_seconds{{release!~"other|unknown",{REL}}}) * 1000'
 )
 
 

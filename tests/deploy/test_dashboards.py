@@ -68,6 +68,7 @@ GRAFANA_VARIABLES = {
     "$datasource": "prometheus",
     "$query_type": ".*",
     "$service": ".*",
+    "$release": ".*",
 }
 DEGRADED_RELEASE = "v2.0.0"  # the `service.version` of the degraded traffic `drive` sends
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>\w+)\)$")
@@ -135,8 +136,10 @@ def queries(board: dict[str, Any]) -> Iterator[tuple[str, str]]:
             )
 
 
-def substitute(expr: str) -> str:
-    for name, value in GRAFANA_VARIABLES.items():
+def substitute(expr: str, **chosen: str) -> str:
+    """`expr` as Grafana sends it, with the variables at All unless `chosen` (name: value)."""
+    values = GRAFANA_VARIABLES | {f"${name}": value for name, value in chosen.items()}
+    for name, value in values.items():
         expr = expr.replace(name, value)
     assert "$" not in expr, f"unsubstituted variable in {expr}"
     return expr
@@ -181,7 +184,7 @@ def test_dashboards_share_variables_links_and_settings() -> None:
         variables = {v["name"]: v for v in board["templating"]["list"]}
         assert variables["datasource"]["type"] == "datasource"
         assert variables["datasource"]["query"] == "prometheus"
-        for name in ("service", "query_type"):
+        for name in ("service", "query_type", "release"):
             assert variables[name]["multi"] and variables[name]["includeAll"], name
 
 
@@ -740,6 +743,12 @@ async def check_panels(prom: str) -> None:
     def read(panel: dict[str, Any], ref: str = "A", at: float | None = None) -> list[dict[str, Any]]:
         expr = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)
         return query(prom, substitute(expr), at)
+
+    # $release narrows what is per release to the chosen ones (All: every release).
+    first_seen = marks["Release first seen"]["expr"]
+    for chosen, expected in ((DEGRADED_RELEASE, [DEGRADED_RELEASE]), ("v0.0.0-none", [])):
+        shown = [s["metric"]["release"] for s in query(prom, substitute(first_seen, release=chosen))]
+        assert shown == expected, chosen
 
     def drift_shown() -> tuple[set[tuple[str, str]], set[str]]:
         """(slices the drift panel shows drifting, alerts the alerts panel shows firing)."""
