@@ -555,23 +555,35 @@ def golden_ratio(metric: str) -> str:
     return f"max by (query_type) ({series} and ignoring (query_type, metric) {LATEST_GOLDEN_RUN})"
 
 
-def golden_panel(metric: str, title: str, what: str) -> Json:
+def golden_panel(metric: str, title: str, what: str, decided: bool = False) -> Json:
+    """`decided`: also the share of the rows the judge decided, on which the metric rests."""
     bounds = (
         f'max by (bound) (ragmon_golden_metric_interval_ratio{{metric="{metric}",query_type="all"}} '
         f"and ignoring (query_type, metric, bound) {LATEST_GOLDEN_RUN})"
     )
+    targets = [target(golden_ratio(metric), "{{query_type}}"), target(bounds, "all, {{bound}} 95 %")]
+    if decided:
+        share = 'ragmon_golden_judge_decided_ratio{query_type="all"}'
+        share += f" and ignoring (query_type) {LATEST_GOLDEN_RUN}"
+        targets.append(target(f"max({share})", "all, decided share"))
     return timeseries(
         f"Golden {title}",
         f"{what} on the labelled golden set, per query type, from the last complete replay "
         '(query_type "all": every row; dashed: its 95 % bootstrap interval over rows — with 20–100 '
-        "rows a golden metric is noisy).",
+        "rows a golden metric is noisy)"
+        + ("; dotted: the share of rows the judge decided, the only ones scored." if decided else "."),
         "percentunit",
-        [target(golden_ratio(metric), "{{query_type}}"), target(bounds, "all, {{bound}} 95 %")],
+        targets,
         defaults={"min": 0, "max": 1},
         overrides=[
             by_regexp(
                 "all, .* 95 %", custom__lineStyle={"fill": "dash", "dash": [10, 10]}, custom__fillOpacity=0
-            )
+            ),
+            by_regexp(
+                "all, decided share",
+                custom__lineStyle={"fill": "dot", "dash": [0, 10]},
+                custom__fillOpacity=0,
+            ),
         ],
         width=6,
     )
@@ -799,7 +811,7 @@ def quality() -> Json:
             ],
             defaults={"min": 0, "max": 1},
         ),
-        golden_panel("faithfulness", "faithfulness", "Faithfulness of the service's answers"),
+        golden_panel("faithfulness", "faithfulness", "Faithfulness of the service's answers", decided=True),
         golden_panel("refusal_accuracy", "refusal accuracy", "Share of correct refusals (unanswerable rows)"),
         golden_panel(
             "citation_precision",

@@ -55,6 +55,13 @@ class GoldenGauges:
             ["query_type"],
             registry=registry,
         )
+        self.decided = Gauge(
+            f"{PREFIX}golden_judge_decided_ratio",
+            "Share of the golden rows the judge had to decide whose faithfulness it decided, per query "
+            "type (query_type=all: overall); faithfulness rests on these only. Absent: none to decide",
+            ["query_type"],
+            registry=registry,
+        )
         self.regression_active = Gauge(
             f"{PREFIX}golden_regression_active",
             "1 when the last golden replay found a regression on this metric (baseline drop or floor)",
@@ -81,10 +88,12 @@ class GoldenGauges:
 
     def publish(self, report: ReplayReport) -> None:
         """Replace the series with this report's (a query type gone from the file disappears)."""
-        for gauge in (self.metric_ratio, self.metric_interval, self.rows):
+        for gauge in (self.metric_ratio, self.metric_interval, self.rows, self.decided):
             gauge.clear()
         for group, stats in report.metrics.items():
             self.rows.labels(query_type=group).set(stats.get("rows", 0))
+            if (share := stats.get("decided_share")) is not None:
+                self.decided.labels(query_type=group).set(share)
             intervals = report.intervals.get(group, {})
             for metric in GAUGE_METRICS:
                 value = stats.get(metric)

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from fake_llm import FakeAPI, Reply, anthropic_message, good_output, shown
+from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from monitor.golden import load_golden, run_replay
+from monitor.golden.gauges import GoldenGauges
 from monitor.golden.render import render_report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,3 +69,10 @@ async def test_undecided_rows_are_out_of_faithfulness_and_its_interval(api: Fake
     )
     assert f"{1 - share:.0%} undecided ({len(undecided)})" in out.getvalue()
     assert json.loads(json.dumps(data))["metrics"]["all"]["decided_share"] == share
+    # And the gauges export it beside the score, overall and per query type.
+    registry = CollectorRegistry()
+    GoldenGauges(registry).publish(report)
+    assert registry.get_sample_value("ragmon_golden_judge_decided_ratio", {"query_type": "all"}) == share
+    for group, stats in report.metrics.items():
+        got = registry.get_sample_value("ragmon_golden_judge_decided_ratio", {"query_type": group})
+        assert got == stats["decided_share"], group
