@@ -7,6 +7,7 @@ reviewer works.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import ClassVar
 
@@ -19,13 +20,20 @@ from textual.widgets import Input, Static
 from monitor.results import RESULTS_VERSION
 from monitor.review.labels import ClaimLabel
 from monitor.review.render import form_text, record_text
-from monitor.review.session import ReviewSession
+from monitor.review.session import CHUNK_KEYS, ReviewSession
 
+# The key help; `{chunks}`: the chunks the number keys are on (`keys_help`).
 KEYS_HELP = (
     "s/c/n claim supported/contradicted/not in context  ↑↓ claim  PgUp/PgDn scroll\n"
-    "a answerable  f answer refuses  w refusal warranted  1-0 chunk  e note  r ref\n"
-    "g golden set  ⏎ save  x skip  u undo  q quit"
+    "a answerable  f answer refuses  w refusal warranted  e note  r ref  ⏎ save\n"
+    "1-0: {chunks}  ] [ next/prev ten  g golden set  x skip  u undo  q quit"
 )
+
+
+def keys_help(first: int, last: int) -> str:
+    """The key help with the ranks of the chunks the number keys are on ((0, 0): none)."""
+    return KEYS_HELP.format(chunks=f"chunks {first}-{last}" if last else "no chunks")
+
 
 # Reasons a queue line is passed over (`monitor.results.unreadable_reason`), short for one line.
 _SHORT = {f"results line version other than {RESULTS_VERSION}": "another v", "not a JSON object": "not JSON"}
@@ -65,6 +73,8 @@ class ReviewApp(App[None]):
         Binding("enter", "save", show=False),
         Binding("x", "skip", show=False),
         Binding("u", "undo", show=False),
+        Binding("right_square_bracket", "page(1)", show=False),
+        Binding("left_square_bracket", "page(-1)", show=False),
         Binding("escape", "cancel_edit", show=False),
         Binding("q", "quit", show=False),
         Binding("ctrl+c", "quit", show=False, priority=True),  # every save is on disk already
@@ -91,7 +101,7 @@ class ReviewApp(App[None]):
         yield Static(id="form")
         yield Static(id="status")
         yield Input(id="edit")
-        yield Static(KEYS_HELP, id="keys")
+        yield Static(keys_help(1, CHUNK_KEYS), id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#edit", Input).display = False
@@ -149,9 +159,10 @@ class ReviewApp(App[None]):
             record.update(Text(msg, style="bold"))
             form.update("")
         else:
-            record.update(record_text(line, cur, s.selected))
+            record.update(record_text(line, cur, s.selected, s.page))
             form.update(form_text(line, cur, (line.trace_id or "").lower() in s.golden_added))
         self.query_one("#status", Static).update(self.status)
+        self.query_one("#keys", Static).update(keys_help(*s.page_range()))
 
     # -- keys -------------------------------------------------------------------------------------
 
@@ -204,9 +215,21 @@ class ReviewApp(App[None]):
         self.session.toggle_admits()
         self._act("")
 
-    def action_chunk(self, position: int) -> None:
-        cid = self.session.toggle_chunk(position)
-        self._act(None if cid is not None else f"no chunk {(position + 1) % 10}")
+    def action_chunk(self, key: int) -> None:
+        cid = self.session.toggle_chunk(key)
+        self._act(None if cid is not None else f"no chunk {self.session.page * CHUNK_KEYS + key + 1}")
+
+    def action_page(self, delta: int) -> None:
+        self._act(self.session.turn_page(delta))
+        self._show_page()
+
+    def _show_page(self) -> None:
+        """Scroll the body to the first chunk the number keys are on (its heading: `[ ] 1 #11`)."""
+        plain = str(self.query_one("#record", Static).content)
+        found = re.search(r"^\[[ x]\] 1 ", plain, flags=re.MULTILINE)
+        if found is not None:
+            row = plain.count("\n", 0, found.start())
+            self.query_one("#body", VerticalScroll).scroll_to(y=row, animate=False)
 
     def action_save(self) -> None:
         if self._editing is not None:
@@ -218,7 +241,10 @@ class ReviewApp(App[None]):
         self._act(self.session.skip())
 
     def action_undo(self) -> None:
+        page = self.session.page
         self._act(self.session.undo())
+        if self.session.page != page:  # a chunk marked on another ten: show that ten
+            self._show_page()
 
     def action_golden(self) -> None:
         ok, message = self.session.add_to_golden()

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling
+from monitor.review.session import CHUNK_KEYS, chunks_of
 
 QUOTE_STYLE = "black on yellow"
 SELECTED_QUOTE_STYLE = "bold black on bright_green"
@@ -63,8 +64,17 @@ def chunk_text(chunk: ChunkLine, quotes: list[tuple[int, str]], selected: int) -
     return text
 
 
-def record_text(line: ReviewLine, labelling: Labelling, selected: int) -> Text:
-    """The body of the screen for one record."""
+def chunk_heading(rank: int, count: int, page: int) -> str:
+    """The key and number a chunk is shown with: its number key on the page the keys are on, else
+    '-'; past ten chunks its rank too (`3 #13`: key 3 toggles chunk 13), so the key and the rank
+    read apart in monochrome."""
+    first = page * CHUNK_KEYS + 1
+    key = str((rank - first + 1) % 10) if first <= rank < first + CHUNK_KEYS else "-"
+    return key if count <= CHUNK_KEYS else f"{key} #{rank}"
+
+
+def record_text(line: ReviewLine, labelling: Labelling, selected: int, page: int = 0) -> Text:
+    """The body of the screen for one record, the number keys on chunks `page`*10+1 to +10."""
     out = Text()
     out.append("Question ", style="bold underline")
     out.append(f"[{line.query_type or 'unknown'}]\n", style="dim")
@@ -91,16 +101,26 @@ def record_text(line: ReviewLine, labelling: Labelling, selected: int) -> Text:
         out.append("\n")
     out.append("\n")
 
-    chunks = [c for c in line.chunks or () if c is not None]
+    chunks = chunks_of(line)
+    n = len(chunks)
     out.append("Chunks", style="bold underline")
-    out.append("  (1-9, 0: toggle relevant; ‹n›: quoted for claim n)\n", style="dim")
+    if n <= CHUNK_KEYS:
+        out.append("  (1-9, 0: toggle relevant; ‹n›: quoted for claim n)\n", style="dim")
+    else:
+        first = page * CHUNK_KEYS + 1
+        last = min(first + CHUNK_KEYS - 1, n)
+        out.append(
+            f"  (1-0 toggle #{first}-#{last} of {n}, ] [ other tens; ‹n›: quoted for claim n)\n", style="dim"
+        )
     if not chunks:
         out.append("(none retrieved)\n")
     quotes = _quotes(line)
     for i, chunk in enumerate(chunks):
         mark = "[x]" if chunk.id in labelling.relevant else "[ ]"
         score = f" ({chunk.score:.2f})" if chunk.score is not None else ""
-        out.append(f"{mark} {(i + 1) % 10 if i < 10 else '-'} {chunk.id or '?'}{score}\n", style="bold")
+        heading = chunk_heading(i + 1, n, page)
+        style = "dim" if heading.startswith("-") else "bold"
+        out.append(f"{mark} {heading} {chunk.id or '?'}{score}\n", style=style)
         out.append(chunk_text(chunk, quotes.get(chunk.id or "", []), selected))
         out.append("\n")
     return out

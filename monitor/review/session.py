@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 from monitor.golden.production import ProductionRowError, add_production_row, production_row
-from monitor.results import ReviewLine
+from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling, LabelsFile
 from monitor.review.queue import QueueRead
+
+CHUNK_KEYS = 10  # the number keys 1-9, 0: one page of chunks
 
 
 @dataclass
@@ -24,6 +26,7 @@ class _Step:
     index: int
     before: Labelling
     selected: int
+    page: int  # the ten chunks the number keys were on
 
 
 class ReviewSession:
@@ -46,6 +49,7 @@ class ReviewSession:
         self.index: int | None = None
         self.current: Labelling | None = None
         self.selected = 0  # the claim the claim keys act on
+        self.page = 0  # the ten chunks the number keys act on: 0 for chunks 1-10, 1 for 11-20, ...
         self.golden_added: set[str] = set()
         self._history: list[_Step] = []
         self.advance(start=0)
@@ -81,14 +85,14 @@ class ReviewSession:
         if self.index is None:
             self.advance(start=0)
 
-    def _show(self, index: int, labelling: Labelling, selected: int = 0) -> None:
-        self.index, self.current, self.selected = index, labelling, selected
+    def _show(self, index: int, labelling: Labelling, selected: int = 0, page: int = 0) -> None:
+        self.index, self.current, self.selected, self.page = index, labelling, selected, page
 
     # -- labelling --------------------------------------------------------------------------------
 
     def _edit(self) -> Labelling:
         assert self.current is not None and self.index is not None
-        self._history.append(_Step("edit", self.index, self.current.copy(), self.selected))
+        self._history.append(_Step("edit", self.index, self.current.copy(), self.selected, self.page))
         return self.current
 
     def select(self, delta: int) -> None:
@@ -117,12 +121,37 @@ class ReviewSession:
             cur = self._edit()
             cur.answer_admits_uncertainty = not cur.answer_admits_uncertainty
 
-    def toggle_chunk(self, position: int) -> str | None:
-        """Mark chunk `position` (0-based, rank order) relevant or not; its id, None if none there."""
+    @property
+    def chunk_count(self) -> int:
+        return 0 if self.line is None else len(chunks_of(self.line))
+
+    def page_range(self) -> tuple[int, int]:
+        """The ranks (1-based, inclusive) of the chunks the number keys are on; (0, 0): none."""
+        first = self.page * CHUNK_KEYS + 1
+        last = min(first + CHUNK_KEYS - 1, self.chunk_count)
+        return (first, last) if last >= first else (0, 0)
+
+    def turn_page(self, delta: int) -> str:
+        """Move the number keys to the next (+1) or previous (-1) ten chunks; what they are on now,
+        or why they did not move, for the status line."""
+        n = self.chunk_count
+        page = self.page + delta
+        if page < 0:
+            return "1-0 are on the first chunks already"
+        if page * CHUNK_KEYS >= n:
+            return f"no more chunks: this record has {n}"
+        self.page = page
+        first, last = self.page_range()
+        return f"1-0: chunks {first}-{last} of {n}"
+
+    def toggle_chunk(self, key: int) -> str | None:
+        """Mark the chunk on number key `key` (0 for key 1, ..., 9 for key 0; on the ten chunks of
+        the page) relevant or not; its id, None if no chunk with an id is there."""
         line = self.line
         if self.current is None or line is None:
             return None
-        chunks = [c for c in line.chunks or () if c is not None]
+        chunks = chunks_of(line)
+        position = self.page * CHUNK_KEYS + key
         if position >= len(chunks) or not chunks[position].id:
             return None
         cid = str(chunks[position].id)
@@ -155,7 +184,7 @@ class ReviewSession:
             self.labels.append(cur.to_json_dict(line, self._clock()))
         except OSError as exc:
             return f"error: cannot write {self.labels.path}: {exc.strerror or exc}"
-        self._history.append(_Step("save", self.index, cur.copy(), self.selected))
+        self._history.append(_Step("save", self.index, cur.copy(), self.selected, self.page))
         self.done.add(_key(line))
         self.advance()
         return f"saved {line.trace_id} ({self.labelled} of {self.total} labelled)"
@@ -164,7 +193,7 @@ class ReviewSession:
         """Leave the record unlabelled for now (it comes round again, and after a restart)."""
         if self.index is None or self.current is None:
             return "nothing to skip"
-        self._history.append(_Step("skip", self.index, self.current.copy(), self.selected))
+        self._history.append(_Step("skip", self.index, self.current.copy(), self.selected, self.page))
         self.advance()
         return "skipped"
 
@@ -181,9 +210,9 @@ class ReviewSession:
                 self._history.append(step)
                 return f"error: cannot undo in {self.labels.path}: {exc.strerror or exc}"
             self.done.discard(_key(line))
-            self._show(step.index, step.before, step.selected)
+            self._show(step.index, step.before, step.selected, step.page)
             return f"unsaved {line.trace_id}: its line is taken out of {self.labels.path}"
-        self._show(step.index, step.before, step.selected)
+        self._show(step.index, step.before, step.selected, step.page)
         return "undone" if step.kind == "edit" else "back to the skipped record"
 
     # -- the golden set ---------------------------------------------------------------------------
@@ -221,6 +250,11 @@ class ReviewSession:
     def _short(self, message: str) -> str:
         """A message for two lines of a narrow terminal: the golden file by its name only."""
         return message if self.golden is None else message.replace(str(self.golden), self.golden.name)
+
+
+def chunks_of(line: ReviewLine) -> list[ChunkLine]:
+    """The record's chunks in rank order, as numbered on the screen."""
+    return [c for c in line.chunks or () if c is not None]
 
 
 def _key(line: ReviewLine) -> str:

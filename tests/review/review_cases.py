@@ -75,6 +75,16 @@ def long_record() -> RagRecord:
     return _record("ab" * 16, "When did the offices open?", facts, [Chunk("c1", facts, 0.5)])
 
 
+def many_chunks_record(trace_id: str, n: int = 23) -> RagRecord:
+    """A record with `n` retrieved chunks (`k1`...), more than the ten number keys reach at once;
+    the one-claim answer is quoted from chunk 12."""
+    chunks = [
+        Chunk(f"k{i}", f"Fact number {i} about the harbour office.", round(1 - i / 100, 2))
+        for i in range(1, n + 1)
+    ]
+    return _record(trace_id, "What is fact twelve?", "Fact number 12 about the harbour office.", chunks)
+
+
 def judged(records: list[RagRecord] = RECORDS) -> list[ResultLine]:
     """The results lines the judge stage writes for `records` (the offline judge's verdicts)."""
     judge = LexicalJudge()

@@ -22,7 +22,8 @@ def test_review_in_an_80x24_tmux_pane(pane: Pane, tmp_path: Path) -> None:
     assert "▶1. The Oslo office opened in 1999." in shown
     assert "The Oslo office opened in 1999 after a long search.‹1›" in shown
     assert "bad queue lines: 3" in shown
-    assert "g golden set  ⏎ save  x skip  u undo  q quit" in shown  # the key help, whole
+    # the key help, whole, with the chunks the number keys are on
+    assert "1-0: chunks 1-2  ] [ next/prev ten  g golden set  x skip  u undo  q quit" in shown
 
     pane.keys("s", "n", "a", "e")
     pane.wait_for("note: Enter keeps it")

@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from review_cases import BERGEN, OSLO, SIZE, TROMSO, judged, long_record, screen, write_queue
+from review_cases import (
+    BERGEN,
+    OSLO,
+    SIZE,
+    TROMSO,
+    judged,
+    long_record,
+    many_chunks_record,
+    screen,
+    write_queue,
+)
 from typer.testing import CliRunner
 
 from monitor.cli import app as cli_app
@@ -183,6 +193,76 @@ async def test_the_selected_claim_stays_in_view_on_a_short_screen(long_queue: Pa
         assert "When did the offices open?" not in shown  # scrolled past the question
         await pilot.press(*["up"] * 10)
         assert "When did the offices open?" in await screen(pilot)
+
+
+@pytest.fixture
+def many_chunks_queue(tmp_path: Path) -> Path:
+    """Two records of 23 chunks each (what a RAG service retrieving 20+ gives)."""
+    path = tmp_path / "chunks.jsonl"
+    records = [many_chunks_record(OSLO), many_chunks_record(BERGEN)]
+    path.write_bytes(b"".join(encode_result(line) for line in judged(records)))
+    return path
+
+
+def keys_line(shown: str) -> str:
+    """The key help's last line, which says which chunks the number keys are on."""
+    return shown.splitlines()[-1]
+
+
+async def test_chunks_past_the_tenth_are_marked_by_paging_the_number_keys(
+    many_chunks_queue: Path, tmp_path: Path
+) -> None:
+    labels = tmp_path / "labels.jsonl"
+    async with make_app(many_chunks_queue, labels).run_test(size=SIZE) as pilot:
+        shown = await screen(pilot)
+        assert keys_line(shown).startswith("1-0: chunks 1-10  ] [ next/prev ten")
+        assert "(1-0 toggle #1-#10 of 23, ] [ other tens" in shown
+        await pilot.press("3", "right_square_bracket")
+        shown = await screen(pilot)
+        assert "1-0: chunks 11-20 of 23" in shown  # the status line
+        assert keys_line(shown).startswith("1-0: chunks 11-20 ")
+        assert "[ ] 1 #11 k11 (0.89)" in shown  # scrolled to the chunks the keys are on now
+        await pilot.press("2")
+        assert "[x] 2 #12 k12 (0.88)" in (await screen(pilot))
+        await pilot.press("right_square_bracket", "3")
+        shown = await screen(pilot)
+        assert keys_line(shown).startswith("1-0: chunks 21-23 ")
+        assert "[x] 3 #23 k23 (0.77)" in shown
+        await pilot.press("right_square_bracket")  # past the last ten: said, the keys stay
+        shown = await screen(pilot)
+        assert "no more chunks: this record has 23" in shown
+        assert keys_line(shown).startswith("1-0: chunks 21-23 ")
+        await pilot.press("4")
+        assert "no chunk 24" in (await screen(pilot))
+        await pilot.press("s", "a", "enter")
+        shown = await screen(pilot)
+        assert f"saved {OSLO}" in shown
+        assert keys_line(shown).startswith("1-0: chunks 1-10 ")  # a new record: the first ten again
+        await pilot.press("1", "s", "a", "enter")
+    oslo, bergen = labels_of(labels)
+    assert oslo["relevant_chunk_ids"] == ["k3", "k12", "k23"]
+    assert bergen["relevant_chunk_ids"] == ["k1"]
+
+
+async def test_undo_of_a_chunk_mark_returns_to_its_ten(many_chunks_queue: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    app = make_app(many_chunks_queue, labels)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right_square_bracket", "right_square_bracket", "3", "left_square_bracket")
+        shown = await screen(pilot)
+        assert keys_line(shown).startswith("1-0: chunks 11-20 ")
+        record = app.query_one("#record").content.plain
+        assert "[x] - #23 k23 (0.77)" in record  # not on the keys now: its rank only
+        assert "[ ] 3 #13 k13 (0.87)" in record
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert "1-0 are on the first chunks already" in (await screen(pilot))
+        await pilot.press("u")
+        shown = await screen(pilot)
+        assert keys_line(shown).startswith("1-0: chunks 21-23 ")
+        assert "[ ] 3 #23 k23 (0.77)" in shown
+        await pilot.press("s", "a", "enter")
+    (oslo,) = labels_of(labels)
+    assert oslo["relevant_chunk_ids"] == []
 
 
 async def test_the_judges_quotes_are_marked_in_the_chunks(queue: Path, tmp_path: Path) -> None:
