@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,10 @@ from monitor.slices import DEFAULT_QUERY_TYPES
 
 __all__ = [
     "PRODUCTION",
+    "GoldenAdd",
     "ProductionRowError",
     "add_production_row",
+    "append_production_row",
     "content_controls",
     "find_record",
     "production_row",
@@ -208,6 +211,16 @@ def _appended(text: str, fmt: str, doc: dict[str, Any]) -> str:
     return f"{head}{sep}\n  {json.dumps(doc, ensure_ascii=False)}\n]\n"
 
 
+@dataclass(frozen=True)
+class GoldenAdd:
+    """What an add did to the golden file, so that it can be taken back (the review UI's undo):
+    the file's bytes before (None: there was no file) and the bytes written."""
+
+    check: GoldenCheck
+    before: bytes | None
+    after: bytes
+
+
 def add_production_row(
     golden: Path,
     row: GoldenRow,
@@ -216,10 +229,27 @@ def add_production_row(
 ) -> GoldenCheck:
     """Append `row` to the golden file (created if missing) when the file with it validates and
     holds no row of the same trace or query; else ProductionRowError and nothing written."""
+    return append_production_row(golden, row, query_types=query_types).check
+
+
+def append_production_row(
+    golden: Path,
+    row: GoldenRow,
+    *,
+    query_types: Sequence[str] = DEFAULT_QUERY_TYPES,
+) -> GoldenAdd:
+    """`add_production_row`, saying what the file held before and what was written."""
     try:
-        text = golden.read_text(encoding="utf-8") if golden.exists() else ""
-    except (OSError, UnicodeDecodeError) as exc:
+        before: bytes | None = golden.read_bytes()
+    except FileNotFoundError:
+        before = None
+    except OSError as exc:
         raise ProductionRowError(f"cannot read {golden}: {exc}") from None
+    try:
+        text = "" if before is None else before.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProductionRowError(f"cannot read {golden}: {exc}") from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as a text read would
     fmt = golden_format(golden, text)
     raw, syntax = parse_golden(text, fmt) if text.strip() else ([], [])
     if syntax:
@@ -238,9 +268,10 @@ def add_production_row(
     check.errors[:0] = new_syntax
     if not check.ok:
         raise ProductionRowError(f"{golden} with the row does not validate: nothing added", check.errors)
+    after = new_text.encode("utf-8")
     try:
-        write_atomic(golden, new_text)
+        write_atomic(golden, after)
     except OSError as exc:
         raise ProductionRowError(f"cannot write {golden}: {exc.strerror or exc}; nothing added") from None
     check.path = str(golden)
-    return check
+    return GoldenAdd(check, before, after)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from monitor.golden.production import ProductionRowError, add_production_row, production_row
+from monitor.files import write_atomic
+from monitor.golden.production import GoldenAdd, ProductionRowError, append_production_row, production_row
 from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling, LabelsFile
 from monitor.review.queue import QueueRead
@@ -22,11 +23,12 @@ CHUNK_KEYS = 10  # the number keys 1-9, 0: one page of chunks
 class _Step:
     """One undoable step: the record it was taken on and its labels before it."""
 
-    kind: Literal["edit", "save", "skip"]
+    kind: Literal["edit", "save", "skip", "golden"]
     index: int
     before: Labelling
     selected: int
     page: int  # the ten chunks the number keys were on
+    golden: GoldenAdd | None = None  # a golden add: the file before and after it
 
 
 class ReviewSession:
@@ -198,11 +200,14 @@ class ReviewSession:
         return "skipped"
 
     def undo(self) -> str:
-        """Take back the last step: a label, a skip, or a save (its line is cut from the file)."""
+        """Take back the last step: a label, a skip, a save (its line is cut from the file) or a
+        golden add (the golden file as it was, if nobody changed it since)."""
         if not self._history:
             return "nothing to undo"
         step = self._history.pop()
         line = self.queue.lines[step.index]
+        if step.golden is not None:
+            return self._undo_golden(step, line)
         if step.kind == "save":
             try:
                 self.labels.undo()
@@ -221,7 +226,7 @@ class ReviewSession:
         """The record as a golden row (`golden add`'s code) with the reviewer's relevant chunks and
         reference answer: (added, what happened). Never raises: every failure is a message."""
         line, cur = self.line, self.current
-        if line is None or cur is None:
+        if line is None or cur is None or self.index is None:
             return False, "no record shown"
         if self.golden is None:
             return False, "no golden file: start with --golden FILE"
@@ -234,18 +239,53 @@ class ReviewSession:
                 reference_answer=cur.reference(line),
                 answerable=cur.answerable,
             )
-            check = add_production_row(self.golden, row)
+            added = append_production_row(self.golden, row)
         except ProductionRowError as exc:
             details = "; ".join(str(issue) for issue in exc.errors[:3])
             return False, self._short(f"golden: {exc}" + (f" ({details})" if details else ""))
         except Exception as exc:  # a UI never dies of a row it could not build: say why
             return False, self._short(f"golden: {type(exc).__name__}: {exc}")
+        self._history.append(_Step("golden", self.index, cur.copy(), self.selected, self.page, added))
         self.golden_added.add(_key(line))
         extra = [*notes, *(f"content controls: {c}" for c in row.content_controls or ())]
         tail = f"; {'; '.join(extra)}" if extra else ""
         return True, self._short(
-            f"golden: row {row.id!r} added to {self.golden} ({len(check.rows)} rows OK){tail}"
+            f"golden: row {row.id!r} added to {self.golden} ({len(added.check.rows)} rows OK){tail}"
         )
+
+    def _undo_golden(self, step: _Step, line: ReviewLine) -> str:
+        """The golden file back to its bytes before the add (removed if the add created it), only
+        if it still holds what the add wrote: an edit made since (by hand, another reviewer) is
+        never lost. Never raises: every failure is a message."""
+        assert step.golden is not None and self.golden is not None
+        added, golden = step.golden, self.golden
+        self._show(step.index, step.before, step.selected, step.page)
+        try:
+            now: bytes | None = golden.read_bytes()
+        except FileNotFoundError:
+            now = None
+        except OSError as exc:
+            self._history.append(step)
+            return self._short(f"error: cannot read {golden}: {exc.strerror or exc}; not undone")
+        if now != added.after:  # changed: the row stays, and so does its mark; removed: neither
+            if now is None:
+                self.golden_added.discard(_key(line))
+            how = "removed" if now is None else "changed"
+            return self._short(
+                f"error: {golden} was {how} since the add, so it is left as it is (add not undone)"
+            )
+        try:
+            if added.before is None:
+                golden.unlink()
+            else:
+                write_atomic(golden, added.before)
+        except OSError as exc:
+            self._history.append(step)
+            return self._short(f"error: cannot undo the add in {golden}: {exc.strerror or exc}")
+        self.golden_added.discard(_key(line))
+        if added.before is None:
+            return self._short(f"golden: add undone, {golden} removed (the add had created it)")
+        return self._short(f"golden: add undone, {golden} as it was before")
 
     def _short(self, message: str) -> str:
         """A message for two lines of a narrow terminal: the golden file by its name only."""

@@ -318,6 +318,67 @@ async def test_g_adds_the_record_to_the_golden_set_and_a_second_time_says_duplic
     assert row.source == "production"
 
 
+async def test_u_takes_a_golden_add_back_out_and_removes_a_file_the_add_created(
+    queue: Path, tmp_path: Path
+) -> None:
+    labels, golden = tmp_path / "labels.jsonl", tmp_path / "golden.jsonl"
+    async with make_app(queue, labels, golden).run_test(size=SIZE) as pilot:
+        await pilot.press("x", "1", "a", "g", "s")  # Bergen: into the golden set, then a claim label
+        assert "[in golden set]" in (await screen(pilot))
+        assert golden.exists()
+        await pilot.press("u")  # the claim label first
+        shown = await screen(pilot)
+        assert "undone" in shown
+        assert "[in golden set]" in shown
+        await pilot.press("u")  # then the add
+        shown = await screen(pilot)
+        assert "golden: add undone, golden.jsonl removed (the add had created it)" in shown
+        assert "[in golden set]" not in shown
+        assert "[x] 1 b1" in shown  # the labels as they were at the add
+        assert "answerable: yes" in shown
+        assert not golden.exists()
+        await pilot.press("g")  # and it can be added again
+        assert "golden: row 'prod-00f067aa0ba902b7' added" in (await screen(pilot))
+    (row,) = load_golden(golden).rows
+    assert row.trace_id == BERGEN
+
+
+async def test_u_restores_the_golden_file_byte_for_byte(queue: Path, tmp_path: Path) -> None:
+    labels, golden = tmp_path / "labels.jsonl", tmp_path / "golden.jsonl"
+    async with make_app(queue, labels, golden).run_test(size=SIZE) as pilot:
+        await pilot.press("x", "1", "a", "g", "q")  # a file with Bergen's row
+    before = golden.read_bytes().replace(b"\n", b"\r\n")  # as an editor on Windows leaves it
+    golden.write_bytes(before)
+    async with make_app(queue, labels, golden).run_test(size=SIZE) as pilot:
+        await pilot.press("1", "a", "g")  # Oslo
+        assert "golden: row 'prod-4bf92f3577b34da6' added to golden.jsonl (2 rows OK)" in (
+            await screen(pilot)
+        )
+        assert golden.read_bytes() != before
+        await pilot.press("u")
+        shown = await screen(pilot)
+        assert "golden: add undone, golden.jsonl as it was before" in shown
+        assert "[in golden set]" not in shown
+    assert golden.read_bytes() == before
+
+
+async def test_u_leaves_a_golden_file_edited_since_the_add_and_says_so(queue: Path, tmp_path: Path) -> None:
+    labels, golden = tmp_path / "labels.jsonl", tmp_path / "golden.jsonl"
+    async with make_app(queue, labels, golden).run_test(size=SIZE) as pilot:
+        await pilot.press("1", "a", "g")
+        assert "added to golden.jsonl" in (await screen(pilot))
+        edited = golden.read_text() + '{"id": "by-hand", "query": "Where is the Oslo office?"}\n'
+        golden.write_text(edited)  # someone else's edit meanwhile
+        await pilot.press("u")
+        shown = await screen(pilot)
+        assert "error: golden.jsonl was changed since the add, so it is left as it is" in shown
+        assert "[in golden set]" in shown  # the row is still in the file
+        await pilot.press("u")  # the add's step is spent: the next u takes back the mark before it
+        assert "answerable: ?" in (await screen(pilot))
+    assert golden.read_text() == edited  # the add's row and the edit, both kept
+    assert OSLO in edited
+
+
 async def test_g_without_golden_file_or_answerable_says_why(queue: Path, tmp_path: Path) -> None:
     async with make_app(queue, tmp_path / "labels.jsonl").run_test(size=SIZE) as pilot:
         await pilot.press("g")
