@@ -639,18 +639,22 @@ def _cls(key: str) -> str:
     return "grounded" if key.endswith("/grounded") else "hallucinated"
 
 
-def lofo(all_cases: list[Case]) -> None:
-    """Leave-one-family-out: every family judged with settings chosen on the other families only."""
+def run_grid(
+    all_cases: list[Case],
+) -> tuple[list[dict[str, Any]], list[dict[str, Tally]], list[Counter[str]], list[list[str]]]:
+    """Every case judged at every setting of `GRID`: the settings, per setting the tallies (per family
+    and per family/kind), the CPU seconds per family and each case's decision (in `all_cases` order)."""
     from monitor.judge.lexical import LexicalJudge
 
-    families = sorted({c.source for c in all_cases}, key=lambda f: FAMILIES.index(f))
     settings = _settings()
     per_setting: list[dict[str, Tally]] = []
     seconds: list[Counter[str]] = []
+    decisions: list[list[str]] = []
     for setting in settings:
         judge = LexicalJudge(**setting)
         tallies: dict[str, Tally] = defaultdict(Tally)
         spent: Counter[str] = Counter()
+        got_all = []
         for c in all_cases:
             # CPU time, not wall time: on a shared machine the wall clock moves by half between runs.
             t0 = time.process_time()
@@ -658,8 +662,19 @@ def lofo(all_cases: list[Case]) -> None:
             spent[c.source] += time.process_time() - t0
             tallies[c.source].add(c.hallucinated, got)
             tallies[f"{c.source}/{c.kind}"].add(c.hallucinated, got)
+            got_all.append(got)
         per_setting.append(tallies)
         seconds.append(spent)
+        decisions.append(got_all)
+    return settings, per_setting, seconds, decisions
+
+
+def lofo(all_cases: list[Case]) -> None:
+    """Leave-one-family-out: every family judged with settings chosen on the other families only."""
+    from monitor.judge.lexical import LexicalJudge
+
+    families = sorted({c.source for c in all_cases}, key=lambda f: FAMILIES.index(f))
+    settings, per_setting, seconds, _ = run_grid(all_cases)
     default = settings.index({k: getattr(LexicalJudge(), k) for k in GRID})
     print(
         f"\nleave-one-family-out: {len(settings)} settings ({'/'.join(GRID)}); chosen on the other families:"
