@@ -339,12 +339,22 @@ class ReviewQueue:
             await self.close()
 
 
-def alert_queue(config: ReviewConfig, metrics: ReviewMetrics) -> ReviewQueue | None:
-    """A drift member's review queue, where no judge stage runs beside it (split roles): the
-    drift alerts' example records, for `alert` only (the judge members queue the other reasons).
-    None when reviewing is off, `alert` is not a configured reason, or there is no sink."""
-    if not config.enabled or ReviewReason.ALERT not in config.reasons:
+def review_queue(
+    config: ReviewConfig | None, metrics: ReviewMetrics, only: Collection[ReviewReason] | None = None
+) -> ReviewQueue | None:
+    """The review queue `config` asks for, selecting for `only` of its reasons (default: all):
+    None when reviewing is off, none of those reasons is configured, or there is no sink (said)."""
+    if config is None or not config.enabled:
+        return None
+    if only is not None and not set(only) & set(config.reasons):
         return None
     if not config.topic and config.file is None:
+        log.warning("review.enabled without review.topic or review.file: no review queue")
         return None
-    return ReviewQueue(config, metrics, only=(ReviewReason.ALERT,))
+    return ReviewQueue(config, metrics, only=only)
+
+
+def alert_queue(config: ReviewConfig, metrics: ReviewMetrics) -> ReviewQueue | None:
+    """A drift member's review queue, where no judge stage runs beside it (split roles): the
+    drift alerts' example records, for `alert` only (the judge members queue the other reasons)."""
+    return review_queue(config, metrics, only=(ReviewReason.ALERT,))

@@ -30,7 +30,7 @@ from monitor.judge.citations import check_citations, read_citations
 from monitor.judge.config import JudgeConfig, JudgeQueue, ReviewConfig
 from monitor.judge.metered import MeteredJudge
 from monitor.judge.model import SelfEvaluationGuard
-from monitor.judge.review import ReviewQueue
+from monitor.judge.review import ReviewQueue, review_queue
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.offsets import MessageRef, OffsetTracker
@@ -166,12 +166,8 @@ class JudgeStage:
         self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
         self.judged_seen = 0
         self.written = 0  # samples whose results are written (judged, skipped or failed)
-        self.review: ReviewQueue | None = None  # judged records for people: `monitor.judge.review`
-        if review is not None and review.enabled:
-            if review.topic or review.file is not None:
-                self.review = ReviewQueue(review, metrics.review)
-            else:
-                log.warning("review.enabled without review.topic or review.file: no review queue")
+        # Judged records for people: `monitor.judge.review`.
+        self.review: ReviewQueue | None = review_queue(review, metrics.review)
 
     # -- lifecycle -------------------------------------------------------------------------
 
