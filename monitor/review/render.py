@@ -9,7 +9,7 @@ from rich.text import Text
 
 from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling
-from monitor.review.session import CHUNK_KEYS, chunks_of
+from monitor.review.session import CHUNK_KEYS, chunks_of, page_range
 
 QUOTE_STYLE = "black on yellow"
 SELECTED_QUOTE_STYLE = "bold black on bright_green"
@@ -107,8 +107,7 @@ def record_text(line: ReviewLine, labelling: Labelling, selected: int, page: int
     if n <= CHUNK_KEYS:
         out.append("  (1-9, 0: toggle relevant; ‹n›: quoted for claim n)\n", style="dim")
     else:
-        first = page * CHUNK_KEYS + 1
-        last = min(first + CHUNK_KEYS - 1, n)
+        first, last = page_range(page, n)
         out.append(
             f"  (1-0 toggle #{first}-#{last} of {n}, ] [ other tens; ‹n›: quoted for claim n)\n", style="dim"
         )

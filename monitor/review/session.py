@@ -129,9 +129,7 @@ class ReviewSession:
 
     def page_range(self) -> tuple[int, int]:
         """The ranks (1-based, inclusive) of the chunks the number keys are on; (0, 0): none."""
-        first = self.page * CHUNK_KEYS + 1
-        last = min(first + CHUNK_KEYS - 1, self.chunk_count)
-        return (first, last) if last >= first else (0, 0)
+        return page_range(self.page, self.chunk_count)
 
     def turn_page(self, delta: int) -> str:
         """Move the number keys to the next (+1) or previous (-1) ten chunks; what they are on now,
@@ -290,6 +288,13 @@ class ReviewSession:
     def _short(self, message: str) -> str:
         """A message for two lines of a narrow terminal: the golden file by its name only."""
         return message if self.golden is None else message.replace(str(self.golden), self.golden.name)
+
+
+def page_range(page: int, count: int) -> tuple[int, int]:
+    """The ranks (1-based, inclusive) of the chunks on `page` of `count`; (0, 0): none."""
+    first = page * CHUNK_KEYS + 1
+    last = min(first + CHUNK_KEYS - 1, count)
+    return (first, last) if last >= first else (0, 0)
 
 
 def chunks_of(line: ReviewLine) -> list[ChunkLine]:
