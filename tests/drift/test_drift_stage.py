@@ -180,7 +180,7 @@ async def test_a_drift_member_alone_queues_its_alerts_examples_for_review(
     lines = result_lines(tmp_path / "review.jsonl", ReviewLine)
     assert examples and examples <= failing_ids(bad)
     assert {line["trace_id"] for line in lines} == examples
-    assert all(line["review"] == {**line["review"], "reasons": ["alert"], "uniform": False} for line in lines)
+    assert all(ln["review"]["reasons"] == ["alert"] and ln["review"]["uniform"] is False for ln in lines)
     on_topic = await read_topic(bs, review_topic, count=len(examples))
     assert {m.key.decode() for m in on_topic if m.key} == examples
 
