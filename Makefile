@@ -60,7 +60,8 @@ test: $(STAMP) debs lint
 	RAGMON_PURE_PYTHON=1 RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider \
 		tests/ingest/test_decode_dialects.py tests/ingest/test_decode_formats.py tests/ingest/test_decode_bad_input.py \
 		tests/ingest/test_decode_fuzz.py tests/ingest/test_decode_compiled.py tests/ingest/test_decode_compiled_fuzz.py \
-		tests/ingest/test_decode_compiled_utf8.py tests/ingest/test_assemble.py tests/ingest/test_assemble_compiled.py
+		tests/ingest/test_decode_compiled_utf8.py tests/ingest/test_assemble.py tests/ingest/test_assemble_compiled.py \
+		tests/compat/test_captures.py
 
 # The three extensions built with AddressSanitizer and UndefinedBehaviorSanitizer into $(SAN_DIR),
 # beside a link farm of the package, so that PYTHONPATH=$(SAN_DIR) imports them in place of the

@@ -67,6 +67,9 @@ class Reject(StrEnum):
     LATE_SPAN = "late_span"  # span of a trace already emitted
     TOO_MANY_SPANS = "too_many_spans"  # span past assembly.max_spans_per_trace: dropped
     NOT_RAG = "not_rag"  # a trace with no RAG content at all (health checks, other endpoints): ignored
+    # A trace whose spans look like a model call or a retrieval (GenAI attributes of an
+    # instrumentation the decoder does not read) but make no request: counted, never ignored.
+    UNREADABLE = "unreadable"
     QUERY_TYPE_UNKNOWN = (
         "query_type_not_allowed"  # rag.query_type outside the allow-list (mapped, not dropped)
     )
@@ -121,6 +124,13 @@ class SpanFacts:
     # on LLM spans only; None: not reported (or an unusable value, counted as bad_attribute).
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # The conversation and the end user the request belongs to (OpenInference `session.id` /
+    # `user.id`, GenAI `gen_ai.conversation.id`, Traceloop association properties); None: unsaid.
+    session_id: str | None = None
+    user_id: str | None = None
+    # Attribute keys (never values) of GenAI instrumentations this decoder does not read, when
+    # the span gave nothing else: the evidence that a trace was a request we could not read.
+    unread: tuple[str, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -148,9 +158,11 @@ class RagRecord:
     error: bool = False
     input_tokens: int | None = None
     output_tokens: int | None = None
+    session_id: str | None = None
+    user_id: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "trace_id": self.trace_id,
             "span_id": self.span_id,
             "service": self.service,
@@ -164,6 +176,11 @@ class RagRecord:
             "replay": self.replay,
             "release": self.release or None,
         }
+        if self.session_id is not None:
+            out["session_id"] = self.session_id
+        if self.user_id is not None:
+            out["user_id"] = self.user_id
+        return out
 
 
 # -- what a judge says about a record -------------------------------------------------------------

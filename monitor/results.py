@@ -122,6 +122,9 @@ class ResultLine(_Part):
     replay: Lenient[StrictBool] = None
     # The bounded release label (`slices.release_keys`; unknown, other); absent in older lines.
     release: Lenient[str] = None
+    # The conversation and the end user, as the spans named them; absent when they did not.
+    session_id: Lenient[str] = None
+    user_id: Lenient[str] = None
     # What the sample said, and what the stage did with it.
     sampling_weight: Lenient[Number] = None
     stratum: Lenient[Stratum] = None  # what the sampler sampled it as; absent in older lines

@@ -60,6 +60,8 @@ class SampleMessage(BaseModel):
     sampled_at: float
     clipped: dict[str, int] | None = None  # what `TextLimits` cut from the record, when anything
     stratum: Stratum | None = None
+    session_id: str | None = None  # absent when the spans named no session
+    user_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,8 @@ def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:
         start_ns=round(msg.start * 1e9) if msg.start else 0,
         end_ns=round(msg.end * 1e9) if msg.end else 0,
         release=msg.release or "",
+        session_id=msg.session_id,
+        user_id=msg.user_id,
     )
     return msg, record
 

@@ -26,17 +26,19 @@
 
 static PyTypeObject *span_type = NULL, *chunk_type = NULL, *ref_type = NULL;
 enum { S_TRACE_ID, S_SPAN_ID, S_PARENT, S_SERVICE, S_START, S_END, S_ROLE, S_QUERY, S_ANSWER, S_CHUNKS, S_MODEL,
-       S_QUERY_TYPE, S_REPLAY, S_RELEASE, S_ERROR, S_IN_TOKENS, S_OUT_TOKENS, N_SPAN_FIELDS };
+       S_QUERY_TYPE, S_REPLAY, S_RELEASE, S_ERROR, S_IN_TOKENS, S_OUT_TOKENS, S_SESSION, S_USER, S_UNREAD,
+       N_SPAN_FIELDS };
 static const char *const span_field_names[N_SPAN_FIELDS] = {
     "trace_id", "span_id", "parent_span_id", "service", "start_ns", "end_ns", "role",
     "query", "answer", "chunks", "model", "query_type", "replay", "release", "error", "input_tokens",
-    "output_tokens"};
+    "output_tokens", "session_id", "user_id", "unread"};
 static Py_ssize_t span_off[N_SPAN_FIELDS];
 static Py_ssize_t chunk_id_off, holds_off, partition_off, traces_off, size_off;
 static PyObject *role_root, *role_retriever, *role_reranker, *role_llm, *role_other;
 static PyObject *rej_late, *rej_evicted, *rej_not_rag, *rej_missing_query, *rej_missing_answer, *rej_too_many;
 static PyObject *sort_by_end, *sort_by_start, *max_by_end; /* fallbacks for keys that are not int64 */
 static PyObject *stage_facts_fn;                          /* assemble.stage_facts, likewise */
+static PyObject *build_record_fn; /* assemble.build_record: traces of the shapes left to the reference */
 static long long trace_cost, span_cost; /* assemble.TRACE_COST, SPAN_COST: charged besides messages */
 static PyObject *str_acquire, *str_append, *empty_str, *str_traces, *str_size;
 static int ready = 0;
@@ -634,7 +636,7 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
     PyObject **retrievers = buf, **rerankers = buf + n, **llms = buf + 2 * n;
     Py_ssize_t n_ret = 0, n_rr = 0, n_llm = 0;
     PyObject *root = NULL, *query_type = NULL, *release = NULL, *chunks = NULL;
-    int replay = 0, rc = -1, t;
+    int replay = 0, special = 0, rc = -1, t;
     Py_INCREF(spans);
     *record = NULL;
     *reason = Py_None;
@@ -677,20 +679,45 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
         }
         if (!replay && (replay = truth(F(s, S_REPLAY))) < 0)
             goto done;
+        if (F(s, S_SESSION) != Py_None || F(s, S_USER) != Py_None || F(s, S_UNREAD) != Py_None)
+            special = 1;
+    }
+    if (special || n_ret > 1) {
+        /* sessions and users, unread spans, several retrievals: the reference's rules */
+        PyObject *r = PyObject_CallFunctionObjArgs(build_record_fn, tid, spans, NULL);
+        if (r == NULL)
+            goto done;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2) {
+            Py_DECREF(r);
+            PyErr_SetString(PyExc_TypeError, "build_record: a tuple of 2 expected");
+            goto done;
+        }
+        *record = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+        *reason = PyTuple_GET_ITEM(r, 1); /* borrowed: a Reject member (or None), alive in the enum */
+        Py_DECREF(r);
+        rc = 0;
+        goto done;
     }
     if (n_llm > 1 && sort_by(llms, n_llm, S_END, sort_by_end) < 0)
         goto done;
     if (!(n_ret || n_rr || n_llm)) {
         int any = 0;
-        for (Py_ssize_t i = 0; i < n && !any; i++) {
+        for (Py_ssize_t i = 0; i < n && !any; i++)
+            any = truth(F(PyList_GET_ITEM(spans, i), S_CHUNKS));
+        if (any == 0 && root != NULL && (any = truth(F(root, S_QUERY))) == 0)
+            any = truth(F(root, S_ANSWER)); /* only the request span's query or answer counts */
+        for (Py_ssize_t i = 0; root == NULL && i < n && !any; i++) {
             PyObject *s = PyList_GET_ITEM(spans, i);
-            if ((any = truth(F(s, S_QUERY))) == 0 && (any = truth(F(s, S_ANSWER))) == 0)
-                any = truth(F(s, S_CHUNKS));
+            if ((any = truth(F(s, S_QUERY))) == 0)
+                any = truth(F(s, S_ANSWER));
             if (any < 0)
                 goto done;
         }
+        if (any < 0)
+            goto done;
         if (!any) {
-            /* HTTP or framework instrumentation of non-RAG endpoints shares the topic. */
+            /* No retrieval, no model call, no request with its answer: HTTP or framework
+             * instrumentation of non-RAG endpoints, an index build, an embedding call. */
             *record = Py_None;
             Py_INCREF(Py_None);
             *reason = rej_not_rag;
@@ -764,13 +791,14 @@ static int build_record(PyObject *tid, PyObject *spans, PyObject **record, PyObj
             if (stage_facts(retrievers, n_ret, rerankers, n_rr, llms, n_llm, red) == 0) {
                 /* RagRecord(trace_id, span_id, service, query, query_type, chunks, answer, model,
                  * start_ns, end_ns, replay, release, retrieval_ns, generation_ns, error,
-                 * input_tokens, output_tokens) */
-                PyObject *fields[17] = {tid,   F(anchor, S_SPAN_ID), F(anchor, S_SERVICE), query,
+                 * input_tokens, output_tokens, session_id, user_id): no span here names a
+                 * session or a user (those traces are the reference's) */
+                PyObject *fields[19] = {tid,   F(anchor, S_SPAN_ID), F(anchor, S_SERVICE), query,
                                         qt,    chunks,               answer,               model,
                                         F(anchor, S_START),          F(anchor, S_END),     replay ? Py_True : Py_False,
                                         rel,   red[0],               red[1],               F(anchor, S_ERROR),
-                                        red[2], red[3]};
-                *record = build(&record_b, fields, 17);
+                                        red[2], red[3],              Py_None,              Py_None};
+                *record = build(&record_b, fields, 19);
                 if (*record != NULL)
                     rc = 0;
                 for (int i = 0; i < 4; i++)
@@ -1591,18 +1619,20 @@ static int set_obj(PyObject **slot, PyObject *v)
 
 PyDoc_STRVAR(setup_doc,
              "setup(span_facts, chunk, message_ref, rag_record, rag_record_fields, finished, finished_fields, "
-             "roles, rejects, costs, sort_by_end, sort_by_start, max_by_end, stage_facts, /)\n\n"
+             "roles, rejects, costs, sort_by_end, sort_by_start, max_by_end, stage_facts, build_record, /)\n\n"
              "roles: (ROOT, RETRIEVER, RERANKER, LLM, OTHER); rejects: (LATE_SPAN, EVICTED, NOT_RAG, "
              "MISSING_QUERY, MISSING_ANSWER, TOO_MANY_SPANS); costs: (TRACE_COST, SPAN_COST); *_fields: the class's field names when it is a plain slots "
              "dataclass (filled here), else None (called). The sort and max callables take a list of spans "
-             "and are used only when a time is not an int64; stage_facts (assemble.stage_facts) likewise.");
+             "and are used only when a time is not an int64; stage_facts (assemble.stage_facts) likewise; "
+             "build_record (assemble.build_record) builds the traces whose spans name a session, a user or unread "
+             "keys, or hold several retrievals.");
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-    PyObject *sf, *ch, *mr, *rr, *rr_fields, *fin, *fin_fields, *roles, *rejects, *sbe, *sbs, *mbe, *sf_fn;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOO(LL)OOOO:setup", &PyType_Type, &sf, &PyType_Type, &ch, &PyType_Type,
+    PyObject *sf, *ch, *mr, *rr, *rr_fields, *fin, *fin_fields, *roles, *rejects, *sbe, *sbs, *mbe, *sf_fn, *br_fn;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOO(LL)OOOOO:setup", &PyType_Type, &sf, &PyType_Type, &ch, &PyType_Type,
                           &mr, &rr, &rr_fields, &fin, &fin_fields, &roles, &rejects, &trace_cost, &span_cost, &sbe,
-                          &sbs, &mbe, &sf_fn))
+                          &sbs, &mbe, &sf_fn, &br_fn))
         return NULL;
     ready = 0;
     for (int f = 0; f < N_SPAN_FIELDS; f++)
@@ -1612,7 +1642,7 @@ static PyObject *setup(PyObject *self, PyObject *args)
         || (partition_off = member_offset_str(mr, "partition")) < 0
         || (traces_off = member_offset_str(mr, "traces")) < 0 || (size_off = member_offset_str(mr, "size")) < 0)
         return NULL;
-    if (set_builder(&record_b, rr, rr_fields, 17) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
+    if (set_builder(&record_b, rr, rr_fields, 19) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
         return NULL;
     PyObject **role_slots[] = {&role_root, &role_retriever, &role_reranker, &role_llm, &role_other};
     PyObject **reject_slots[] = {&rej_late,          &rej_evicted,        &rej_not_rag,
@@ -1633,6 +1663,7 @@ static PyObject *setup(PyObject *self, PyObject *args)
     set_obj(&sort_by_start, sbs);
     set_obj(&max_by_end, mbe);
     set_obj(&stage_facts_fn, sf_fn);
+    set_obj(&build_record_fn, br_fn);
     if (str_acquire == NULL
         && ((str_acquire = PyUnicode_InternFromString("acquire")) == NULL
             || (str_append = PyUnicode_InternFromString("append")) == NULL || (empty_str = PyUnicode_New(0, 0)) == NULL

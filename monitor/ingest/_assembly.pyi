@@ -24,6 +24,7 @@ def setup(
     stage_facts: Callable[
         [list[SpanFacts], list[SpanFacts], list[SpanFacts]], tuple[int, int, int | None, int | None]
     ],
+    build_record: Callable[[str, list[SpanFacts]], tuple[RagRecord | None, Reject | None]],
     /,
 ) -> None: ...
 

@@ -1150,7 +1150,7 @@ static unsigned long long mapped_native = 0, mapped_apply = 0;
 enum { K_KIND, K_INPUT, K_OUTPUT, K_TL_INPUT, K_TL_OUTPUT, K_RETRIEVAL_QUERY, K_GENAI_DOCS, K_QUERY_TYPE,
        K_METADATA, K_REPLAY, K_MODEL, K_MODEL_END = K_MODEL + 5, K_JSON_IN = K_MODEL_END, K_JSON_OUT = K_JSON_IN + 2,
        K_LEGACY_IN = K_JSON_OUT + 2, K_LEGACY_OUT, K_IN_TOKENS, K_OUT_TOKENS = K_IN_TOKENS + 3,
-       N_KEYS = K_OUT_TOKENS + 3 };
+       K_IDS = K_OUT_TOKENS + 3, N_KEYS = K_IDS + 6 };
 static const char *const key_names[N_KEYS] = {
     "openinference.span.kind", "input.value", "output.value", "traceloop.entity.input",
     "traceloop.entity.output", "gen_ai.retrieval.query.text", "gen_ai.retrieval.documents", "rag.query_type",
@@ -1163,6 +1163,9 @@ static const char *const key_names[N_KEYS] = {
     /* dialects.INPUT_TOKEN_KEYS, OUTPUT_TOKEN_KEYS */
     "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt",
     "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion",
+    /* dialects.SESSION_KEYS, USER_KEYS: a span naming either is apply's */
+    "session.id", "gen_ai.conversation.id", "traceloop.association.properties.session_id",
+    "user.id", "enduser.id", "traceloop.association.properties.user_id",
 };
 #define MAX_TOKENS 10000000LL /* dialects.MAX_TOKENS */
 static int key_slot[N_KEYS]; /* -1: not in the table, so never among a span's attributes */
@@ -1490,6 +1493,10 @@ static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_o
     default: /* a reranker, or a kind that is not ASCII */
         rc = UNSUPPORTED;
     }
+    /* an empty query or answer on the request span: apply looks further (and gives None) */
+    if (rc == 0 && role == R_ROOT
+        && ((query != NULL && PyUnicode_GET_LENGTH(query) == 0) || (answer != NULL && PyUnicode_GET_LENGTH(answer) == 0)))
+        rc = UNSUPPORTED;
     /* has() is 1 (UNSUPPORTED) where it finds a key that takes apply elsewhere */
     if (rc == 0) {
         qt = attr(attrs, key_slot[K_QUERY_TYPE]);
@@ -1500,6 +1507,8 @@ static int map_span(PyObject *facts, const attrs_t *attrs, int lean, int *role_o
     }
     if (rc == 0 && (replay = attr(attrs, key_slot[K_REPLAY])) != NULL && !PyBool_Check(replay))
         rc = UNSUPPORTED; /* parse_bool of a string or number */
+    for (int k = K_IDS; rc == 0 && k < N_KEYS; k++)
+        rc = has(attrs, key_slot[k]); /* a session or a user */
     if (rc == 0) {
         *role_out = role;
         rc = facts_set(facts, str_role, roles[role]);

@@ -277,7 +277,9 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
     llms: list[SpanFacts] = []
     query_type = None  # the first span's that has one
     release = ""  # likewise
+    session_id = user_id = None  # likewise
     replay = False
+    unread = False
     for s in spans:
         role = s.role
         if role is _ROOT:
@@ -294,13 +296,26 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             query_type = s.query_type
         if not release:
             release = s.release
+        if session_id is None:
+            session_id = s.session_id
+        if user_id is None:
+            user_id = s.user_id
         if s.replay:
             replay = True
+        if s.unread:
+            unread = True
     if len(llms) > 1:
         llms.sort(key=_end_ns)
-    if not (retrievers or rerankers or llms) and not any(s.query or s.answer or s.chunks for s in spans):
-        # HTTP or framework instrumentation of non-RAG endpoints shares the topic: not a defect.
-        return None, Reject.NOT_RAG
+    if not (retrievers or rerankers or llms) and not any(s.chunks for s in spans):
+        # No retrieval and no model call: HTTP or framework instrumentation of non-RAG endpoints,
+        # an index build, an embedding call (a chain whose input is a batch, whose inner steps
+        # echo text: only the request span's query or answer counts). Not a defect, unless an
+        # instrumentation we do not read wrote it.
+        asked = (root.query or root.answer) if root is not None else any(s.query or s.answer for s in spans)
+        if not asked:
+            return None, Reject.UNREADABLE if unread else Reject.NOT_RAG
+    if len(retrievers) > 1:
+        retrievers = _retrievals(retrievers, llms[-1] if llms else None)
 
     query = root.query if root is not None else None
     if not query:
@@ -343,9 +358,24 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             error=anchor.error,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
+            session_id=anchor.session_id or session_id,
+            user_id=anchor.user_id or user_id,
         ),
         None,
     )
+
+
+def _retrievals(retrievers: list[SpanFacts], final: SpanFacts | None) -> list[SpanFacts]:
+    """One span per retrieval that fed the final generation.
+
+    A retriever whose own child retriever returned chunks is one retrieval seen twice (DSPy's
+    `Retrieve` around its `ColBERTv2` call, LlamaIndex's `retrieve` around `_retrieve`): the child,
+    nearer the store, keeps ids and scores. A retrieval that started after the final generation
+    started (an agent's next step) did not feed it.
+    """
+    outer = {s.parent_span_id for s in retrievers if s.chunks}
+    start = final.start_ns if final is not None else 0
+    return [s for s in retrievers if s.span_id not in outer and not (start and s.start_ns > start)]
 
 
 def stage_facts(
@@ -446,6 +476,7 @@ def compiled_assembler() -> Any:
         functools.partial(sorted, key=attrgetter("start_ns")),
         functools.partial(max, key=_end_ns),
         stage_facts,
+        build_record,
     )
     return _assembly.Assembler
 

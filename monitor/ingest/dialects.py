@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,6 +39,20 @@ OUTPUT_TOKEN_KEYS = (
 )
 # More tokens than any model's context window takes in one call: a hostile or broken value.
 MAX_TOKENS = 10_000_000
+
+# The conversation and the end user, first key present: OpenInference and the GenAI semantic
+# conventions (`gen_ai.conversation.id`, semconv 1.37; `user.id`, the general `user` namespace;
+# `enduser.id`, its deprecated form), then Traceloop's association properties.
+SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "traceloop.association.properties.session_id")
+USER_KEYS = ("user.id", "enduser.id", "traceloop.association.properties.user_id")
+# Longer ids are cut: they ride on every sample and results line.
+MAX_ID_CHARS = 256
+
+# Attribute key prefixes of GenAI instrumentations this decoder does not read (the Vercel AI SDK,
+# MLflow, Langfuse, LangSmith, Google's ADK, W&B Weave, Prompt flow). A span carrying them and
+# nothing readable is `unread`: its trace, if it makes no request, is `unreadable`, not `not_rag`.
+UNKNOWN_PREFIXES = ("ai.", "mlflow.", "langfuse.", "langsmith.", "gcp.vertex.agent.", "weave.", "promptflow.")
+MAX_UNREAD_KEYS = 16
 
 # Every attribute key `apply` and `wants_events` may read: exact keys, and the indexed families by
 # prefix. The compiled decoder (`_wire.c`) materialises only these, so a span with none of them
@@ -77,6 +92,15 @@ ATTRIBUTE_KEYS = frozenset(
         "reranker.query",
         "reranker.model_name",
         "reranker.mime_type",
+        # Haystack's own tracer (`haystack.tracing.OpenTelemetryTracer`, content tracing on)
+        "haystack.component.type",
+        "haystack.component.input",
+        "haystack.component.output",
+        "haystack.pipeline.input_data",
+        "haystack.pipeline.output_data",
+        "haystack.agent.step.llm.output",
+        *SESSION_KEYS,
+        *USER_KEYS,
         *INPUT_TOKEN_KEYS,
         *OUTPUT_TOKEN_KEYS,
     }
@@ -88,6 +112,7 @@ INDEXED_PREFIXES = (
     "llm.output_messages.",
     "gen_ai.prompt.",
     "gen_ai.completion.",
+    *UNKNOWN_PREFIXES,
 )
 
 
@@ -118,6 +143,7 @@ _OI_ROLES = {
 }
 _GENAI_ROLES = {
     "retrieval": _RETRIEVER,
+    "vector_db_retrieve": _RETRIEVER,  # OpenLLMetry's LangChain retriever spans
     "chat": _LLM,
     "text_completion": _LLM,
     "generate_content": _LLM,
@@ -125,13 +151,33 @@ _GENAI_ROLES = {
 }
 _TRACELOOP_ROLES = {"workflow": _ROOT, "agent": _ROOT}
 
-_QUERY_KEYS = ("query", "question", "input", "text")
-_ANSWER_KEYS = ("answer", "output", "text", "result", "content")
-# Containers that frameworks wrap the interesting value in ({"inputs": {...}}, {"args": [...]}).
-_WRAPPERS = ("inputs", "outputs", "kwargs", "args", "data", "response", "choices", "message")
+# The keys a framework's JSON input or output holds the query or the answer under, most specific
+# first: LlamaIndex (`str_or_query_bundle`, `query_bundle.query_str`, a chat engine's `message`),
+# LangChain/OpenLLMetry (`inputs`/`outputs`), DSPy (`question`/`answer`), Haystack (`replies`).
+_QUERY_KEYS = ("query", "question", "input", "text", "query_str", "str_or_query_bundle", "message")
+_ANSWER_KEYS = ("answer", "output", "text", "result", "content", "response")
+# Containers that frameworks wrap the interesting value in ({"inputs": {...}}, {"args": [...]}); a
+# container holding a string directly ({"outputs": "…"}) holds the value itself.
+_WRAPPERS = (
+    "inputs",
+    "outputs",
+    "kwargs",
+    "args",
+    "data",
+    "response",
+    "choices",
+    "message",
+    "query_bundle",
+    "replies",
+    "last_message",
+)
 
-_ID_KEYS = ("id", "doc_id", "document_id", "chunk_id")
+_ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "id_", "node_id")
 _CONTENT_KEYS = ("content", "page_content", "text")
+# What frameworks write where a value could not be serialised: `<generator object …>`,
+# `<NodeWithScore(…)>`, a Python repr such as `ChatMessage(_role=…)` or `Document(id=…, …)`. Never a
+# query or an answer: the reading falls back to the retriever's query or the generation's output.
+_PLACEHOLDER = re.compile(r"<[^<>]*(?:object|\(|\bat 0x)[^<>]*>|[A-Za-z_][\w.]*\((?:_?[a-z_]\w*=)", re.ASCII)
 
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -154,7 +200,9 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
     if role is None:
         role = _ROOT if not facts.parent_span_id else _inferred_role(attrs)
 
-    if role is _ROOT:
+    if role is not _LLM and "traceloop.span.kind" in attrs and _llamaindex_llm(facts, attrs, problems):
+        role = _LLM
+    elif role is _ROOT:
         facts.query = _root_query(attrs, problems)
         facts.answer = _root_answer(attrs, problems)
         facts.model = _model(attrs, problems)
@@ -163,6 +211,8 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
     elif role is _RETRIEVER:
         facts.query = _retriever_query(attrs, problems)
         facts.chunks = _retrieved(attrs, problems)
+        if facts.chunks is None and "traceloop.entity.output" in attrs:
+            facts.chunks = _traceloop_documents(attrs["traceloop.entity.output"], problems)
     elif role is _RERANKER:
         q = _text_attr(attrs, "reranker.query", _QUERY_KEYS, problems)
         facts.query = q if q is not None else _text_attr(attrs, "input.value", _QUERY_KEYS, problems)
@@ -175,12 +225,10 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
         facts.model = _model(attrs, problems)
         facts.input_tokens = _tokens(attrs, INPUT_TOKEN_KEYS, problems)
         facts.output_tokens = _tokens(attrs, OUTPUT_TOKEN_KEYS, problems)
-    elif _is_traceloop_retriever(facts.name, attrs):
-        chunks = _traceloop_documents(attrs.get("traceloop.entity.output"), problems)
-        if chunks is not None:
-            role = _RETRIEVER
-            facts.chunks = chunks
-            facts.query = _text_attr(attrs, "traceloop.entity.input", _QUERY_KEYS, problems)
+    elif "haystack.component.type" in attrs or "haystack.agent.step.llm.output" in attrs:
+        role = _haystack_component(facts, attrs, problems)
+    elif "traceloop.entity.output" in attrs or "traceloop.entity.input" in attrs:
+        role = _traceloop_task(facts, attrs, problems)
     facts.role = role
 
     qt = attrs.get("rag.query_type")
@@ -191,13 +239,37 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
     rp = attrs.get("rag.replay")
     if rp is not None:
         facts.replay = parse_bool(rp, problems)
+    facts.session_id = _first_id(attrs, SESSION_KEYS)
+    facts.user_id = _first_id(attrs, USER_KEYS)
+    if role is _OTHER and not (facts.query or facts.answer or facts.chunks):
+        unread = sorted(k for k in attrs if k.startswith(UNKNOWN_PREFIXES))
+        if unread:
+            facts.unread = tuple(unread[:MAX_UNREAD_KEYS])
+
+
+def _first_id(attrs: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` holding a non-empty string or an integer, cut at MAX_ID_CHARS."""
+    for key in keys:
+        v = attrs.get(key)
+        if isinstance(v, str) and v:
+            return v[:MAX_ID_CHARS]
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+    return None
 
 
 def is_inert(facts: SpanFacts) -> bool:
     """`apply` found nothing a record can use: role OTHER, and no query, answer, chunks, query type
     or replay. The HTTP, database and cache spans around a RAG request; assembly only counts them."""
     return facts.role is _OTHER and not (
-        facts.query or facts.answer or facts.chunks or facts.query_type or facts.replay
+        facts.query
+        or facts.answer
+        or facts.chunks
+        or facts.query_type
+        or facts.replay
+        or facts.unread
+        or facts.session_id
+        or facts.user_id
     )
 
 
@@ -213,7 +285,11 @@ def _explicit_role(attrs: dict[str, Any]) -> SpanRole | None:
         return _GENAI_ROLES.get(op.lower(), _OTHER)
     tl = attrs.get("traceloop.span.kind")
     if isinstance(tl, str):
-        return _TRACELOOP_ROLES.get(tl.lower(), _OTHER)
+        role = _TRACELOOP_ROLES.get(tl.lower(), _OTHER)
+        # OpenLLMetry's LlamaIndex instrumentation writes a model call as a `task` with GenAI messages
+        if role is _OTHER and ("gen_ai.output.messages" in attrs or "gen_ai.completion.0.content" in attrs):
+            return _LLM
+        return role
     return None
 
 
@@ -248,23 +324,35 @@ def _has_oi_docs(attrs: dict[str, Any], prefix: str) -> bool:
 
 
 def _root_query(attrs: dict[str, Any], problems: list[Reject]) -> str | None:
+    """The request's query; None when the root holds only a wrapper, a placeholder or an empty
+    string, so that assembly takes the retriever's query instead."""
     q = _text_attr(attrs, "input.value", _QUERY_KEYS, problems)
-    if q is None:
+    if not q:
         q = _text_attr(attrs, "traceloop.entity.input", _QUERY_KEYS, problems)
-    if q is None:
+    if not q and "traceloop.entity.output" in attrs:
+        # LangChain under OpenLLMetry, streamed: the input is `{"input": ""}`, the query is echoed
+        # in the output's `kwargs.inputs`
+        q = _echoed_input(attrs["traceloop.entity.output"])
+    if not q and "haystack.pipeline.input_data" in attrs:
+        q = _haystack_pipeline_query(attrs["haystack.pipeline.input_data"])
+    if not q:
         q = _str_attr(attrs, "gen_ai.retrieval.query.text", problems)
-    if q is None:
+    if not q:
         q = _last_user_message(attrs, problems)
-    return q
+    return q or None
 
 
 def _root_answer(attrs: dict[str, Any], problems: list[Reject]) -> str | None:
+    """The request's answer; None for a wrapper, a placeholder (a stream's generator) or an empty
+    string, so that assembly takes the last generation's output instead."""
     a = _text_attr(attrs, "output.value", _ANSWER_KEYS, problems)
-    if a is None:
+    if not a:
         a = _text_attr(attrs, "traceloop.entity.output", _ANSWER_KEYS, problems)
-    if a is None:
+    if not a and "haystack.pipeline.output_data" in attrs:
+        a = _haystack_pipeline_answer(attrs["haystack.pipeline.output_data"])
+    if not a:
         a = _llm_answer(attrs, problems)
-    return a
+    return a or None
 
 
 def _retriever_query(attrs: dict[str, Any], problems: list[Reject]) -> str | None:
@@ -450,7 +538,10 @@ def _message_text(m: dict[str, Any]) -> str | None:
 
 
 def _text_attr(attrs: dict[str, Any], key: str, keys: tuple[str, ...], problems: list[Reject]) -> str | None:
-    """A free-text attribute that may hold a JSON document wrapping the text we want."""
+    """A free-text attribute that may hold a JSON document wrapping the text we want. A JSON
+    document with no text under `keys` (a framework's argument dump, a stream's generator) gives
+    None, never the JSON itself: a judge fed `{"outputs": …, "kwargs": …}` as the answer would
+    score it like any other."""
     value = attrs.get(key)
     if value is None:
         return None
@@ -459,37 +550,51 @@ def _text_attr(attrs: dict[str, Any], key: str, keys: tuple[str, ...], problems:
         if head in ("{", "[", '"') and attrs.get(key.partition(".")[0] + ".mime_type") != "text/plain":
             parsed = _loads(value)
             if parsed is not _NOT_JSON:
-                found = dig_text(parsed, keys)
-                if found is not None:
-                    return found
+                return dig_text(parsed, keys)
         return value
     return _scalar_text(value, problems)
 
 
 def dig_text(obj: Any, keys: tuple[str, ...], depth: int = 0) -> str | None:
-    """First string under one of `keys`, looking through common framework wrappers."""
+    """First string under one of `keys`, looking through common framework wrappers (a wrapper
+    holding a string holds the text itself); placeholders (`<generator object …>`, a Python
+    repr) are skipped."""
     if isinstance(obj, str):
-        return obj
+        return None if _PLACEHOLDER.match(obj) else obj
     if depth > _MAX_DEPTH:
         return None
     if isinstance(obj, dict):
         for k in keys:
             v = obj.get(k)
-            if isinstance(v, str):
+            if isinstance(v, str) and not _PLACEHOLDER.match(v):
                 return v
         for k in (*keys, *_WRAPPERS):
             v = obj.get(k)
-            if isinstance(v, dict | list):
+            if isinstance(v, list) and k != "args" and all(isinstance(item, str) for item in v):
+                continue  # `{"inputs": [texts]}`: a batch; only positional `args` hold a query
+            if isinstance(v, dict | list) or (isinstance(v, str) and k in _WRAPPERS):
                 found = dig_text(v, keys, depth + 1)
                 if found is not None:
                     return found
         return None
     if isinstance(obj, list):
+        # A list of texts is a batch (an index build's documents, an embedding call's inputs), not
+        # one request's query or answer; one text inside a wrapper is (`{"args": ["<query>"]}`).
+        if not depth or (len(obj) > 1 and all(isinstance(item, str) for item in obj)):
+            return None
         for item in obj[:8]:
             found = dig_text(item, keys, depth + 1)
             if found is not None:
                 return found
     return None
+
+
+def _echoed_input(value: Any) -> str | None:
+    """`{"outputs": …, "kwargs": {"inputs": "<query>"}}`: the input a LangChain run echoes."""
+    doc = _loads(value) if isinstance(value, str) else value
+    kwargs = doc.get("kwargs") if isinstance(doc, dict) else None
+    inputs = kwargs.get("inputs") if isinstance(kwargs, dict) else None
+    return dig_text(inputs, _QUERY_KEYS) if isinstance(inputs, str | dict) else None
 
 
 # --- chunks -------------------------------------------------------------------------------------
@@ -540,15 +645,21 @@ def chunks_from_items(items: Iterable[Any], problems: list[Reject]) -> list[Chun
     """Chunks from a JSON list of ``{"id", "content", "score"}`` objects (or bare strings)."""
     out: list[Chunk] = []
     for item in items:
+        if isinstance(item, str) and item[:1] == "{":  # a serialised node (OpenLLMetry's LlamaIndex)
+            parsed = _loads(item)
+            item = parsed if isinstance(parsed, dict) else item
         if isinstance(item, str):
             chunk = make_chunk(None, item, None, problems)
         elif isinstance(item, dict):
+            score = item.get("score")
+            if isinstance(item.get("node"), dict):  # LlamaIndex NodeWithScore: {"node": {...}, "score"}
+                item = item["node"]
             if "kwargs" in item and isinstance(item["kwargs"], dict):  # LangChain serialised Document
                 item = item["kwargs"]
             raw_id = _first(item, _ID_KEYS)
             if raw_id is None and "metadata" in item:
                 raw_id = _metadata_id(item["metadata"])
-            chunk = make_chunk(raw_id, _first(item, _CONTENT_KEYS), item.get("score"), problems)
+            chunk = make_chunk(raw_id, _first(item, _CONTENT_KEYS), score, problems)
         else:
             problems.append(Reject.BAD_ATTRIBUTE)
             continue
@@ -609,12 +720,51 @@ def parse_score(value: Any, problems: list[Reject]) -> float | None:
     return f
 
 
-def _is_traceloop_retriever(name: str, attrs: dict[str, Any]) -> bool:
-    if "traceloop.entity.output" not in attrs:
+def _traceloop_task(facts: SpanFacts, attrs: dict[str, Any], problems: list[Reject]) -> SpanRole:
+    """A Traceloop task that names no role: a retriever by its entity's name, or any task whose
+    input or output is a list of serialised LangChain Documents (OpenLLMetry 0.40 writes no
+    retriever span: the documents show up in the task that formats them)."""
+    name = attrs.get("traceloop.entity.name")
+    label = name if isinstance(name, str) else facts.name
+    chunks = None
+    if "retriev" in label.lower() and "traceloop.entity.output" in attrs:
+        chunks = _traceloop_documents(attrs["traceloop.entity.output"], problems)
+        if chunks is not None:
+            facts.query = _text_attr(attrs, "traceloop.entity.input", _QUERY_KEYS, problems)
+    if chunks is None:
+        for key in ("traceloop.entity.input", "traceloop.entity.output"):
+            value = attrs.get(key)
+            if isinstance(value, str) and '"Document"' in value:
+                chunks = _lc_documents(_loads(value))
+                if chunks:
+                    break
+    if not chunks and chunks is None:
+        return _OTHER
+    facts.chunks = chunks
+    return _RETRIEVER
+
+
+def _lc_documents(doc: Any, depth: int = 0) -> list[Chunk] | None:
+    """The first list of serialised LangChain Documents (`{"lc": 1, "type": "constructor", "id":
+    [..., "Document"], "kwargs": {...}}`) in a task's input or output."""
+    if depth > 3:
+        return None
+    if isinstance(doc, list) and doc and all(_is_lc_document(x) for x in doc):
+        return chunks_from_items(doc, [])
+    values = doc.values() if isinstance(doc, dict) else doc if isinstance(doc, list) else ()
+    for v in values:
+        if isinstance(v, dict | list):
+            found = _lc_documents(v, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _is_lc_document(item: Any) -> bool:
+    if not isinstance(item, dict) or item.get("type") != "constructor":
         return False
-    entity = attrs.get("traceloop.entity.name")
-    label = entity if isinstance(entity, str) else name
-    return "retriev" in label.lower()
+    ident = item.get("id")
+    return isinstance(ident, list) and bool(ident) and ident[-1] == "Document"
 
 
 def _traceloop_documents(value: Any, problems: list[Reject]) -> list[Chunk] | None:
@@ -630,6 +780,122 @@ def _traceloop_documents(value: Any, problems: list[Reject]) -> list[Chunk] | No
     chunks = chunks_from_items(parsed, scratch)
     problems.extend(scratch)
     return chunks
+
+
+def _llamaindex_llm(facts: SpanFacts, attrs: dict[str, Any], problems: list[Reject]) -> bool:
+    """OpenLLMetry's LlamaIndex model call: a task or workflow (its name the model's class) whose
+    output is a serialised `CompletionResponse` (`{"text", "raw", …}`) or `ChatResponse`
+    (`{"message": {"content"}, "raw", …}`); the model and usage are the provider's `raw` reply."""
+    out = attrs.get("traceloop.entity.output")
+    if not isinstance(out, str) or '"raw"' not in out:
+        return False
+    doc = _loads(out)
+    if not isinstance(doc, dict) or "raw" not in doc or not ("text" in doc or "message" in doc):
+        return False
+    message = doc.get("message")
+    text = message.get("content") if isinstance(message, dict) else doc.get("text")
+    facts.answer = text if isinstance(text, str) and text else None
+    facts.query = _last_user_message(attrs, problems) or _text_attr(
+        attrs, "traceloop.entity.input", _QUERY_KEYS, problems
+    )
+    raw = doc["raw"] if isinstance(doc["raw"], dict) else {}
+    model = raw.get("model")
+    facts.model = model if isinstance(model, str) and model else _model(attrs, problems)
+    usage = raw.get("usage")
+    if isinstance(usage, dict):
+        facts.input_tokens = _tokens(usage, ("prompt_tokens", "input_tokens"), problems)
+        facts.output_tokens = _tokens(usage, ("completion_tokens", "output_tokens"), problems)
+    else:
+        facts.input_tokens = _tokens(attrs, INPUT_TOKEN_KEYS, problems)
+        facts.output_tokens = _tokens(attrs, OUTPUT_TOKEN_KEYS, problems)
+    return True
+
+
+# --- Haystack's own tracer ----------------------------------------------------------------------
+
+
+def _haystack_component(facts: SpanFacts, attrs: dict[str, Any], problems: list[Reject]) -> SpanRole:
+    """A `haystack.component.run` span (or an agent's model call): a retriever when its output
+    holds `documents` and its input a query; a generation when its output holds `replies` (a
+    generator component, or `haystack.agent.step.llm`: the `LLM` component's model call)."""
+    out = attrs.get("haystack.agent.step.llm.output", attrs.get("haystack.component.output"))
+    doc = _loads(out) if isinstance(out, str) else out
+    if not isinstance(doc, dict):
+        return _OTHER
+    replies = doc.get("replies")
+    if (isinstance(replies, list) and replies and "haystack.agent.step.llm.output" in attrs) or (
+        isinstance(replies, list) and replies and "Generator" in str(attrs.get("haystack.component.type"))
+    ):
+        facts.answer = _haystack_reply(replies[-1])
+        meta = _haystack_meta(doc, replies[-1])
+        model = meta.get("model")
+        facts.model = model if isinstance(model, str) and model else None
+        usage = meta.get("usage")
+        if isinstance(usage, dict):
+            facts.input_tokens = _tokens(usage, ("prompt_tokens", "input_tokens"), problems)
+            facts.output_tokens = _tokens(usage, ("completion_tokens", "output_tokens"), problems)
+        return _LLM
+    docs = doc.get("documents")
+    inp = attrs.get("haystack.component.input")
+    if isinstance(docs, list) and isinstance(inp, str) and '"query"' in inp:
+        query = _loads(inp)
+        q = query.get("query") if isinstance(query, dict) else None
+        facts.query = q if isinstance(q, str) and q else None
+        facts.chunks = chunks_from_items(docs, problems)
+        return _RETRIEVER
+    return _OTHER
+
+
+def _haystack_reply(reply: Any) -> str | None:
+    """A reply: a string (2.x `OpenAIGenerator`), or a serialised `ChatMessage` (`{"role",
+    "content": [{"text"}]}`; 2.x's `_content`)."""
+    if isinstance(reply, str):
+        return reply or None
+    if not isinstance(reply, dict):
+        return None
+    parts = reply.get("content", reply.get("_content"))
+    if isinstance(parts, str):
+        return parts or None
+    if isinstance(parts, list):
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "\n".join(texts) or None
+    return None
+
+
+def _haystack_meta(doc: dict[str, Any], reply: Any) -> dict[str, Any]:
+    """A reply's meta: on the `ChatMessage` (chat generators), or the output's parallel `meta` list."""
+    meta = reply.get("meta", reply.get("_meta")) if isinstance(reply, dict) else None
+    if not isinstance(meta, dict):
+        metas = doc.get("meta")
+        meta = metas[-1] if isinstance(metas, list) and metas else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _haystack_pipeline_query(value: Any) -> str | None:
+    """`haystack.pipeline.input_data`, `{"<component>": {"<input>": value}}`: the first
+    component input named like a query (the user names the components, not the inputs)."""
+    doc = _loads(value) if isinstance(value, str) else value
+    if not isinstance(doc, dict):
+        return None
+    for inputs in doc.values():
+        if isinstance(inputs, dict):
+            for k in ("query", "question"):
+                q = inputs.get(k)
+                if isinstance(q, str) and q:
+                    return q
+    return None
+
+
+def _haystack_pipeline_answer(value: Any) -> str | None:
+    """`haystack.pipeline.output_data`: the last reply of a component that returned `replies`."""
+    doc = _loads(value) if isinstance(value, str) else value
+    if not isinstance(doc, dict):
+        return None
+    for outputs in doc.values():
+        replies = outputs.get("replies") if isinstance(outputs, dict) else None
+        if isinstance(replies, list) and replies:
+            return _haystack_reply(replies[-1])
+    return None
 
 
 # --- scalars ------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
     """`_wire` fills the slots of SpanFacts, Chunk and Decoded itself (their `__init__` only
     stores values); a dataclass that does more, or has no slots, is called instead."""
     facts = slots_layout(SpanFacts)
-    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 8 + [2] + [1] * 3
+    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 8 + [2] + [1] * 6
     assert facts[7] == ("role", 1, SpanRole.OTHER)
     assert slots_layout(Chunk) == [
         ("id", 0, None),
@@ -285,6 +285,9 @@ def test_every_key_apply_reads_is_in_the_shared_table() -> None:
     for tl in ("workflow", "task"):
         samples.append({**rest, "traceloop.span.kind": tl})
     samples.append({k: v for k, v in rest.items() if k != "traceloop.span.kind"})
+    samples.append(
+        {k: v for k, v in rest.items() if k.startswith("traceloop.")} | {"traceloop.span.kind": "task"}
+    )
     for attrs in samples:
         for parent in ("", "02" * 8):
             spy = Spy(attrs)
