@@ -286,6 +286,12 @@ class Metrics:
         self.rejected = Counter(
             f"{PREFIX}rejected", "Inputs rejected or fields dropped, by reason", ["reason"], registry=r
         )
+        self.unreadable_traces = Counter(
+            f"{PREFIX}unreadable_traces",
+            "Traces that look like RAG requests but could not be read, by reason and instrumentation scope",
+            ["reason", "scope"],
+            registry=r,
+        )
         self.retrieved_chunks = Histogram(
             f"{PREFIX}retrieved_chunks",
             "Chunks retrieved per request",

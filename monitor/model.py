@@ -131,6 +131,8 @@ class SpanFacts:
     # Attribute keys (never values) of GenAI instrumentations this decoder does not read, when
     # the span gave nothing else: the evidence that a trace was a request we could not read.
     unread: tuple[str, ...] | None = None
+    # The instrumentation scope's name (`InstrumentationScope.name`): which library wrote it.
+    scope: str = ""
 
 
 @dataclass(slots=True)

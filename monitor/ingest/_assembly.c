@@ -242,10 +242,10 @@ static inline int out_append(PyObject *out, PyObject *item)
     return r == NULL ? -1 : 0;
 }
 
-static PyObject *make_finished(PyObject *tid, PyObject *record, PyObject *reason, PyObject *refs)
+static PyObject *make_finished(PyObject *tid, PyObject *record, PyObject *reason, PyObject *refs, PyObject *spans)
 {
-    PyObject *args[4] = {tid, record, reason, refs};
-    return build(&finished_b, args, 4);
+    PyObject *args[5] = {tid, record, reason, refs, spans};
+    return build(&finished_b, args, 5);
 }
 
 /* A span dropped for `reason` (late, past the cap): a Finished of its own, holding nothing. */
@@ -254,7 +254,7 @@ static PyObject *dropped_finished(PyObject *tid, PyObject *reason)
     PyObject *refs = untracked(PyList_New(0));
     if (refs == NULL)
         return NULL;
-    PyObject *fin = make_finished(tid, Py_None, reason, refs);
+    PyObject *fin = make_finished(tid, Py_None, reason, refs, Py_None);
     Py_DECREF(refs);
     return fin;
 }
@@ -1069,7 +1069,9 @@ static PyObject *finish(Asm *a, Trace *t, int evicted)
         goto done;
     if (record == Py_None && evicted)
         reason = rej_evicted;
-    fin = make_finished(tid, record, reason, t->refs);
+    /* a request that could not be read keeps its spans, for the stage to say why */
+    fin = make_finished(tid, record, reason, t->refs,
+                        record == Py_None && reason != rej_not_rag && reason != rej_evicted ? t->spans : Py_None);
     Py_DECREF(record);
 done:
     Py_DECREF(t);
@@ -1080,8 +1082,8 @@ static int is_inert(PyObject *s)
 {
     if (F(s, S_ROLE) != role_other)
         return 0;
-    static const int fields[] = {S_QUERY, S_ANSWER, S_CHUNKS, S_QUERY_TYPE, S_REPLAY};
-    for (int i = 0; i < 5; i++) {
+    static const int fields[] = {S_QUERY, S_ANSWER, S_CHUNKS, S_QUERY_TYPE, S_REPLAY, S_UNREAD, S_SESSION, S_USER};
+    for (int i = 0; i < 8; i++) {
         int t = truth(F(s, fields[i]));
         if (t)
             return t < 0 ? -1 : 0;
@@ -1642,7 +1644,7 @@ static PyObject *setup(PyObject *self, PyObject *args)
         || (partition_off = member_offset_str(mr, "partition")) < 0
         || (traces_off = member_offset_str(mr, "traces")) < 0 || (size_off = member_offset_str(mr, "size")) < 0)
         return NULL;
-    if (set_builder(&record_b, rr, rr_fields, 19) < 0 || set_builder(&finished_b, fin, fin_fields, 4) < 0)
+    if (set_builder(&record_b, rr, rr_fields, 19) < 0 || set_builder(&finished_b, fin, fin_fields, 5) < 0)
         return NULL;
     PyObject **role_slots[] = {&role_root, &role_retriever, &role_reranker, &role_llm, &role_other};
     PyObject **reject_slots[] = {&rej_late,          &rej_evicted,        &rej_not_rag,

@@ -863,6 +863,7 @@ typedef struct {
     Py_ssize_t n_traces, cap;
     Py_ssize_t n_inert; /* the counted spans in `others`, all traces */
     source_t src;       /* with `lean`: the message, for chunk text left undecoded */
+    PyObject *scope;    /* the instrumentation scope's name of the spans being walked, or NULL */
     trace_t first_traces[TRACE_SLOTS];
 } ctx_t;
 
@@ -1096,7 +1097,7 @@ static int facts_set_late(PyObject *facts, PyObject *name, int *at, PyObject *v)
     Py_XSETREF(*slot, v);
     return 0;
 }
-static int at_error = -1, at_input_tokens = -1, at_output_tokens = -1; /* reset by init */
+static int at_error = -1, at_input_tokens = -1, at_output_tokens = -1, at_scope = -1; /* reset by init */
 
 static int facts_set(PyObject *facts, PyObject *name, PyObject *v)
 {
@@ -1144,7 +1145,7 @@ static int append_problem(PyObject *facts, PyObject *problem)
 enum { R_ROOT, R_RETRIEVER, R_RERANKER, R_LLM, R_OTHER, N_ROLES };
 static PyObject *roles[N_ROLES];
 static PyObject *str_query, *str_answer, *str_chunks, *str_model, *str_query_type, *str_replay, *str_content, *str_raw,
-    *str_release, *str_error, *str_input_tokens, *str_output_tokens;
+    *str_release, *str_error, *str_input_tokens, *str_output_tokens, *str_scope;
 static unsigned long long mapped_native = 0, mapped_apply = 0;
 
 enum { K_KIND, K_INPUT, K_OUTPUT, K_TL_INPUT, K_TL_OUTPUT, K_RETRIEVAL_QUERY, K_GENAI_DOCS, K_QUERY_TYPE,
@@ -1678,6 +1679,8 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
         goto fail;
     if (status == 2 && facts_set_late(facts, str_error, &at_error, Py_True)) /* STATUS_CODE_ERROR */
         goto fail;
+    if (c->scope != NULL && facts_set_late(facts, str_scope, &at_scope, c->scope))
+        goto fail;
     int mapped = attrs_any(&attrs), role = R_OTHER;
     if (mapped) {
         if (n_ev) {
@@ -1747,8 +1750,49 @@ fail:
     return FAIL;
 }
 
+/* The name of a ScopeSpans' InstrumentationScope (a new reference; NULL without an error when it
+ * has none, or an empty or malformed one: the walk below validates, and refuses, the message). */
+static PyObject *scope_name(ptr p, ptr end)
+{
+    uint32_t field;
+    int wt;
+    ptr body;
+    Py_ssize_t n;
+    uint64_t v;
+    while (p < end) {
+        if (read_tag(&p, end, &field, &wt))
+            return NULL;
+        if (wt == 2) {
+            if (read_len(&p, end, &body, &n))
+                return NULL;
+            if (field != 1)
+                continue;
+            for (ptr q = body, qe = body + n; q < qe;) { /* InstrumentationScope: name is field 1 */
+                if (read_tag(&q, qe, &field, &wt))
+                    return NULL;
+                if (wt == 0) {
+                    if (read_varint(&q, qe, &v))
+                        return NULL;
+                }
+                else if (wt != 2 || read_len(&q, qe, &body, &n))
+                    return NULL;
+                else if (field == 1)
+                    return n && utf8_ok(body, n) ? cached_str(body, n) : NULL;
+            }
+            return NULL;
+        }
+        if (wt != 0 || read_varint(&p, end, &v))
+            return NULL;
+    }
+    return NULL;
+}
+
 static int scope_spans(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, int depth)
 {
+    PyObject *scope = scope_name(p, end);
+    if (scope == NULL && PyErr_Occurred())
+        return FAIL;
+    Py_XSETREF(c->scope, scope);
     while (p < end) {
         uint32_t field;
         int wt;
@@ -1888,6 +1932,7 @@ static void ctx_open(ctx_t *c, long long now, int lean)
     c->spans = NULL;
     c->problems = NULL;
     c->src.value = NULL;
+    c->scope = NULL;
 }
 
 static void ctx_close(ctx_t *c)
@@ -1899,6 +1944,7 @@ static void ctx_close(ctx_t *c)
     Py_XDECREF(c->spans);
     Py_XDECREF(c->others);
     Py_XDECREF(c->problems);
+    Py_XDECREF(c->scope);
 }
 
 static int walk(ctx_t *c, PyObject *value)
@@ -2211,7 +2257,7 @@ static PyObject *init(PyObject *self, PyObject *args)
             indexed_slots[f][i] = entry->slot;
         }
     }
-    at_error = at_input_tokens = at_output_tokens = -1;
+    at_error = at_input_tokens = at_output_tokens = at_scope = -1;
     if (set_layout(&span_facts, facts_cls, facts_layout) || set_layout(&chunk, chunk_cls, chunk_layout)
         || set_layout(&decoded, decoded_cls, decoded_layout))
         return NULL;
@@ -2232,11 +2278,11 @@ static PyObject *init(PyObject *self, PyObject *args)
     }
     PyObject **names[] = {&str_role, &str_problems, &str_query, &str_answer, &str_chunks, &str_model,
                           &str_query_type, &str_replay, &str_value, &str_holds, &str_content, &str_raw,
-                          &str_release, &str_error, &str_input_tokens, &str_output_tokens};
+                          &str_release, &str_error, &str_input_tokens, &str_output_tokens, &str_scope};
     const char *const name_strs[] = {"role",       "problems", "query", "answer", "chunks",  "model",
                                      "query_type", "replay",   "value", "holds",  "content", "raw", "release",
-                                     "error",      "input_tokens", "output_tokens"};
-    for (int i = 0; i < 16; i++)
+                                     "error",      "input_tokens", "output_tokens", "scope"};
+    for (int i = 0; i < 17; i++)
         if ((*names[i] = PyUnicode_InternFromString(name_strs[i])) == NULL)
             return NULL;
     empty_str = PyUnicode_New(0, 0);

@@ -69,6 +69,9 @@ class Finished:
     record: RagRecord | None
     reason: Reject | None
     refs: list[MessageRef]
+    # The spans kept, when the trace was a request that could not be read (missing_query,
+    # missing_answer, unreadable): what the stage names in its log. None otherwise.
+    spans: list[SpanFacts] | None = None
 
 
 _ROOT = SpanRole.ROOT
@@ -266,7 +269,8 @@ class PyAssembler:
         record, reason = build_record(tid, trace.spans)
         if record is None and evicted:
             reason = Reject.EVICTED
-        return Finished(tid, record, reason, trace.refs)
+        unread = record is None and reason is not Reject.NOT_RAG and reason is not Reject.EVICTED
+        return Finished(tid, record, reason, trace.refs, trace.spans if unread else None)
 
 
 def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | None, Reject | None]:

@@ -265,6 +265,7 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
                     found[kv.key] = kv.value.string_value
         resource_release = _resource_releases(found)
         for ss in rs.scope_spans:
+            scope = ss.scope.name
             for sp in ss.spans:
                 tid = sp.trace_id
                 sid = sp.span_id
@@ -286,6 +287,8 @@ def _from_proto_reference(value: bytes, now: int, lean: bool) -> Decoded:
                     facts.problems.append(Reject.BAD_TIMESTAMP)
                 if sp.status.code == _STATUS_ERROR:
                     facts.error = True
+                if scope:
+                    facts.scope = scope
                 attrs = _pb_attrs(sp.attributes)
                 facts.release = _release(attrs, resource_release)  # before events: spans only
                 if wants_events(attrs) and len(sp.events):
@@ -495,11 +498,15 @@ def _from_otlp_json(obj: dict[str, Any], now: int, lean: bool) -> Decoded:
             if not isinstance(sps, list):
                 dropped += sps is not None or not isinstance(ss, dict)
                 continue
+            scope = ss.get("scope")
+            name = scope.get("name") if isinstance(scope, dict) else None
             for sp in sps:
                 facts = _json_span(sp, service, resource_release, now)
                 if facts is None:
                     dropped += 1
                     continue
+                if isinstance(name, str) and name:
+                    facts.scope = name
                 if facts.problems:
                     problems.extend(facts.problems)
                 spans.append(facts)

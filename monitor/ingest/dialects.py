@@ -241,7 +241,7 @@ def apply(facts: SpanFacts, attrs: dict[str, Any]) -> None:
         facts.replay = parse_bool(rp, problems)
     facts.session_id = _first_id(attrs, SESSION_KEYS)
     facts.user_id = _first_id(attrs, USER_KEYS)
-    if role is _OTHER and not (facts.query or facts.answer or facts.chunks):
+    if not (facts.query or facts.answer or facts.chunks):
         unread = sorted(k for k in attrs if k.startswith(UNKNOWN_PREFIXES))
         if unread:
             facts.unread = tuple(unread[:MAX_UNREAD_KEYS])

@@ -23,6 +23,8 @@ from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingPolicy
 from monitor.ingest.decode import OTLP_PROTO_DECODER, compiled_feed, decode, set_release_keys
 from monitor.ingest.sampler import Sampler
+from monitor.ingest.unreadable import REASONS as UNREADABLE_REASONS
+from monitor.ingest.unreadable import UnreadableTraces
 from monitor.kafka.config import Encoding, KafkaConfig
 from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
@@ -66,6 +68,7 @@ class IngestStage:
         self.tracker = OffsetTracker(NEW_REFS)
         self.assembler = Assembler(assembly)
         self.rejections = Rejections(metrics)
+        self.unreadable = UnreadableTraces(metrics.unreadable_traces)
         self.query_types = BoundedLabel.query_types(slices.query_types)
         self.services = BoundedLabel.services(slices.services, slices.max_services)
         # Read by the decoder (process-wide, as its key tables are); bounded for sampled records.
@@ -268,6 +271,8 @@ class IngestStage:
         if record is None:
             if fin.reason is not None:
                 self.rejections.count(fin.reason, f"trace {fin.trace_id}")
+                if fin.reason in UNREADABLE_REASONS:
+                    self.unreadable.count(fin.reason, fin.spans)
             release_all(fin.refs)
             return
         if record.replay:

@@ -43,6 +43,7 @@ SEVERITY = {
     "RagmonResultsWriteFailing": "warning",
     "RagmonStageStalled": "critical",
     "RagmonProduceDropped": "warning",
+    "RagmonUnreadableTraces": "warning",
     "RagmonSidecarAbsent": "critical",
 }
 

@@ -674,6 +674,48 @@ def results_file() -> dict[str, Any]:
     }
 
 
+def unreadable() -> dict[str, Any]:
+    """ingest-0 reads its OpenInference traffic (20 records a minute) while a second service's
+    unknown instrumentation ("ai") sends 3 unreadable traces a minute from 10m: 3/23 of the requests,
+    past 1 % (and 10 in 15 minutes) from about 14m, for 15 minutes by about 29m; a handful of missing answers (0.1 a minute) stays below."""
+    i0 = {"job": "rag-monitor", "instance": "ingest-0"}
+    unread = {**i0, "reason": "unreadable", "scope": "ai"}
+    description = (
+        "{rate} traces a second from instrumentation scope ai look like RAG requests but make no "
+        "record (unreadable), more than 1 % of the requests seen. They are counted, not judged: quality "
+        "from that instrumentation is not monitored. The sidecar's log names their span names and "
+        "attribute keys once a minute."
+    )
+    return {
+        "name": "unreadable traces",
+        "interval": "1m",
+        "input_series": [
+            counter("ragmon_records_total", 20, **i0, service="shop", query_type="lookup"),
+            series("ragmon_unreadable_traces_total", "0x10 3+3x80", **unread),
+            counter(
+                "ragmon_unreadable_traces_total",
+                0.1,
+                **i0,
+                reason="missing_answer",
+                scope="openinference.instrumentation.llama_index",
+            ),
+        ],
+        "alert_rule_test": [
+            check("RagmonUnreadableTraces", "9m"),
+            check("RagmonUnreadableTraces", "25m"),  # over the share, but not for 15 minutes yet
+            check(
+                "RagmonUnreadableTraces",
+                "50m",
+                fired(
+                    "RagmonUnreadableTraces",
+                    {"reason": "unreadable", "scope": "ai"},
+                    description.format(rate="0.05"),
+                ),
+            ),
+        ],
+    }
+
+
 def no_records_series() -> dict[str, Any]:
     """A sidecar up but never counting a record has no ragmon_records_total series at all; one
     that is down is the absence alert's, not this one's."""
@@ -789,6 +831,8 @@ def healthy() -> dict[str, Any]:
         series("ragmon_produce_pending", "40 0 25 0 " * 30, **j, stream="samples"),
         series("ragmon_results_write_errors_total", "1x120", **j, reason="torn_tail"),
         counter("ragmon_results_write_errors_total", 0, minutes=120, **j, reason="no_space"),
+        # One request in 500 unread (a stream whose answer no span carries): under the share.
+        counter("ragmon_unreadable_traces_total", 0.12, minutes=120, **j, reason="missing_answer", scope="x"),
     ]
     return {
         "name": "healthy",
@@ -813,6 +857,7 @@ def scenarios() -> list[dict[str, Any]]:
         judge(),
         pipeline(),
         results_file(),
+        unreadable(),
         no_records_series(),
         sidecar_gone(),
         healthy(),
