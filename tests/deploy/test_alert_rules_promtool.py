@@ -676,8 +676,9 @@ def results_file() -> dict[str, Any]:
 
 def unreadable() -> dict[str, Any]:
     """ingest-0 reads its OpenInference traffic (20 records a minute) while a second service's
-    unknown instrumentation ("ai") sends 3 unreadable traces a minute from 10m: 3/23 of the requests,
-    past 1 % (and 10 in 15 minutes) from about 14m, for 15 minutes by about 29m; a handful of missing answers (0.1 a minute) stays below."""
+    unknown instrumentation ("ai") sends 3 unreadable traces a minute from 10m: 3/23 of the
+    requests, past 1 % (and 10 in 15 minutes) from about 14m, so firing from about 29m; a handful
+    of missing answers (0.1 a minute) stays below."""
     i0 = {"job": "rag-monitor", "instance": "ingest-0"}
     unread = {**i0, "reason": "unreadable", "scope": "ai"}
     description = (
