@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?= --duration 60
 
-.PHONY: demo test lint debs bench clean sanitize fuzz docs image
+.PHONY: demo test test-compat compat-venvs lint debs bench clean sanitize fuzz docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,12 +56,32 @@ test: $(STAMP) debs lint
 	[ -n "$$(find monitor/ingest -name '_assembly*.so' -newer monitor/ingest/_assembly.c)" ] && \
 	[ -n "$$(find monitor/ingest -name '_accounting*.so' -newer monitor/ingest/_accounting.c)" ] || \
 		$(BIN)/python -m pip install -q --no-deps -e .
-	RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider -n 4 --dist loadfile
+	RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider -n 4 --dist loadfile -m "not compat"
 	RAGMON_PURE_PYTHON=1 RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider \
 		tests/ingest/test_decode_dialects.py tests/ingest/test_decode_formats.py tests/ingest/test_decode_bad_input.py \
 		tests/ingest/test_decode_fuzz.py tests/ingest/test_decode_compiled.py tests/ingest/test_decode_compiled_fuzz.py \
 		tests/ingest/test_decode_compiled_utf8.py tests/ingest/test_assemble.py tests/ingest/test_assemble_compiled.py \
 		tests/compat/test_captures.py
+
+# The instrumentations users already run, for real (tests/compat, docs/instrument.md#compatibility):
+# one virtualenv per library family under .venv-compat/ (their pins clash: LangChain 1.x and 0.3,
+# Haystack 3 and 2), rebuilt when its requirements file changes; the apps run there, the broker
+# and the sidecar in .venv. Too heavy for `make test` (LlamaIndex, LangChain, Haystack, DSPy and
+# their dependencies are ~2 GB); .ci/run runs both.
+COMPAT_LIBS := llamaindex langchain langchain-040 haystack haystack2 dspy
+COMPAT_STAMPS := $(foreach l,$(COMPAT_LIBS),.venv-compat/$(l)/.installed)
+
+.venv-compat/%/.installed: tests/compat/requirements-%.txt
+	rm -rf $(@D)
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install -q --upgrade pip
+	$(@D)/bin/python -m pip install -q -r $<
+	touch $@
+
+compat-venvs: $(COMPAT_STAMPS)
+
+test-compat: $(STAMP) debs compat-venvs
+	$(BIN)/pytest -q -p no:cacheprovider -m compat tests/compat
 
 # The three extensions built with AddressSanitizer and UndefinedBehaviorSanitizer into $(SAN_DIR),
 # beside a link farm of the package, so that PYTHONPATH=$(SAN_DIR) imports them in place of the
@@ -108,4 +128,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(SAN_DIR) site
+	rm -rf $(VENV) .venv-compat .pytest_cache .mypy_cache .ruff_cache $(SAN_DIR) site

@@ -47,6 +47,12 @@ LIMITS = {
 }
 
 
+def makes_record(name: str, style: str) -> bool:
+    """Whether app `name`'s request of `style` can become a record (see `LIMITS`)."""
+    limit = LIMITS.get((name, style))
+    return limit is None or limit.record
+
+
 @dataclass
 class Reading:
     records: list[RagRecord] = field(default_factory=list)

@@ -26,3 +26,9 @@ def test_there_are_captures_of_every_library() -> None:
     names = capture_names()
     for lib in ("llamaindex", "langchain", "haystack", "dspy"):
         assert any(n.startswith(lib) for n in names), (lib, names)
+
+
+def test_the_compatibility_table_in_the_docs_is_the_one_the_captures_give() -> None:
+    from tests.compat.table import committed, table
+
+    assert committed() == table(), "run: python -m tests.compat.table --write"
