@@ -200,3 +200,29 @@ def test_compare_needs_one_source_and_says_when_prometheus_cannot_answer(tmp_pat
     assert down.returncode == 2 and "cannot reach Prometheus" in down.stderr
     bad = cli("compare", "--prometheus", "http://127.0.0.1:1", "--range", "soon")
     assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+def test_session_and_user_narrow_a_results_file_and_are_refused_with_prometheus(tmp_path: Path) -> None:
+    """One user's conversation on v2 went badly while everyone else's was fine: `--user` and
+    `--session` compare only their records (they ride on results lines, never on metric labels)."""
+    random.seed(9)
+    docs = [line("v1", True, T0 + i, session_id=f"s{i % 7}", user_id=f"u{i % 5}") for i in range(100)]
+    docs += [line("v2", True, T0 + 1000 + i, session_id="s-other", user_id="u-other") for i in range(100)]
+    docs += [line("v2", False, T0 + 2000 + i, session_id="s-bad", user_id="u-bad") for i in range(30)]
+    path = write(tmp_path / "r.jsonl", docs)
+
+    def faithfulness(*args: str) -> dict[str, Any]:
+        out = cli("compare", "--results", str(path), "--json", *args)
+        assert out.returncode == 0, out.stderr
+        return {
+            r["release"]: r for r in map(json.loads, out.stdout.splitlines()) if r["metric"] == "faithfulness"
+        }
+
+    every = faithfulness()
+    assert every["v2"]["samples"] == 130
+    bad_user = faithfulness("--user", "u-bad")
+    assert set(bad_user) == {"v2"} and bad_user["v2"]["samples"] == 30 and bad_user["v2"]["estimate"] == 0.5
+    one_session = faithfulness("--session", "s3")
+    assert set(one_session) == {"v1"} and one_session["v1"]["samples"] == 14
+    refused = cli("compare", "--prometheus", "http://127.0.0.1:9", "--session", "s3")
+    assert refused.returncode == 2 and "need --results" in refused.stderr

@@ -47,11 +47,21 @@ def _duration(text: str) -> float:
 
 
 def _read(
-    results: Path | None, prometheus: str | None, window: float, at: float | None, match: str, by: str
+    results: Path | None,
+    prometheus: str | None,
+    window: float,
+    at: float | None,
+    match: str,
+    by: str,
+    only: dict[str, str],
 ) -> tuple[dict[str, ReleaseStats], str]:
-    """The groups, and a note for stderr (what was left out or is unsure), or Exit(2)."""
+    """The groups, and a note for stderr (what was left out or is unsure), or Exit(2). `only`:
+    results-line fields a line must have these values of (session_id, user_id)."""
     if (results is None) == (prometheus is None):
         typer.echo("error: give one of --results FILE or --prometheus URL", err=True)
+        raise typer.Exit(2)
+    if prometheus is not None and only:
+        typer.echo("error: --session and --user need --results (they are never metric labels)", err=True)
         raise typer.Exit(2)
     if prometheus is not None:
         try:
@@ -72,6 +82,8 @@ def _read(
     except OSError as exc:
         typer.echo(f"error: cannot read {results}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from None
+    if only:
+        lines = [ln for ln in lines if all(getattr(ln, k) == v for k, v in only.items())]
     groups, left_out = group(lines, by)
     skipped = left_out + sum(unreadable.values())
     note = f"{skipped} line(s) left out (not judged, golden replay, or unreadable)" if skipped else ""
@@ -109,12 +121,19 @@ def compare_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per row instead of a table")
     ] = False,
+    session: Annotated[
+        str | None, typer.Option(help="with --results: only the records of this session (session_id)")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option(help="with --results: only this user's records (user_id)")
+    ] = None,
 ) -> None:
     """Each metric per release (weighted estimate, interval, judged records), from a results file or
     from Prometheus's estimate counters over a window, and a verdict against the previous release:
     better, worse or no detectable change (unpaired test of the difference of two weighted
     estimates, stated in the output)."""
-    groups, note = _read(results, prometheus, _duration(window), at, match, by)
+    only = {k: v for k, v in (("session_id", session), ("user_id", user)) if v is not None}
+    groups, note = _read(results, prometheus, _duration(window), at, match, by, only)
     rows = compare(groups, baseline=baseline, confidence=confidence, min_samples=min_samples)
     if baseline is not None and baseline not in groups:
         typer.echo(f"error: no judged records of {by} {baseline!r} in {results or prometheus}", err=True)

@@ -77,7 +77,11 @@ def record_text(line: ReviewLine, labelling: Labelling, selected: int, page: int
     """The body of the screen for one record, the number keys on chunks `page`*10+1 to +10."""
     out = Text()
     out.append("Question ", style="bold underline")
-    out.append(f"[{line.query_type or 'unknown'}]\n", style="dim")
+    out.append(f"[{line.query_type or 'unknown'}]", style="dim")
+    for word, value in (("session", line.session_id), ("user", line.user_id)):
+        if value:
+            out.append(f" {word} {value}", style="dim")
+    out.append("\n")
     out.append(f"{line.query or '(no query captured)'}\n\n")
 
     claims = line.claims or []

@@ -16,6 +16,7 @@ from review_cases import (
     judged,
     long_record,
     many_chunks_record,
+    queue_lines,
     screen,
     write_queue,
 )
@@ -421,3 +422,17 @@ def test_the_command_refuses_two_sources_or_none_and_an_unreadable_queue(tmp_pat
     missing = runner.invoke(cli_app, ["review", "--labels", labels, "--queue", str(tmp_path / "nope")])
     assert missing.exit_code == 2
     assert "cannot read" in missing.output
+
+
+def test_the_screen_names_the_records_session_and_user() -> None:
+    """A record from a conversation shows its session and user beside the query type (never as a
+    label anywhere: they are per request); a record without them shows neither word."""
+    from monitor.review.labels import Labelling
+    from monitor.review.render import record_text
+
+    (line, *_) = queue_lines()
+    with_ids = line.model_copy(update={"session_id": "conv-42", "user_id": "u-7"})
+    shown = record_text(with_ids, Labelling.start(with_ids), 0).plain
+    assert "session conv-42 user u-7" in shown.splitlines()[0]
+    plain = record_text(line, Labelling.start(line), 0).plain.splitlines()[0]
+    assert "session" not in plain and "user" not in plain
