@@ -166,6 +166,18 @@ static int check_span(PyObject *s)
         PyErr_Format(PyExc_TypeError, "the compiled Assembler takes SpanFacts, not %.200s", Py_TYPE(s)->tp_name);
         return -1;
     }
+    /* a field deleted (`del span.x`) is NULL in its slot: unrolled, the common case is one
+     * load and test a field */
+    int missing = 0;
+#define CHECK_FIELD(f) missing |= F(s, f) == NULL
+    CHECK_FIELD(0); CHECK_FIELD(1); CHECK_FIELD(2); CHECK_FIELD(3); CHECK_FIELD(4); CHECK_FIELD(5);
+    CHECK_FIELD(6); CHECK_FIELD(7); CHECK_FIELD(8); CHECK_FIELD(9); CHECK_FIELD(10); CHECK_FIELD(11);
+    CHECK_FIELD(12); CHECK_FIELD(13); CHECK_FIELD(14); CHECK_FIELD(15); CHECK_FIELD(16); CHECK_FIELD(17);
+    CHECK_FIELD(18); CHECK_FIELD(19);
+#undef CHECK_FIELD
+    _Static_assert(N_SPAN_FIELDS == 20, "check_span checks every field");
+    if (!missing)
+        return 0;
     for (int f = 0; f < N_SPAN_FIELDS; f++)
         if (F(s, f) == NULL) {
             PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'", Py_TYPE(s)->tp_name,

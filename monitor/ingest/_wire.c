@@ -56,7 +56,17 @@ typedef struct {
 } key_t_;
 static key_t_ keys[KEY_SLOTS];
 static int n_keys = 0;
+/* The first two bytes of every key and prefix, as a bitmap: most attribute keys of the spans around
+ * a RAG request (`http.*`, `db.*`, `url.*`, `net.*`) are turned away here, before any hashing of
+ * the whole key or prefix comparison. */
 static uint8_t first_byte[256];
+static uint8_t lead2[65536 / 8]; /* bit (s[0] << 8 | s[1]) */
+
+static inline int lead_in(const uint8_t *s)
+{
+    unsigned lead = (unsigned)s[0] << 8 | s[1];
+    return lead2[lead >> 3] >> (lead & 7) & 1;
+}
 #define MAX_PREFIXES 16
 static key_t_ prefixes[MAX_PREFIXES];
 static int n_prefixes = 0;
@@ -558,8 +568,8 @@ static key_t_ *exact_key(ptr s, Py_ssize_t n)
  * never does, NULL with an error set on failure. *slot: the exact key's, -1 for a prefixed one. */
 static PyObject *relevant_key(ptr s, Py_ssize_t n, int *slot)
 {
-    if (n == 0 || !first_byte[s[0]])
-        return NULL;
+    if (n < 3 || !first_byte[s[0]] || !lead_in(s))
+        return NULL; /* every key and prefix is longer than two bytes (add_key) */
     key_t_ *k = exact_key(s, n);
     if (k != NULL) {
         *slot = k->slot;
@@ -568,7 +578,7 @@ static PyObject *relevant_key(ptr s, Py_ssize_t n, int *slot)
     *slot = -1;
     for (int i = 0; i < n_prefixes; i++) {
         k = &prefixes[i];
-        if (n > k->n && memcmp(k->s, s, k->n) == 0)
+        if (n > k->n && k->s[0] == (char)s[0] && memcmp(k->s, s, k->n) == 0)
             return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
     }
     return NULL;
@@ -864,6 +874,7 @@ typedef struct {
     Py_ssize_t n_inert; /* the counted spans in `others`, all traces */
     source_t src;       /* with `lean`: the message, for chunk text left undecoded */
     PyObject *scope;    /* the instrumentation scope's name of the spans being walked, or NULL */
+    ptr scope_p, scope_end; /* their ScopeSpans, until `current_scope` reads the name from it */
     trace_t first_traces[TRACE_SLOTS];
 } ctx_t;
 
@@ -1568,6 +1579,72 @@ static int status_code(ptr p, ptr end, int32_t *code)
     return 0;
 }
 
+/* A scope name as a str: the last one's object when the bytes are the same (a service's messages
+ * come from a handful of instrumentations, usually one), else `cached_str`'s. */
+static PyObject *scope_str(ptr s, Py_ssize_t n)
+{
+    static char last[STR_CACHE_MAX_LEN];
+    static Py_ssize_t last_n = 0;
+    static PyObject *last_obj = NULL;
+    if (last_obj != NULL && n == last_n && memcmp(last, s, (size_t)n) == 0)
+        return Py_NewRef(last_obj);
+    PyObject *o = cached_str(s, n);
+    if (o != NULL && n <= STR_CACHE_MAX_LEN) {
+        memcpy(last, s, (size_t)n);
+        last_n = n;
+        Py_XSETREF(last_obj, Py_NewRef(o));
+    }
+    return o;
+}
+
+/* The name of a ScopeSpans' InstrumentationScope (a new reference; NULL without an error when it
+ * has none, or an empty or malformed one: the walk below validates, and refuses, the message). */
+static PyObject *scope_name(ptr p, ptr end)
+{
+    uint32_t field;
+    int wt;
+    ptr body;
+    Py_ssize_t n;
+    uint64_t v;
+    while (p < end) {
+        if (read_tag(&p, end, &field, &wt))
+            return NULL;
+        if (wt == 2) {
+            if (read_len(&p, end, &body, &n))
+                return NULL;
+            if (field != 1)
+                continue;
+            for (ptr q = body, qe = body + n; q < qe;) { /* InstrumentationScope: name is field 1 */
+                if (read_tag(&q, qe, &field, &wt))
+                    return NULL;
+                if (wt == 0) {
+                    if (read_varint(&q, qe, &v))
+                        return NULL;
+                }
+                else if (wt != 2 || read_len(&q, qe, &body, &n))
+                    return NULL;
+                else if (field == 1)
+                    return n && utf8_ok(body, n) ? scope_str(body, n) : NULL;
+            }
+            return NULL;
+        }
+        if (wt != 0 || read_varint(&p, end, &v))
+            return NULL;
+    }
+    return NULL;
+}
+
+/* The scope name of the spans being walked, read from their ScopeSpans on first use (only the
+ * spans materialised need it): a new reference, or NULL (no error) when there is none. */
+static PyObject *current_scope(ctx_t *c)
+{
+    if (c->scope_p != NULL) {
+        Py_XSETREF(c->scope, scope_name(c->scope_p, c->scope_end));
+        c->scope_p = NULL;
+    }
+    return c->scope;
+}
+
 static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, int depth)
 {
     ptr tid = NULL, sid = NULL, pid = NULL, name = NULL;
@@ -1679,7 +1756,8 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
         goto fail;
     if (status == 2 && facts_set_late(facts, str_error, &at_error, Py_True)) /* STATUS_CODE_ERROR */
         goto fail;
-    if (c->scope != NULL && facts_set_late(facts, str_scope, &at_scope, c->scope))
+    PyObject *scope = current_scope(c);
+    if (scope == NULL ? PyErr_Occurred() != NULL : facts_set_late(facts, str_scope, &at_scope, scope) != 0)
         goto fail;
     int mapped = attrs_any(&attrs), role = R_OTHER;
     if (mapped) {
@@ -1750,49 +1828,11 @@ fail:
     return FAIL;
 }
 
-/* The name of a ScopeSpans' InstrumentationScope (a new reference; NULL without an error when it
- * has none, or an empty or malformed one: the walk below validates, and refuses, the message). */
-static PyObject *scope_name(ptr p, ptr end)
-{
-    uint32_t field;
-    int wt;
-    ptr body;
-    Py_ssize_t n;
-    uint64_t v;
-    while (p < end) {
-        if (read_tag(&p, end, &field, &wt))
-            return NULL;
-        if (wt == 2) {
-            if (read_len(&p, end, &body, &n))
-                return NULL;
-            if (field != 1)
-                continue;
-            for (ptr q = body, qe = body + n; q < qe;) { /* InstrumentationScope: name is field 1 */
-                if (read_tag(&q, qe, &field, &wt))
-                    return NULL;
-                if (wt == 0) {
-                    if (read_varint(&q, qe, &v))
-                        return NULL;
-                }
-                else if (wt != 2 || read_len(&q, qe, &body, &n))
-                    return NULL;
-                else if (field == 1)
-                    return n && utf8_ok(body, n) ? cached_str(body, n) : NULL;
-            }
-            return NULL;
-        }
-        if (wt != 0 || read_varint(&p, end, &v))
-            return NULL;
-    }
-    return NULL;
-}
-
 static int scope_spans(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, int depth)
 {
-    PyObject *scope = scope_name(p, end);
-    if (scope == NULL && PyErr_Occurred())
-        return FAIL;
-    Py_XSETREF(c->scope, scope);
+    Py_CLEAR(c->scope);
+    c->scope_p = p;
+    c->scope_end = end;
     while (p < end) {
         uint32_t field;
         int wt;
@@ -1933,6 +1973,7 @@ static void ctx_open(ctx_t *c, long long now, int lean)
     c->problems = NULL;
     c->src.value = NULL;
     c->scope = NULL;
+    c->scope_p = c->scope_end = NULL;
 }
 
 static void ctx_close(ctx_t *c)
@@ -2142,9 +2183,9 @@ static key_t_ *add_key(key_t_ *out, PyObject *s)
 {
     Py_ssize_t len;
     const char *u = PyUnicode_Check(s) ? PyUnicode_AsUTF8AndSize(s, &len) : NULL;
-    if (u == NULL || len == 0) {
+    if (u == NULL || len < 3) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "keys must be non-empty str");
+            PyErr_SetString(PyExc_TypeError, "keys must be str of 3 bytes or more");
         return NULL;
     }
     if (out == NULL) {
@@ -2166,7 +2207,9 @@ static key_t_ *add_key(key_t_ *out, PyObject *s)
     PyUnicode_InternInPlace(&s);
     out->obj = s;
     out->s = PyUnicode_AsUTF8AndSize(s, &out->n);
-    first_byte[(uint8_t)u[0]] = 1;
+    unsigned lead = (unsigned)(uint8_t)out->s[0] << 8 | (uint8_t)out->s[1];
+    lead2[lead >> 3] |= (uint8_t)(1 << (lead & 7));
+    first_byte[(uint8_t)out->s[0]] = 1;
     return out;
 }
 

@@ -35,6 +35,9 @@ from monitor.ingest.decode import decode
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import MessageRef, new_refs
 from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
+from tests.compat.apps.harness import read_capture
+from tests.compat.readback import CAPTURES, capture_names
+from tests.compat.receiver import split_by_trace
 
 COMPILED: Any = assemble_mod.compiled_assembler()
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
@@ -500,3 +503,21 @@ def test_open_traces_and_records_stay_out_of_the_cyclic_collector() -> None:
     assert not any(gc.is_tracked(o) for o in (fin, fin.record, fin.refs))
     if NEW_REFS is not new_refs:
         assert not gc.is_tracked(ref)
+
+
+def _capture_messages(name: str) -> list[bytes]:
+    return [v for body in read_capture(CAPTURES / f"{name}.otlp") for _, v in split_by_trace(body)]
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", capture_names())
+def test_the_spans_real_instrumentations_write_assemble_alike(name: str) -> None:
+    """Each compat capture (LlamaIndex, LangChain, Haystack, DSPy, with OpenInference, OpenLLMetry
+    or their own tracers): nested retrievals, sessions, traces left to the reference's rules, index
+    builds that are no record; both assemblers give the same records and reasons."""
+    values = _capture_messages(name)
+    for config in (
+        AssemblyConfig(grace_seconds=0.05, timeout_seconds=2),
+        AssemblyConfig(grace_seconds=1, timeout_seconds=3, max_open_traces=2),
+    ):
+        feed(Both(config), values, step=0.01, poll_every=3)

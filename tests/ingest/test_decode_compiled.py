@@ -54,6 +54,9 @@ from monitor.ingest.decode import Decoded
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
 from monitor.model import Chunk, Reject, SpanFacts, SpanRole
+from tests.compat.apps.harness import read_capture
+from tests.compat.readback import CAPTURES, capture_names
+from tests.compat.receiver import split_by_trace
 
 
 def test_compiled_decoder_is_built_when_required() -> None:
@@ -184,7 +187,7 @@ def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
     """`_wire` fills the slots of SpanFacts, Chunk and Decoded itself (their `__init__` only
     stores values); a dataclass that does more, or has no slots, is called instead."""
     facts = slots_layout(SpanFacts)
-    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 8 + [2] + [1] * 6
+    assert facts is not None and [k for _, k, _ in facts] == [0] * 7 + [1] * 8 + [2] + [1] * 7
     assert facts[7] == ("role", 1, SpanRole.OTHER)
     assert slots_layout(Chunk) == [
         ("id", 0, None),
@@ -309,3 +312,15 @@ def _all_attrs(value: bytes) -> Iterator[dict[str, Any]]:
         for ss in rs.scope_spans:
             for sp in ss.spans:
                 yield decode_mod._pb_attrs(sp.attributes)
+
+
+@needs_wire
+@pytest.mark.parametrize("name", capture_names())
+def test_the_spans_real_instrumentations_write_decode_alike(name: str) -> None:
+    """Each compat capture, as the exporter sent it and split by trace as the Collector writes it:
+    both decoders give the same spans, field for field (JSON wrappers, serialised nodes and
+    documents, Haystack's component spans, sessions, scopes)."""
+    for body in read_capture(CAPTURES / f"{name}.otlp"):
+        both(body)
+        for _, value in split_by_trace(body):
+            both(value, for_assembly=True)
