@@ -24,6 +24,7 @@ COUNTERS = frozenset(
     {
         "ragmon_records_total",
         "ragmon_rejected_total",
+        "ragmon_unreadable_traces_total",
         "ragmon_produce_dropped_total",
         "ragmon_judged_total",
         "ragmon_judge_skipped_total",
