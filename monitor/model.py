@@ -86,6 +86,9 @@ class Chunk:
     # decoder's `RawText` (the bytes where they lie in the message; reads and compares as bytes).
     # `text` reads either form.
     raw: Any = field(default=None, repr=False)
+    # Which retrieval it came from, 1, 2, … in call order, when the record merges several (query
+    # rewriting, multi-hop); 0 for a record of one retrieval.
+    retrieval: int = 0
 
     @property
     def text(self) -> str | None:
@@ -170,7 +173,7 @@ class RagRecord:
             "service": self.service,
             "query": self.query,
             "query_type": self.query_type,
-            "chunks": [{"id": c.id, "content": c.text, "score": c.score} for c in self.chunks],
+            "chunks": [_chunk_dict(c) for c in self.chunks],
             "answer": self.answer,
             "model": self.model,
             "start": self.start_ns / 1e9 if self.start_ns else None,
@@ -183,6 +186,13 @@ class RagRecord:
         if self.user_id is not None:
             out["user_id"] = self.user_id
         return out
+
+
+def _chunk_dict(c: Chunk) -> dict[str, Any]:
+    out = {"id": c.id, "content": c.text, "score": c.score}
+    if c.retrieval:
+        out["retrieval"] = c.retrieval
+    return out
 
 
 # -- what a judge says about a record -------------------------------------------------------------

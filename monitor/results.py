@@ -62,6 +62,7 @@ class ChunkLine(_Part):
     id: Lenient[str] = None
     content: Lenient[str] = None
     score: Lenient[Number] = None
+    retrieval: Lenient[StrictInt] = None  # 1, 2, … when the record merged several retrievals
 
 
 class QuoteLine(_Part):

@@ -34,6 +34,7 @@ class _ChunkIn(BaseModel):
     id: str
     content: str | None = None
     score: float | None = None
+    retrieval: int = 0
 
 
 class SampleMessage(BaseModel):
@@ -152,7 +153,7 @@ def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:
         service=msg.service,
         query=msg.query,
         query_type=msg.query_type,
-        chunks=[Chunk(c.id, c.content, c.score) for c in msg.chunks],
+        chunks=[Chunk(c.id, c.content, c.score, retrieval=c.retrieval) for c in msg.chunks],
         answer=msg.answer,
         model=msg.model,
         start_ns=round(msg.start * 1e9) if msg.start else 0,

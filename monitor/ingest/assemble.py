@@ -434,10 +434,11 @@ def _final_ranking(rerankers: list[SpanFacts], retrievers: list[SpanFacts]) -> l
         return retrievers[0].chunks or []
     seen: set[str] = set()
     out: list[Chunk] = []
-    for s in sorted(retrievers, key=lambda s: s.start_ns):
+    for n, s in enumerate(sorted(retrievers, key=lambda s: s.start_ns), 1):
         for c in s.chunks or ():
             if c.id not in seen:
                 seen.add(c.id)
+                c.retrieval = n  # the span's own chunk: it keeps the retrieval it came from
                 out.append(c)
     return out
 

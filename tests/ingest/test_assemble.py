@@ -493,3 +493,51 @@ def test_record_release_is_the_roots_else_any_spans(releases: tuple[str, str, st
     out += asm.poll(11.0)
     (fin,) = out
     assert fin.record is not None and fin.record.release == expected
+
+
+def test_several_retrievals_one_record_each_chunk_keeps_its_retrieval() -> None:
+    """Query rewriting and multi-hop: the chunks of every retrieval that started before the final
+    generation, in call order, each with the retrieval it came from; a retriever around its own
+    child retriever (DSPy's Retrieve around ColBERTv2) is one retrieval, the child's chunks (with
+    ids and scores) used; a retrieval after the final generation started (an agent's next step)
+    fed nothing."""
+    t = "multi"
+
+    def at(start: int, end: int, s: SpanFacts) -> SpanFacts:
+        s.start_ns, s.end_ns = start, end
+        return s
+
+    spans = [
+        at(10, 100, span(t, "root", role=SpanRole.ROOT, query="who and where?", answer="a.")),
+        at(
+            11,
+            20,
+            span(t, "hop1", "root", SpanRole.RETRIEVER, chunks=[Chunk("c-aaaa", "A"), Chunk("c-bbbb", "B")]),
+        ),
+        at(
+            12,
+            19,
+            span(
+                t, "colbert1", "hop1", SpanRole.RETRIEVER, chunks=[Chunk("a", "A", 2.0), Chunk("b", "B", 1.0)]
+            ),
+        ),
+        at(
+            21,
+            30,
+            span(t, "hop2", "root", SpanRole.RETRIEVER, chunks=[Chunk("b", "B", 3.0), Chunk("c", "C", 1.5)]),
+        ),
+        at(31, 40, span(t, "llm", "root", SpanRole.LLM, answer="a.")),
+        at(41, 50, span(t, "late", "root", SpanRole.RETRIEVER, chunks=[Chunk("d", "D")])),
+    ]
+    record, reason = build_record(t, spans)
+    assert reason is None and record is not None
+    assert [(c.id, c.retrieval) for c in record.chunks] == [("a", 1), ("b", 1), ("c", 2)]
+    assert [c["retrieval"] for c in record.to_json_dict()["chunks"]] == [1, 1, 2]
+    single, _ = build_record(
+        "one",
+        [
+            span("one", "r", role=SpanRole.ROOT, query="q", answer="a"),
+            span("one", "x", "r", SpanRole.RETRIEVER, chunks=[Chunk("z", "Z")]),
+        ],
+    )
+    assert single is not None and "retrieval" not in single.to_json_dict()["chunks"][0]

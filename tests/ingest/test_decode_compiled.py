@@ -194,6 +194,7 @@ def test_span_types_are_built_by_layout_while_plain_slots_dataclasses() -> None:
         ("content", 1, None),
         ("score", 1, None),
         ("raw", 1, None),
+        ("retrieval", 1, 0),
     ]
     assert [k for _, k, _ in slots_layout(Decoded) or ()] == [2, 3, 2, 1, 1, 2]
 
