@@ -225,6 +225,38 @@ class Settings(BaseSettings):
         out["events"] = self.events.redacted()
         return out
 
+    def secrets(self) -> set[str]:
+        """The strings `redacted` masks: what the log filter (`cli._setup_logging`) blanks."""
+        dumped = self.model_dump(mode="json")
+        plain = _reveal(self, dumped)
+        return secret_strings(plain, self.redacted())
+
+
+def secret_strings(original: Any, redacted: Any) -> set[str]:
+    """What `redacted` (a `Settings.redacted()`) masks of `original` (the same settings dumped),
+    as the strings no log line may carry: a masked value whole; of a URL, the credentials, the
+    query and fragment, and the path where it was masked (a webhook's)."""
+    out: set[str] = set()
+    if isinstance(original, dict) and isinstance(redacted, dict):
+        for key, value in original.items():
+            out |= secret_strings(value, redacted.get(key))
+    elif isinstance(original, list) and isinstance(redacted, list):
+        for a, b in zip(original, redacted, strict=False):
+            out |= secret_strings(a, b)
+    elif isinstance(original, str) and original != redacted:
+        if not _URL.match(original):
+            out.add(original)
+        else:
+            try:
+                parts = urlsplit(original)
+            except ValueError:
+                return {original}
+            userinfo = parts.netloc.rpartition("@")[0]  # the user name alone is no secret
+            out |= {userinfo, userinfo.partition(":")[2], parts.query, parts.fragment}
+            if isinstance(redacted, str) and URL_MASK in urlsplit(redacted).path:
+                out.add(parts.path.rstrip("/"))
+    return {s for s in out if len(s) >= 4}
+
 
 def _redact(value: Any, dumped: Any, name: str = "") -> Any:
     """`dumped` (the JSON-mode dump of `value`) with its secrets masked. Walks the live objects
@@ -246,6 +278,19 @@ def _redact(value: Any, dumped: Any, name: str = "") -> Any:
         }
     if isinstance(value, list | tuple):
         return [_redact(v, d, name) for v, d in zip(value, dumped, strict=True)]
+    return dumped
+
+
+def _reveal(value: Any, dumped: Any) -> Any:
+    """`dumped` with each SecretStr's own value in place of pydantic's mask."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, BaseModel) and isinstance(dumped, dict):
+        return {key: _reveal(getattr(value, key, None), d) for key, d in dumped.items()}
+    if isinstance(value, dict) and isinstance(dumped, dict):
+        return {key: _reveal(v, d) for (key, v), d in zip(value.items(), dumped.values(), strict=False)}
+    if isinstance(value, list | tuple) and isinstance(dumped, list):
+        return [_reveal(v, d) for v, d in zip(value, dumped, strict=False)]
     return dumped
 
 

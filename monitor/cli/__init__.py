@@ -26,6 +26,11 @@ _EXIT_MARGIN = 2.0
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Online quality monitor for RAG services.")
 
 
+# Their request lines and debug dumps carry whole URLs (a webhook's secret path, user:password@),
+# query strings and headers: at WARNING whatever the level asked for.
+_QUIET = ("httpx", "httpcore", "anthropic", "openai")
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -33,6 +38,38 @@ def _setup_logging(level: str) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _SecretFilter(logging.Filter):
+    """Blanks the configured secrets (`Settings.secrets`) in every record a handler writes,
+    whatever logger made it and at whatever level: the last line of defence, after `_QUIET`."""
+
+    def __init__(self, secrets: set[str]) -> None:
+        super().__init__()
+        self._secrets = sorted(secrets, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        clean = text
+        for s in self._secrets:
+            clean = clean.replace(s, "***")
+        if record.exc_text:
+            for s in self._secrets:
+                record.exc_text = record.exc_text.replace(s, "***")
+        if clean != text:
+            record.msg, record.args = clean, None
+        return True
+
+
+def _redact_logs(settings: Settings) -> None:
+    secrets = settings.secrets()
+    if secrets:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_SecretFilter(secrets))
 
 
 def _install_stop(stop: asyncio.Event, deadline_seconds: float | None = None) -> None:
@@ -110,6 +147,7 @@ def run(
             "pipeline": {"role": role},
         },
     )
+    _redact_logs(settings)
     try:
         asyncio.run(_run(settings))
     except (OSError, ValueError) as exc:
