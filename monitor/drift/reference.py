@@ -49,16 +49,40 @@ class BaselineFileError(ValueError):
     """A baseline file that cannot be used; the message says why, in one line."""
 
 
-class _WeightedStats(BaseModel):
-    """Reference records as weighted sums (`Reference`'s fields)."""
+# The largest value a metric's record takes (`estimate.verdict_values`): relevance is scored 1-3,
+# every other metric is a share. A reference whose mean lies outside could never alarm.
+_METRIC_MAX = {"relevance": 3.0, "context_relevance": 3.0}
+_REL = 1e-6  # rounding allowed in the sums' consistency checks (JSON round trips are exact)
 
-    model_config = ConfigDict(extra="forbid")
+
+class _WeightedStats(BaseModel):
+    """Reference records as weighted sums (`Reference`'s fields): finite, and consistent with
+    weights of at least 1 (inverse inclusion probabilities) and values of at least 0."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     records: int = Field(ge=1)
     sum_w: float = Field(gt=0)
     sum_w2: float = Field(gt=0)
     sum_wy: float = Field(ge=0)
     sum_wy2: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _WeightedStats:
+        if self.sum_w < self.records * (1 - _REL):
+            raise ValueError(f"sum_w {self.sum_w:g} is below records {self.records} (weights are at least 1)")
+        if self.sum_w2 * self.records < self.sum_w**2 * (1 - _REL):
+            raise ValueError("sum_w2 is below sum_w² / records, which no weights give")
+        return self
+
+    def check_range(self, metric: str) -> None:
+        """The values' mean within what `metric` takes (the file names the metric, not the sums)."""
+        top = _METRIC_MAX.get(metric, 1.0)
+        mean = self.sum_wy / self.sum_w
+        if mean > top * (1 + _REL):
+            raise ValueError(f"its mean {mean:g} is outside {metric}'s range [0, {top:g}]")
+        if self.sum_wy2 > top * self.sum_wy * (1 + _REL) + 1e-12:
+            raise ValueError(f"sum_wy2 exceeds {top:g} × sum_wy, which no values in [0, {top:g}] give")
 
 
 class StratumStats(_WeightedStats):
@@ -69,13 +93,45 @@ class StratumStats(_WeightedStats):
     sum_y2: float = Field(ge=0)
     sum_y3: float = Field(ge=0)
 
+    def check_range(self, metric: str) -> None:
+        super().check_range(metric)
+        top = _METRIC_MAX.get(metric, 1.0)
+        bounds = (("sum_y", self.sum_y, self.records), ("sum_y2", self.sum_y2, self.sum_y))
+        for name, value, base in (*bounds, ("sum_y3", self.sum_y3, self.sum_y2)):
+            if value > top * base * (1 + _REL) + 1e-12:
+                raise ValueError(f"{name} {value:g} is more than values in [0, {top:g}] give")
+
 
 class ReferenceStats(_WeightedStats):
     """A slice's reference as weighted sums, and per stratum (schema version 2; absent in older
     files and in golden pins, whose slices keep the weighted CUSUM)."""
 
     # by stratum ("" for records whose lines name none); their sums add up to the ones above
-    strata: dict[Annotated[str, Field(max_length=32)], StratumStats] | None = Field(None, max_length=16)
+    strata: dict[Annotated[str, Field(max_length=32)], StratumStats] | None = Field(
+        None, min_length=1, max_length=16
+    )
+
+    @model_validator(mode="after")
+    def _strata_add_up(self) -> ReferenceStats:
+        """Present, the strata hold every reference record: an empty or partial set would leave
+        the stratified detector dividing by nothing on the first record."""
+        if self.strata:
+            records = sum(s.records for s in self.strata.values())
+            sum_w = math.fsum(s.sum_w for s in self.strata.values())
+            if records != self.records or abs(sum_w - self.sum_w) > _REL * self.sum_w:
+                raise ValueError(
+                    f"the strata hold {records} records of weight {sum_w:g}, the slice {self.records} "
+                    f"of weight {self.sum_w:g}: they must add up"
+                )
+        return self
+
+    def check_range(self, metric: str) -> None:
+        super().check_range(metric)
+        for name, stratum in (self.strata or {}).items():
+            try:
+                stratum.check_range(metric)
+            except ValueError as exc:
+                raise ValueError(f"stratum {name!r}: {exc}") from None
 
     @property
     def mean(self) -> float:
@@ -180,6 +236,16 @@ class DriftBaseline(BaseModel):
     slices: dict[str, dict[str, ReferenceStats]]
     # Optional (files before it load): label-free retrieval drift references per query type.
     retrieval: dict[Annotated[str, Field(min_length=1)], RetrievalStats] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _means_in_range(self) -> DriftBaseline:
+        for qt, metrics in self.slices.items():
+            for metric, stats in metrics.items():
+                try:
+                    stats.check_range(metric)
+                except ValueError as exc:
+                    raise ValueError(f"slice {qt}/{metric}: {exc}") from None
+        return self
 
     def references(self) -> dict[tuple[str, str], Reference]:
         return {
