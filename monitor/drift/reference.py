@@ -71,7 +71,7 @@ class _WeightedStats(BaseModel):
     def _consistent(self) -> _WeightedStats:
         if self.sum_w < self.records * (1 - _REL):
             raise ValueError(f"sum_w {self.sum_w:g} is below records {self.records} (weights are at least 1)")
-        if self.sum_w2 * self.records < self.sum_w**2 * (1 - _REL):
+        if self.sum_w2 * self.records < self.sum_w * self.sum_w * (1 - _REL):  # no OverflowError
             raise ValueError("sum_w2 is below sum_w² / records, which no weights give")
         return self
 
