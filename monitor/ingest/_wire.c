@@ -1598,13 +1598,14 @@ static PyObject *scope_str(ptr s, Py_ssize_t n)
 }
 
 /* The name of a ScopeSpans' InstrumentationScope (a new reference; NULL without an error when it
- * has none, or an empty or malformed one: the walk below validates, and refuses, the message). */
+ * has none, or an empty or malformed one: the walk below validates, and refuses, the message).
+ * As upb reads it: every occurrence of the scope field merged, the last name field given wins. */
 static PyObject *scope_name(ptr p, ptr end)
 {
     uint32_t field;
     int wt;
-    ptr body;
-    Py_ssize_t n;
+    ptr body, name = NULL;
+    Py_ssize_t n, name_n = 0;
     uint64_t v;
     while (p < end) {
         if (read_tag(&p, end, &field, &wt))
@@ -1623,15 +1624,16 @@ static PyObject *scope_name(ptr p, ptr end)
                 }
                 else if (wt != 2 || read_len(&q, qe, &body, &n))
                     return NULL;
-                else if (field == 1)
-                    return n && utf8_ok(body, n) ? scope_str(body, n) : NULL;
+                else if (field == 1) {
+                    name = body;
+                    name_n = n;
+                }
             }
-            return NULL;
         }
-        if (wt != 0 || read_varint(&p, end, &v))
+        else if (wt != 0 || read_varint(&p, end, &v))
             return NULL;
     }
-    return NULL;
+    return name_n && utf8_ok(name, name_n) ? scope_str(name, name_n) : NULL;
 }
 
 /* The scope name of the spans being walked, read from their ScopeSpans on first use (only the

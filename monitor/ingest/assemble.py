@@ -438,8 +438,8 @@ def _final_ranking(rerankers: list[SpanFacts], retrievers: list[SpanFacts]) -> l
         for c in s.chunks or ():
             if c.id not in seen:
                 seen.add(c.id)
-                c.retrieval = n  # the span's own chunk: it keeps the retrieval it came from
-                out.append(c)
+                # a copy: the span's own chunks are the decoder's, left as it gave them
+                out.append(Chunk(c.id, c.content, c.score, c.raw, n))
     return out
 
 
