@@ -56,6 +56,11 @@ test: $(STAMP) debs lint
 	[ -n "$$(find monitor/ingest -name '_assembly*.so' -newer monitor/ingest/_assembly.c)" ] && \
 	[ -n "$$(find monitor/ingest -name '_accounting*.so' -newer monitor/ingest/_accounting.c)" ] || \
 		$(BIN)/python -m pip install -q --no-deps -e .
+	@# the extensions are optional: one that fails to compile leaves the old build in place, silently
+	@for m in _wire _assembly _accounting; do \
+		[ -n "$$(find monitor/ingest -name "$$m*.so" -newer monitor/ingest/$$m.c)" ] || \
+		{ echo "monitor/ingest/$$m.c did not compile (pip install -v --no-deps -e . says why)"; exit 1; }; \
+	done
 	RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider -n 4 --dist loadfile -m "not compat"
 	RAGMON_PURE_PYTHON=1 RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider \
 		tests/ingest/test_decode_dialects.py tests/ingest/test_decode_formats.py tests/ingest/test_decode_bad_input.py \
