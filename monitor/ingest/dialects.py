@@ -494,7 +494,7 @@ def _json_messages(value: Any, problems: list[Reject]) -> list[tuple[str | None,
 
     Accepts the JSON string form (span attribute) and the structured form (event attribute).
     """
-    msgs = _loads(value) if isinstance(value, str) else value
+    msgs = _loads(value)
     if isinstance(msgs, dict):
         msgs = [msgs]
     if not isinstance(msgs, list):
@@ -591,7 +591,7 @@ def dig_text(obj: Any, keys: tuple[str, ...], depth: int = 0) -> str | None:
 
 def _echoed_input(value: Any) -> str | None:
     """`{"outputs": …, "kwargs": {"inputs": "<query>"}}`: the input a LangChain run echoes."""
-    doc = _loads(value) if isinstance(value, str) else value
+    doc = _loads(value)
     kwargs = doc.get("kwargs") if isinstance(doc, dict) else None
     inputs = kwargs.get("inputs") if isinstance(kwargs, dict) else None
     return dig_text(inputs, _QUERY_KEYS) if isinstance(inputs, str | dict) else None
@@ -605,7 +605,7 @@ def _retrieved(attrs: dict[str, Any], problems: list[Reject]) -> list[Chunk] | N
         return _oi_documents(attrs, "retrieval.documents.", problems)
     docs = attrs.get("gen_ai.retrieval.documents")
     if docs is not None:
-        parsed = _loads(docs) if isinstance(docs, str) else docs
+        parsed = _loads(docs)
         if isinstance(parsed, list):
             return chunks_from_items(parsed, problems)
         problems.append(Reject.BAD_ATTRIBUTE)
@@ -769,7 +769,7 @@ def _is_lc_document(item: Any) -> bool:
 
 def _traceloop_documents(value: Any, problems: list[Reject]) -> list[Chunk] | None:
     """A traceloop retriever task's output, when it is recognisably a list of documents."""
-    parsed = _loads(value) if isinstance(value, str) else value
+    parsed = _loads(value)
     if isinstance(parsed, dict):
         parsed = parsed.get("outputs", parsed.get("documents"))
         if isinstance(parsed, dict):
@@ -819,13 +819,14 @@ def _haystack_component(facts: SpanFacts, attrs: dict[str, Any], problems: list[
     holds `documents` and its input a query; a generation when its output holds `replies` (a
     generator component, or `haystack.agent.step.llm`: the `LLM` component's model call)."""
     out = attrs.get("haystack.agent.step.llm.output", attrs.get("haystack.component.output"))
-    doc = _loads(out) if isinstance(out, str) else out
+    doc = _loads(out)
     if not isinstance(doc, dict):
         return _OTHER
     replies = doc.get("replies")
-    if (isinstance(replies, list) and replies and "haystack.agent.step.llm.output" in attrs) or (
-        isinstance(replies, list) and replies and "Generator" in str(attrs.get("haystack.component.type"))
-    ):
+    generates = "haystack.agent.step.llm.output" in attrs or "Generator" in str(
+        attrs.get("haystack.component.type")
+    )
+    if isinstance(replies, list) and replies and generates:
         facts.answer = _haystack_reply(replies[-1])
         meta = _haystack_meta(doc, replies[-1])
         model = meta.get("model")
@@ -874,7 +875,7 @@ def _haystack_meta(doc: dict[str, Any], reply: Any) -> dict[str, Any]:
 def _haystack_pipeline_query(value: Any) -> str | None:
     """`haystack.pipeline.input_data`, `{"<component>": {"<input>": value}}`: the first
     component input named like a query (the user names the components, not the inputs)."""
-    doc = _loads(value) if isinstance(value, str) else value
+    doc = _loads(value)
     if not isinstance(doc, dict):
         return None
     for inputs in doc.values():
@@ -888,7 +889,7 @@ def _haystack_pipeline_query(value: Any) -> str | None:
 
 def _haystack_pipeline_answer(value: Any) -> str | None:
     """`haystack.pipeline.output_data`: the last reply of a component that returned `replies`."""
-    doc = _loads(value) if isinstance(value, str) else value
+    doc = _loads(value)
     if not isinstance(doc, dict):
         return None
     for outputs in doc.values():
@@ -972,12 +973,12 @@ def _first(d: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def _metadata_id(metadata: Any) -> Any:
-    md = _loads(metadata) if isinstance(metadata, str) else metadata
+    md = _loads(metadata)
     return _first(md, _ID_KEYS) if isinstance(md, dict) else None
 
 
 def _metadata_query_type(metadata: Any) -> Any:
-    md = _loads(metadata) if isinstance(metadata, str) else metadata
+    md = _loads(metadata)
     if isinstance(md, dict):
         return md.get("rag.query_type", md.get("query_type"))
     return None
@@ -986,8 +987,12 @@ def _metadata_query_type(metadata: Any) -> Any:
 _NOT_JSON: Any = object()
 
 
-def _loads(text: str) -> Any:
-    """json.loads that never raises (RecursionError included); `_NOT_JSON` when unparsable."""
+def _loads(text: Any) -> Any:
+    """json.loads that never raises (RecursionError included); `_NOT_JSON` when unparsable. A
+    value that is not a string (an OTLP kvlist or array, an event's structured attribute) is
+    taken as already parsed."""
+    if not isinstance(text, str):
+        return text
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
