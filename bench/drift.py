@@ -62,7 +62,7 @@ import random
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from monitor.drift import BAD_DIRECTION, Detector, DriftPolicy
@@ -222,7 +222,7 @@ class Traced:
         raised = d.observe(w, y, stratum)
         if not d.reference.frozen or d.since_reference == 0:
             return raised
-        s1, s2, h2, release = d.within, d.composition, d.composition_threshold, d.policy.release
+        s1, s2, h2, release = d.within, d.composition, d.composition_threshold, GRID_RELEASE
         for i, h in enumerate(H1_GRID):
             if not self.active[i]:
                 if (s1 >= h or s2 >= h2) and d.since_reference >= d.policy.min_records:
@@ -233,6 +233,9 @@ class Traced:
         return raised
 
 
+# The grid's alarms clear as the product's did before its resolve test (S at a quarter of h): the
+# grid calibrates first crossings, which the way an alarm clears barely moves.
+GRID_RELEASE = 0.25
 H1_GRID = (5.0, 5.5, 6.0, 6.5, 7.0, 7.25, 7.5, 7.75, 8.0, 8.25, 8.5, 8.75, 9.0, 9.25, 9.5, 9.75, 10.0, 10.5)
 
 
@@ -326,6 +329,157 @@ def p90(xs: list[int]) -> int | None:
     return sorted(xs)[int(0.9 * (len(xs) - 1))] if xs else None
 
 
+# Incidents (`--incidents`): a reference, STABLE records, INCIDENT records of the change, then
+# RECOVERY records back as before; per run, what reaches the pager.
+STABLE, INCIDENT, RECOVERY = 1000, 1000, 3000
+INCIDENT_REFERENCES = (50, 200, 1500)
+# A quiet slice: one kind, few failures (0-1 in a 50-record reference), a change that adds a few
+# failing records a minute at ~20 judged records a minute.
+SPARSE = (Kind(1.0, 20.0, 0.01, 0.95),)
+INCIDENT_SCENARIOS: dict[str, tuple[tuple[Kind, ...], tuple[Kind, ...]]] = {
+    **{k: (before, after) for k, (_, before, after) in SCENARIOS.items() if k != "sample"},
+    "sparse": (SPARSE, (replace(SPARSE[0], rate=0.15, mean=0.85),)),
+}
+
+
+class ShareOfH:
+    """The rule before the resolve test, for comparison: the alarm clears when the statistic falls
+    to a quarter of its threshold. Its detector never resolves by the test, so its walk is the
+    one the old rule saw."""
+
+    def __init__(self, metric: str, policy: DriftPolicy) -> None:
+        self.d = StratifiedDetector(metric, policy.model_copy(update={"resolve_arl": 1e300}))
+        self.active = False
+
+    def observe(self, w: float, y: float, stratum: str) -> int:
+        d = self.d
+        d.observe(w, y, stratum)
+        if not d.reference.frozen:
+            return 0
+        if not self.active and d.statistic >= d.threshold and d.since_reference >= d.policy.min_records:
+            self.active = True
+            return 1
+        if self.active and d.statistic <= GRID_RELEASE * d.threshold:
+            self.active = False
+            return -1
+        return 0
+
+
+class Product:
+    """The product's `StratifiedDetector`, reporting raises (1) and resolves (-1)."""
+
+    def __init__(self, metric: str, policy: DriftPolicy) -> None:
+        self.d = StratifiedDetector(metric, policy)
+
+    @property
+    def active(self) -> bool:
+        return self.d.active
+
+    def observe(self, w: float, y: float, stratum: str) -> int:
+        was = self.d.active
+        raised = self.d.observe(w, y, stratum)
+        return 1 if raised else -1 if was and not self.d.active else 0
+
+
+def incidents(args: argparse.Namespace) -> dict[str, Any]:
+    """Per reference size, scenario, metric and rule, over `--runs` runs: what reaches the pager
+    for one incident. Firings during the incident (the goal: one a run), resolves during it (early:
+    the goal 0), runs still firing at the end, detection and resolve delays (judged records after
+    the incident's start and the recovery's), and, apart, firings before the incident and after a
+    resolve in the recovery: false alarms, at the detector's rate, not the incident's."""
+    rules: dict[str, Callable[[str, DriftPolicy], ShareOfH | Product]] = {
+        "share_of_h": ShareOfH,
+        "resolve_test": Product,
+    }
+    out: dict[str, Any] = {}
+    for ref in INCIDENT_REFERENCES:
+        policy = DriftPolicy(reference_records=ref)
+        for scenario, (before, after) in INCIDENT_SCENARIOS.items():
+            for metric in args.metrics.split(","):
+                tally = {name: Tally() for name in rules}
+                for r in range(args.runs):
+                    rng = random.Random(args.seed + 20_000 + r)
+                    dets = {name: make(metric, policy) for name, make in rules.items()}
+                    calm, bad = (
+                        stream(rng, metric, before, before, None),
+                        stream(rng, metric, after, after, 0),
+                    )
+                    phases = (
+                        (calm, ref + STABLE, "stable"),
+                        (bad, INCIDENT, "incident"),
+                        (calm, RECOVERY, "recovery"),
+                    )
+                    runs = {name: Run() for name in rules}
+                    for source, n, phase in phases:
+                        for k in range(1, n + 1):
+                            w, y, st = next(source)
+                            for name, d in dets.items():
+                                event = d.observe(w, y, st)
+                                if event:
+                                    runs[name].note(phase, k, event)
+                    for name, d in dets.items():
+                        tally[name].add(runs[name], d.active)
+                for name, t in tally.items():
+                    row = t.row(args.runs, STABLE, RECOVERY)
+                    out[f"{ref}/{scenario}/{metric}/{name}"] = row
+                    print(ref, scenario, metric, name, json.dumps(row), flush=True)
+    return out
+
+
+@dataclass
+class Run:
+    """One run's notifications, by phase."""
+
+    before: int = 0  # firings before the incident
+    firings: int = 0  # during the incident
+    early: int = 0  # resolves during the incident
+    detected_at: int | None = None
+    resolved_at: int | None = None  # the first resolve in the recovery
+    refires: int = 0  # firings in the recovery after a resolve
+
+    def note(self, phase: str, k: int, event: int) -> None:
+        if phase == "stable":
+            self.before += event > 0
+        elif phase == "incident":
+            if event > 0:
+                self.firings += 1
+                self.detected_at = self.detected_at or k
+            else:
+                self.early += 1
+        elif event < 0:
+            self.resolved_at = self.resolved_at or k
+        else:
+            self.refires += 1
+
+
+@dataclass
+class Tally:
+    runs: list[Run] = field(default_factory=list)
+    still_firing: int = 0
+
+    def add(self, run: Run, active: bool) -> None:
+        self.runs.append(run)
+        self.still_firing += active
+
+    def row(self, n: int, stable: int, recovery: int) -> dict[str, Any]:
+        rs = self.runs
+        detect = [r.detected_at for r in rs if r.detected_at]
+        resolve = [r.resolved_at for r in rs if r.resolved_at]
+        return {
+            "firings_per_incident": round(statistics.mean(r.firings for r in rs), 2),
+            "firings_max": max(r.firings for r in rs),
+            "early_resolves": sum(r.early for r in rs),
+            "missed": sum(not r.firings for r in rs),
+            "resolved": len(resolve),
+            "still_firing_at_end": self.still_firing,
+            "detection_delay_median": statistics.median(detect) if detect else None,
+            "resolve_delay_median": statistics.median(resolve) if resolve else None,
+            "false_firings_per_10k_before": round(sum(r.before for r in rs) / (n * stable) * 10_000, 2),
+            "refires_per_10k_after_resolve": round(sum(r.refires for r in rs) / (n * recovery) * 10_000, 2),
+            "runs": n,
+        }
+
+
 def main() -> None:
     global REFERENCE, CHANGE  # --reference: the bench's one knob for the reference's size
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -352,7 +506,15 @@ def main() -> None:
         default=DriftPolicy().reference_records,
         help="records in every detector's reference (default: the product's)",
     )
+    p.add_argument(
+        "--incidents",
+        action="store_true",
+        help="only the incident lifecycle: notifications per incident and early resolves (above)",
+    )
     args = p.parse_args()
+    if args.incidents:
+        print(json.dumps(incidents(args), indent=2))
+        return
     REFERENCE, CHANGE = args.reference, args.reference + CHANGE - REFERENCE
     try:
         from river import drift  # the bench extra: pip install -e '.[bench]'

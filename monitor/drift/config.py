@@ -78,7 +78,12 @@ class DriftPolicy(BaseModel):
         "threshold is calibrated at 1500; fewer make more false alarms)",
     )
     min_records: int = Field(50, ge=1, description="judged records after the reference before any alarm")
-    release: float = Field(0.25, ge=0, lt=1, description="an alarm clears when S falls to this share of h")
+    resolve_arl: float = Field(
+        1_000.0,
+        ge=10,
+        description="judged records of a slice between false resolves, on average, while the change "
+        "that raised an alarm persists at the minimum effect (the resolve test's threshold is its log)",
+    )
     min_effect: dict[str, float] = Field(
         default_factory=lambda: dict(MIN_EFFECT),
         description="the smallest shift worth a page, per metric, in the metric's units "

@@ -29,11 +29,20 @@ Reference: a pinned baseline's (`monitor.drift.reference`: from a golden-replay 
 of production judgements, versioned), else the first `reference_records` judged records of the
 slice (docs/contract.md, Alerts); either way frozen — a slow decline cannot drag it along, and only
 pinning a new baseline moves it.
-Hysteresis: an alarm needs `min_records` judged records since the reference froze and S ≥ h;
-it clears when S falls to `release` × h (S is capped at 2h, so how long a recovery takes to show
-does not grow with the incident: 1.75h over the walk's drift back down, ~1,000 judged records for
-a 5 % hallucination rate back at its reference, ~0.017 nats a record), so it neither flaps nor
-fires on a handful of records.
+Hysteresis: an alarm needs `min_records` judged records since the reference froze and S ≥ h. It
+resolves on a test of its own, not on S falling: S measures evidence of a change *from the
+reference*, and with a small reference (a slice's first 50 records, none failing) each healthy
+record takes as much off it as a failing one adds, so a change still in the stream moved it up and
+down through any release level (the demo's 12-second incident paged six times). The resolve test
+is the mirror CUSUM: from the alarm on, R = max(0, R + z·ln(f0/f1)) with f0 the reference and f1
+the reference moved by the minimum effect (pooled, production-weighted, as the weighted CUSUM
+above), and the alarm resolves when R ≥ d·ln(`resolve_arl`). While the change persists at the
+minimum effect or more, each record's expected increment is negative, and by the same Lorden bound
+a false resolve comes no more often than once in `resolve_arl` judged records (bench/drift.py
+counts them); once the slice is back at its reference the drift is KL(f0‖f1) a record, so the
+resolve takes about h_r/KL records (~400 judged records for a 5 % hallucination rate, never fewer
+than ~130 all healthy ones at the defaults). A resolved alarm restarts the detector (Page's rule):
+a new page needs new evidence.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ BAD_DIRECTION: dict[str, Direction] = {
     "undecided": 1,  # the share of judged records the judge could not decide (abstentions)
 }
 RATES = frozenset({"hallucination", "refusal", "false_refusal", "undecided"})
+RELEASE = 0.25
 
 
 @dataclass(slots=True)
@@ -110,6 +120,7 @@ class Segment:
     records: int = 0
     sum_w: float = 0.0
     sum_wy: float = 0.0
+    sum_wy2: float = 0.0
     sum_w2: float = 0.0
     sum_w2y: float = 0.0
     sum_w2y2: float = 0.0
@@ -119,6 +130,7 @@ class Segment:
         self.records += 1
         self.sum_w += w
         self.sum_wy += w * y
+        self.sum_wy2 += w * y * y
         self.sum_w2 += w2
         self.sum_w2y += w2 * y
         self.sum_w2y2 += w2 * y * y
@@ -130,6 +142,13 @@ class Segment:
         m = self.sum_wy / self.sum_w
         var = (self.sum_w2y2 - 2 * m * self.sum_w2y + m * m * self.sum_w2) / self.sum_w**2
         return m, math.sqrt(max(0.0, var)), self.records
+
+    @property
+    def variance(self) -> float:
+        """The weighted variance of the values (0 without records)."""
+        if not self.sum_w:
+            return 0.0
+        return max(0.0, self.sum_wy2 / self.sum_w - (self.sum_wy / self.sum_w) ** 2)
 
 
 @dataclass(slots=True)
@@ -145,7 +164,9 @@ class Detector:
     since_reference: int = 0
     active: bool = False
     alarms: int = 0
-    _step: tuple[float, float] = (0.0, 0.0)  # (increment if y=1 or slope, offset), set on freeze
+    recovery: float = 0.0  # the resolve test's statistic R, while an alarm is raised
+    resolve_threshold: float = math.inf  # set when the reference freezes
+    _step: tuple[float, float] = (0.0, 0.0)  # pooled (increment if y=1 or slope, offset), on freeze
 
     def __post_init__(self) -> None:
         if self.reference.frozen:  # a pinned baseline: watching from the first record
@@ -168,14 +189,37 @@ class Detector:
         elif self.segment.records:
             self.segment = Segment()
         self.since_reference += 1
-        h = self.threshold
-        if not self.active and self.statistic >= h and self.since_reference >= self.policy.min_records:
+        if self.active:
+            # the mirror test: evidence for the reference against the reference moved by the effect
+            z = w / ref.mean_weight
+            h_r = self.resolve_threshold
+            self.recovery = min(max(0.0, self.recovery - z * self._back_llr(y)), 2 * h_r)
+            if self.recovery >= h_r and self.statistic <= RELEASE * self.threshold:
+                self.restart()
+            return False
+        if self.statistic >= self.threshold and self.since_reference >= self.policy.min_records:
             self.active = True
             self.alarms += 1
             return True
-        if self.active and self.statistic <= self.policy.release * h:
-            self.active = False
         return False
+
+    def _back_llr(self, y: float) -> float:
+        """The step the resolve test mirrors. A score's weighs deviations by the noise of the
+        values since the change (the forward statistic's segment) as well as the reference's: a
+        reference with no spread (every answer alike) would make each healthy record conclusive,
+        and a change that mixes good and bad answers resolve on a run of a few good ones."""
+        if self.metric in RATES:
+            return self._llr(y)
+        delta = self.policy.min_effect[self.metric]
+        var = max(self.reference.variance, self.segment.variance, (delta / 2) ** 2)
+        x = BAD_DIRECTION[self.metric] * (y - self.reference.mean)
+        return delta / var * (x - delta / 2)
+
+    def restart(self) -> None:
+        """Back to no evidence: after a resolve (Page's rule), and where the bench puts a change."""
+        self.statistic = self.recovery = 0.0
+        self.segment = Segment()
+        self.active = False
 
     def _collect(self, w: float, y: float, stratum: str) -> None:
         self.reference.add(w, y)
@@ -195,6 +239,14 @@ class Detector:
         # and a drift-to-variance ratio d times smaller shortens the in-control run from e^h to
         # about e^(h/d): h = d·ln(ARL0) keeps ARL0 (bench/drift.py checks it).
         self.threshold = ref.design_effect * self.policy.threshold
+        self._pooled_step()
+
+    def _pooled_step(self) -> None:
+        """The log-likelihood ratio of the reference moved by the minimum effect against the
+        reference, on the pooled, production-weighted reference: the weighted CUSUM's step and,
+        mirrored, every detector's resolve test."""
+        ref = self.reference
+        self.resolve_threshold = ref.design_effect * math.log(self.policy.resolve_arl)
         delta = self.policy.min_effect[self.metric]
         sign = BAD_DIRECTION[self.metric]
         if self.metric in RATES:
@@ -368,10 +420,9 @@ class StratifiedDetector(Detector):
             ref.add(w, y, stratum)
 
     def restart(self) -> None:
-        """Back to no evidence (the bench restarts the walks at a change)."""
+        Detector.restart(self)
         self._cusums = [0.0] * len(self._cusums)
-        self.within = self.composition = self.statistic = 0.0
-        self.active = False
+        self.within = self.composition = 0.0
 
     def freeze(self) -> None:
         ref = self.reference
@@ -388,6 +439,7 @@ class StratifiedDetector(Detector):
         h1 = max(1.0, self.policy.threshold + H1_OFFSET[kind])
         self.threshold = h1
         self.composition_threshold = ref.design_effect * self.policy.threshold
+        self._pooled_step()
         n = sum(s.records for s in strata.values())
         pooled = sum(s.sum_y for s in strata.values()) / n
         means = {k: s.mean for k, s in strata.items()}
