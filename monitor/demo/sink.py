@@ -29,6 +29,7 @@ class ReceivedAlert:
     wall: float = 0.0  # time.time() on arrival
     example_trace_ids: tuple[str, ...] = ()  # the payload's `examples`, worst first
     suspects: tuple[dict[str, Any], ...] = ()  # the payload's `attribution.suspects`
+    starts_at: str = ""  # the payload's `startsAt`: one per alert episode, kept by its updates
 
     @property
     def name(self) -> str:
@@ -125,6 +126,7 @@ class WebhookReceiver:
                 time.time(),
                 tuple(str(e.get("trace_id", "")) for e in _dicts(alert.get("examples"))),
                 tuple(suspects),
+                str(alert.get("startsAt", "")),
             )
         )
         return "200 OK"

@@ -16,6 +16,7 @@ from rich.console import Console
 from monitor.demo.broker import free_port
 from monitor.demo.scene import SceneConfig
 from monitor.demo.session import DemoOptions, run_demo
+from monitor.drift.stage import MAX_UPDATES
 
 ALERT = "RagmonDriftDetected"
 
@@ -53,6 +54,17 @@ async def test_demo_degrades_the_service_alerts_and_resolves(
         if a.status == "resolved" and t >= scene.restored_at and tuple(sorted(a.labels.items())) in fired
     ]
     assert resolved, "no drift alert resolved after the restore"
+    # One alert per incident: per (slice, metric) one firing episode (its later firing
+    # notifications are attribution updates, with its startsAt, at most MAX_UPDATES), resolved
+    # once, and never before the rollback.
+    for key in fired:
+        mine = [(t, a) for t, a in got if tuple(sorted(a.labels.items())) == key]
+        firing = [a for _, a in mine if a.status == "firing"]
+        assert len({a.starts_at for a in firing}) == 1, f"{key} fired more than once: {timeline}"
+        assert len(firing) <= 1 + MAX_UPDATES, f"{key} updated more than {MAX_UPDATES} times"
+        ends = [t for t, a in mine if a.status == "resolved"]
+        assert len(ends) <= 1, f"{key} resolved more than once: {timeline}"
+        assert all(t >= scene.restored_at for t in ends), f"{key} resolved before the rollback: {timeline}"
     assert any(a.labels["metric"] == "faithfulness" for a in resolved)
     assert {a.labels["severity"] for _, a in got} == {"warning"}
     alarms = sum(
