@@ -228,3 +228,53 @@ class Arming:
 
     def _restart(self, now: float, seen: int, records: dict[Key, int]) -> None:
         self._since, self._seen, self._records = now, seen, records
+
+
+def expected_arming(
+    reference_records: int,
+    rate: float,
+    rates: Mapping[str, float],
+    floor: int,
+    window_seconds: float,
+    requests_per_second: float | None,
+    *,
+    pinned: bool,
+) -> list[str]:
+    """What `config show` says of arming before anything runs: the requests of a query type that
+    fill a reference at each configured sampling rate (`rate`, and the per-query-type `rates`),
+    the time at `requests_per_second` of a query type when given, the bound the per-window floor
+    sets, and the warm starts. Judged records ≈ sampled ones (the judge skips a few); priority
+    signals sample more, so these are upper bounds for a query type with that traffic."""
+    n = reference_records
+    lines = [
+        f"drift: each slice (query type, metric) arms after {n:,} judged records "
+        "(alerts.drift.reference_records); until then its detector raises nothing"
+    ]
+    for who, r in [(f"sampling.rate {rate:g}", rate)] + [
+        (f"sampling.rates {qt}: {r:g}", r) for qt, r in rates.items()
+    ]:
+        if r <= 0:
+            lines.append(f"{who}: nothing is judged, so those slices arm only when pinned")
+            continue
+        text = f"at {who} that is ~{n / r:,.0f} requests of a query type"
+        if requests_per_second:
+            text += f"; at {requests_per_second:g} req/s of it ~{duration(n / r / requests_per_second)}"
+        lines.append(text)
+    if floor > 0:
+        within = duration(n / floor * window_seconds)
+        lines.append(
+            f"sampling.min_per_window: at least {floor} records of a query type are judged per "
+            f"{window_seconds:g} s, so one with that many requests arms within ~{within}"
+        )
+    if requests_per_second is None:
+        lines.append(
+            "--requests-per-second Q: the time at Q requests a second of a query type; `rag-monitor "
+            "run` logs it at the observed rate a minute into the traffic"
+        )
+    lines.append(
+        "alerts.drift.baseline_file is set: the slices it pins are armed from start-up"
+        if pinned
+        else "armed from the start: pin a baseline (rag-monitor baseline pin); a restart rebuilds "
+        "the references from the results topic"
+    )
+    return lines
