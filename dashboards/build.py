@@ -771,6 +771,7 @@ def quality() -> Json:
             },
             options={"showValue": "never", "mergeValues": True},
         ),
+        armed_slices(drift_sel),
         timeseries(
             "Drift alarms raised",
             "Drift alarms raised per interval, per (query type, metric).",
@@ -829,6 +830,69 @@ def quality() -> Json:
         golden=True,
         releases=True,
     )
+
+
+def armed_slices(sel: str) -> Json:
+    """Per (query type, metric): whether its drift detector runs yet, and the judged records its
+    reference still needs. Until a slice is armed a calm drift panel says nothing about it; every
+    slice is listed from the drift stage's start (max over drift members: the owner's state)."""
+
+    def of(metric: str) -> str:
+        return f"max by (query_type, metric) ({metric}{sel})"
+
+    records = of("ragmon_drift_reference_records")
+    table = panel(
+        "table",
+        "Armed slices / records to go",
+        "Per (query type, metric): armed once its reference is frozen (a pinned baseline's from "
+        "start-up, else its first alerts.drift.reference_records judged records) and its drift "
+        "detector runs; until then no drift alarm can fire for it. Records: judged records in the "
+        "reference so far; to go: what it still needs. A slice without traffic stays at 0: pin a "
+        "baseline (rag-monitor baseline pin) to be armed from the start.",
+        "none",
+        [
+            target(of("ragmon_drift_armed"), fmt="table", instant=True),
+            target(records, fmt="table", instant=True),
+            target(f"{of('ragmon_drift_reference_required_records')} - {records}", fmt="table", instant=True),
+        ],
+        overrides=[
+            by_name(
+                "armed",
+                mappings=[
+                    {
+                        "type": "value",
+                        "options": {
+                            "0": {"text": "collecting", "color": "orange"},
+                            "1": {"text": "armed", "color": "green"},
+                        },
+                    }
+                ],
+                custom__cellOptions={"type": "color-text"},
+            )
+        ],
+        options={
+            "showHeader": True,
+            "cellHeight": "sm",
+            "footer": {"show": False},
+            "sortBy": [{"displayName": "records to go", "desc": True}],
+        },
+    )
+    table["transformations"] = [
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "renameByName": {
+                    "query_type": "query type",
+                    "Value #A": "armed",
+                    "Value #B": "records",
+                    "Value #C": "records to go",
+                },
+            },
+        },
+    ]
+    return table
 
 
 DECIDED = "judge_query_type_check:ragmon_judge_{}:increase1h"

@@ -226,6 +226,10 @@ class DriftMetrics:
     baseline: Gauge  # labels: version
     unreadable: Counter
     release_first_seen: Gauge  # labels: release
+    # Whether each slice's detector runs yet (`monitor.drift.arming`), for every slice from start-up.
+    reference_records: Gauge
+    reference_required: Gauge
+    armed: Gauge
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,6 +480,27 @@ class Metrics:
                 "Time (Unix seconds) of the earliest sampled record of the release in the results topic "
                 "this drift member reads (min over members: the release's first appearance)",
                 ["release"],
+                registry=r,
+            ),
+            Gauge(
+                f"{PREFIX}drift_reference_records",
+                "Judged records in the slice's drift reference so far (a pinned one's size; max over "
+                "drift members: the slice's owner)",
+                qm,
+                registry=r,
+            ),
+            Gauge(
+                f"{PREFIX}drift_reference_required_records",
+                "Judged records the slice's reference freezes at (alerts.drift.reference_records; a "
+                "pinned one's size)",
+                qm,
+                registry=r,
+            ),
+            Gauge(
+                f"{PREFIX}drift_armed",
+                "1 once the slice's reference is frozen and its drift detector runs (a pinned slice "
+                "from start-up), 0 while the reference collects (max over drift members)",
+                qm,
                 registry=r,
             ),
         )

@@ -339,6 +339,44 @@ def test_an_llm_judge_spends_at_most_the_default_cap_unless_told(tmp_path: Path)
     assert shown({"backend": "lexical"}) is None
 
 
+def test_config_show_says_how_many_requests_a_drift_slice_takes_to_arm(tmp_path: Path) -> None:
+    """Below the YAML (as comments: it still parses to the same configuration), the arithmetic of
+    a slice's arming: the defaults' 1,500 judged records at 5 % are 30,000 requests of a query
+    type, at 2 a second ~4.2 h; a per-query-type rate and the per-window floor likewise."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"sampling": {"rates": {"comparison": 0.2, "other": 0}}}))
+    args = ["config", "show", "--config", str(cfg)]
+    result = CliRunner().invoke(app, [*args, "--requests-per-second", "2"])
+    assert result.exit_code == 0, result.output
+    comments = [ln for ln in result.stdout.splitlines() if ln.startswith("#")]
+    said = " ".join(ln.lstrip("# ") for ln in comments)
+    assert said.startswith("drift: each slice (query type, metric) arms after 1,500 judged records")
+    assert "at sampling.rate 0.05 that is ~30,000 requests of a query type; at 2 req/s of it ~4.2 h" in said
+    assert (
+        "at sampling.rates comparison: 0.2 that is ~7,500 requests of a query type; at 2 req/s of it ~62 min"
+        in said
+    )
+    assert "sampling.rates other: 0: nothing is judged, so those slices arm only when pinned" in said
+    assert (
+        "at least 20 records of a query type are judged per 3600 s, so one with that many requests "
+        "arms within ~3.1 d" in said
+    )
+    assert "pin a baseline (rag-monitor baseline pin)" in said
+    assert yaml.safe_load(result.stdout) == yaml.safe_load(CliRunner().invoke(app, args).stdout)
+    assert yaml.safe_load(result.stdout)["alerts"]["drift"]["reference_records"] == 1500
+
+    # Without a rate, how to get the time; with a pinned baseline, what it arms.
+    cfg.write_text(
+        yaml.safe_dump({"alerts": {"drift": {"baseline_file": "b.json", "reference_records": 200}}})
+    )
+    said = " ".join(
+        ln.lstrip("# ") for ln in CliRunner().invoke(app, args).stdout.splitlines() if ln.startswith("#")
+    )
+    assert "arms after 200 judged records" in said and "~4,000 requests" in said and "req/s of it" not in said
+    assert "--requests-per-second Q" in said
+    assert "alerts.drift.baseline_file is set: the slices it pins are armed from start-up" in said
+
+
 def test_config_show_masks_credentials_in_urls(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(

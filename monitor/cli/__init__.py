@@ -328,12 +328,38 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(
     config: Annotated[Path | None, typer.Option("--config", help="YAML config file")] = None,
+    requests_per_second: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0, help="requests a second of a query type: also how long its drift slices take to arm"
+        ),
+    ] = None,
 ) -> None:
     """The effective configuration (the file, then RAGMON_ environment variables) as YAML, secrets
-    redacted. An invalid one exits 2 with the errors `run` would give."""
+    redacted, then (as YAML comments) how many requests a drift slice takes to arm. An invalid one
+    exits 2 with the errors `run` would give."""
+    import textwrap
+
     import yaml
 
-    typer.echo(yaml.safe_dump(_load(config, {}).redacted(), sort_keys=False), nl=False)
+    from monitor.drift.arming import expected_arming
+
+    settings = _load(config, {})
+    typer.echo(yaml.safe_dump(settings.redacted(), sort_keys=False), nl=False)
+    if not settings.results.topic:
+        return  # no results topic: no drift stage
+    s, drift = settings.sampling, settings.alerts.drift
+    note = expected_arming(
+        drift.reference_records,
+        s.rate,
+        s.rates,
+        s.min_per_window,
+        s.window_seconds,
+        requests_per_second,
+        pinned=drift.baseline_file is not None,
+    )
+    for line in note:
+        typer.echo("\n".join(textwrap.wrap(line, 100, initial_indent="# ", subsequent_indent="#   ")))
 
 
 def _register_subcommands() -> None:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
+from monitor.drift.arming import Arming
 from monitor.drift.attribution import ChangeAttribution
 from monitor.drift.config import AlertsConfig
 from monitor.drift.detector import Detector, DriftMonitor
@@ -73,9 +75,8 @@ class DriftStage:
         self.metrics = metrics
         self.policy = policy = alerts.drift
         self.baseline = baseline
-        self.monitor = DriftMonitor(
-            policy, metrics.drift, self.baseline.references() if self.baseline else None
-        )
+        pinned = self.baseline.references() if self.baseline else None
+        self.monitor = DriftMonitor(policy, metrics.drift, pinned)
         self.alerts = AlertDispatcher(alerts, metrics.alerts_sent)
         self.examples = ExampleBuffers()  # the worst records since each slice's change point
         # The releases and services over-represented since each slice's change point.
@@ -100,6 +101,9 @@ class DriftStage:
         # fallbacks (unknown, other) beside the first `max_releases` they let through.
         self.releases = BoundedLabel.releases(slices.releases, slices.max_releases + 2)
         self.services = BoundedLabel.services(slices.services, slices.max_services + 2)
+        # Which slices' detectors run yet: every slice the labels allow, exported from here on.
+        known = [self.query_types.bound(qt)[0] for qt in slices.query_types]
+        self.arming = Arming(policy, metrics.drift, known, pinned)
         self._slices: dict[TopicPartition, set[str]] = {}  # the query types seen in each partition
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
@@ -123,8 +127,10 @@ class DriftStage:
         """Until `stop`. Nothing is held across a stop: the next owner rebuilds from the topic."""
         if self.baseline is None:
             log.warning(
-                "drift: no pinned baseline; each slice's reference is its first %d judgements in %s "
-                "(pin one: rag-monitor baseline pin)",
+                "drift: no pinned baseline; each slice's reference is its first %d judgements in %s, "
+                "and its detector is silent until then (ragmon_drift_armed; a line a minute into "
+                "the traffic says when each slice will arm). Armed from the start: rag-monitor "
+                "baseline pin",
                 self.policy.reference_records,
                 self.source.spec.topic,
             )
@@ -197,6 +203,8 @@ class DriftStage:
         qt, _ = self.query_types.bound(raw_qt)  # anything may write to the results topic
         self._slices[tp].add(qt)
         changed = self.monitor.observe(qt, w, values, live=live, stratum=line.stratum or "")
+        if self.arming.pending.get(qt):
+            self.arming.observed(qt, values, line.time, self.monitor.detectors, live=live)
         labels = (release, self.services.bound(line.service)[0])
         for metric, y in values:  # before alerting: the record that raises an alarm counts too
             detector = self.monitor.detectors[(qt, metric)]
@@ -226,7 +234,15 @@ class DriftStage:
     def _go_live(self, tp: TopicPartition) -> None:
         self._replaying.discard(tp)
         active = self.monitor.went_live(self._slices.get(tp, set()))
-        log.info("%s/%d: replay done, %d alarms held", tp.topic, tp.partition, len(active))
+        self.arming.replayed()
+        log.info(
+            "%s/%d: replay done, %d alarms held; %d of %d slices armed",
+            tp.topic,
+            tp.partition,
+            len(active),
+            self.arming.armed,
+            self.arming.slices,
+        )
         for detector, query_type in active:
             self._alert(detector, query_type, True)
 
@@ -282,6 +298,8 @@ class DriftStage:
         interval = self.kafka.commit_interval_seconds
         while True:
             await asyncio.sleep(interval)
+            replaying = bool(self._replaying)
+            self.arming.tick(time.monotonic(), self.seen, self.monitor.detectors, replaying=replaying)
             await self.source.commit()
             await self.source.update_lag()
 
@@ -291,6 +309,7 @@ class DriftStage:
             gone |= self._slices.pop(tp, set())
             self._replaying.discard(tp)
         self.monitor.forget(gone)
+        self.arming.reset(gone)
         self.examples.forget(gone)
         self.attribution.forget(gone)
         for key in [k for k in self._named if k[1] in gone]:

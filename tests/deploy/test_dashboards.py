@@ -46,6 +46,7 @@ from support import (
 
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, generate, produce
+from monitor.drift.config import DRIFT_METRICS
 from monitor.golden import GoldenGauges
 from monitor.judge.calibrate import CalibrationGauges
 from monitor.judge.lexical import LexicalJudge
@@ -55,6 +56,7 @@ from monitor.metrics import Metrics
 from monitor.model import Chunk, RagRecord
 from monitor.outputs.http import MetricsServer
 from monitor.sidecar import Sidecar
+from monitor.slices import DEFAULT_QUERY_TYPES
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
@@ -71,6 +73,7 @@ GRAFANA_VARIABLES = {
     "$release": ".*",
 }
 DEGRADED_RELEASE = "v2.0.0"  # the `service.version` of the degraded traffic `drive` sends
+LOOKUP_FAITH = ("lookup", "faithfulness")  # the slice `drive` makes drift
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>\w+)\)$")
 
 
@@ -768,6 +771,20 @@ async def check_panels(prom: str) -> None:
             break
         assert time.monotonic() < deadline, f"drifting {drifting}, firing {firing}"
         await asyncio.sleep(1.0)
+
+    # Armed slices: every slice is listed from the start; lookup's faithfulness reference froze at
+    # this test's 50 records, and a slice without traffic still needs all 50.
+    table, at = quality["Armed slices / records to go"], time.time() - 1  # one scrape for the three
+    armed, records, to_go = (
+        {(s["metric"]["query_type"], s["metric"]["metric"]): float(s["value"][1]) for s in read(table, r, at)}
+        for r in "ABC"
+    )
+    assert set(armed) == {(qt, m) for qt in DEFAULT_QUERY_TYPES for m in DRIFT_METRICS}
+    assert (armed[LOOKUP_FAITH], records[LOOKUP_FAITH], to_go[LOOKUP_FAITH]) == (1, 50, 0)
+    assert (armed[("other", "faithfulness")], records[("other", "faithfulness")]) == (0, 0)
+    assert to_go[("other", "faithfulness")] == 50
+    for key, value in armed.items():
+        assert to_go[key] == (0 if value else 50 - records[key]), key
 
     # The band's estimate is the recording rule's, and it lies within its bounds.
     at = time.time() - 2  # one instant for every read: the rules' outputs of one evaluation

@@ -169,8 +169,16 @@ async def test_alerts_name_the_pinned_baseline(
     )
     assert settings.results.topic is not None
     await ensure_topics(KafkaConfig(bootstrap_servers=bs), [settings.results.topic], partitions=1)
-    await produce(bs, settings.results.topic, drifted("lookup", 80))
     async with running(settings) as sidecar:
+        # Armed from start-up, before any record: the pinned slice at its 500 records, an unpinned
+        # one collecting from 0.
+        hall, other = {"query_type": "lookup", "metric": "hallucination"}, {"query_type": "comparison"}
+        armed = sidecar.metrics.registry.get_sample_value
+        assert armed("ragmon_drift_armed", hall) == 1
+        assert armed("ragmon_drift_reference_records", hall) == 500
+        assert armed("ragmon_drift_reference_required_records", hall) == 500
+        assert armed("ragmon_drift_armed", {**other, "metric": "hallucination"}) == 0
+        await produce(bs, settings.results.topic, drifted("lookup", 80))
         await eventually(lambda: bool(webhook.bodies), what="an alert")
         assert (
             sidecar.metrics.registry.get_sample_value(
