@@ -24,6 +24,7 @@ import httpx
 
 from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
 from monitor.results import ResultLine
+from monitor.safe_text import terminal_line
 
 # Higher is better for these; lower for the flags (hallucination, refusal, false_refusal).
 HIGHER_IS_BETTER = frozenset({"faithfulness", "relevance", "context_relevance"})
@@ -257,12 +258,12 @@ def format_table(rows: list[MetricRow], confidence: float = 0.95) -> str:
         )
         table.append(
             (
-                r.release,
+                terminal_line(r.release),  # a label value from traffic: escaped for the terminal
                 r.metric,
                 f"{r.estimate:.3f}",
                 f"[{r.lower:.3f}, {r.upper:.3f}]",
                 str(r.samples),
-                r.baseline or "",
+                terminal_line(r.baseline),
                 diff,
                 r.verdict,
             )

@@ -22,6 +22,7 @@ from monitor.compare import (
     prometheus_groups,
 )
 from monitor.results import read_results
+from monitor.safe_text import terminal_line
 
 By = Literal["release", "query_type", "service"]
 
@@ -67,13 +68,13 @@ def _read(
         try:
             got = prometheus_groups(PrometheusWindow(prometheus, window, at, match), by)
         except PrometheusError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {terminal_line(str(exc))}", err=True)
             raise typer.Exit(2) from None
         note = ""
         if got.reset:
             note = (
-                f"the counters of {', '.join(got.reset)} restarted in the window (a sidecar restart):"
-                " their figures undercount it"
+                f"the counters of {', '.join(map(terminal_line, got.reset))} restarted in the window"
+                " (a sidecar restart): their figures undercount it"
             )
         return got.groups, note
     assert results is not None
