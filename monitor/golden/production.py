@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from monitor.files import write_atomic
+from monitor.files import locked, write_atomic
 from monitor.golden.schema import (
     ChunkText,
     GoldenCheck,
@@ -238,7 +238,17 @@ def append_production_row(
     *,
     query_types: Sequence[str] = DEFAULT_QUERY_TYPES,
 ) -> GoldenAdd:
-    """`add_production_row`, saying what the file held before and what was written."""
+    """`add_production_row`, saying what the file held before and what was written. Read, check
+    and rename happen under the golden file's lock (`monitor.files.locked`): two writers at once
+    (two `golden add`s, a reviewer's `g`) each add their row, none overwrites the other's."""
+    try:
+        with locked(golden):
+            return _append(golden, row, query_types)
+    except OSError as exc:  # the lock file cannot be made (a read-only directory)
+        raise ProductionRowError(f"cannot lock {golden}: {exc.strerror or exc}; nothing added") from None
+
+
+def _append(golden: Path, row: GoldenRow, query_types: Sequence[str]) -> GoldenAdd:
     try:
         before: bytes | None = golden.read_bytes()
     except FileNotFoundError:
