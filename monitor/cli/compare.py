@@ -55,6 +55,7 @@ def _read(
     match: str,
     by: str,
     only: dict[str, str],
+    timeout: float = 30.0,
 ) -> tuple[dict[str, ReleaseStats], str]:
     """The groups, and a note for stderr (what was left out or is unsure), or Exit(2). `only`:
     results-line fields a line must have these values of (session_id, user_id)."""
@@ -66,7 +67,7 @@ def _read(
         raise typer.Exit(2)
     if prometheus is not None:
         try:
-            got = prometheus_groups(PrometheusWindow(prometheus, window, at, match), by)
+            got = prometheus_groups(PrometheusWindow(prometheus, window, at, match, timeout), by)
         except PrometheusError as exc:
             typer.echo(f"error: {terminal_line(str(exc))}", err=True)
             raise typer.Exit(2) from None
@@ -108,6 +109,12 @@ def compare_command(
     match: Annotated[
         str, typer.Option(help='with --prometheus: PromQL label matchers, e.g. service="rag"')
     ] = "",
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1, help="with --prometheus: seconds the whole read may take (every query together)"
+        ),
+    ] = 30.0,
     by: Annotated[By, typer.Option("--by", help="the slice to compare")] = "release",
     baseline: Annotated[
         str | None,
@@ -134,7 +141,7 @@ def compare_command(
     better, worse or no detectable change (unpaired test of the difference of two weighted
     estimates, stated in the output)."""
     only = {k: v for k, v in (("session_id", session), ("user_id", user)) if v is not None}
-    groups, note = _read(results, prometheus, _duration(window), at, match, by, only)
+    groups, note = _read(results, prometheus, _duration(window), at, match, by, only, timeout)
     rows = compare(groups, baseline=baseline, confidence=confidence, min_samples=min_samples)
     if baseline is not None and baseline not in groups:
         typer.echo(f"error: no judged records of {by} {baseline!r} in {results or prometheus}", err=True)
