@@ -15,7 +15,10 @@ window's difference of them is the window's sample, with no results file at hand
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -24,6 +27,7 @@ import httpx
 
 from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
 from monitor.results import ResultLine
+from monitor.safe_text import terminal_line
 
 # Higher is better for these; lower for the flags (hallucination, refusal, false_refusal).
 HIGHER_IS_BETTER = frozenset({"faithfulness", "relevance", "context_relevance"})
@@ -101,7 +105,8 @@ _COUNTERS = {
 
 
 class PrometheusError(Exception):
-    """Prometheus could not be asked, or refused the query (the message says which)."""
+    """Prometheus could not be asked, refused the query, answered too slowly, too much or not as
+    its API does (the message, one line, says which)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +118,8 @@ class PrometheusWindow:
     range_s: float
     at: float | None = None
     matchers: str = ""
-    timeout_s: float = 30.0
+    timeout_s: float = 30.0  # for every query together, not per read: a trickling server ends too
+    max_bytes: int = 32 * 1024 * 1024  # per response body
 
 
 @dataclass(slots=True)
@@ -131,16 +137,41 @@ def prometheus_groups(window: PrometheusWindow, by: str = "release") -> Promethe
     the rest, and n would not be a count. A counter that restarted inside the window (a sidecar
     restart) makes the difference undercount: such slices are named in `reset`. A release's first
     appearance in the window orders the releases (the earliest sample of its series, to the step
-    of a subquery); releases older than the window tie at its start and are ordered by name."""
+    of a subquery); releases older than the window tie at its start and are ordered by name.
+
+    All of it within `window.timeout_s` (PrometheusError past it): the queries run on a daemon
+    thread the caller stops waiting for at the deadline, whatever stage a slow server holds them
+    in (connecting, headers, a body sent a byte at a time)."""
+    done: list[PrometheusGroups | BaseException] = []
+
+    def work() -> None:
+        try:
+            done.append(_groups(window, by))
+        except BaseException as exc:  # handed to the caller's thread
+            done.append(exc)
+
+    worker = threading.Thread(target=work, name="ragmon-compare-prometheus", daemon=True)
+    worker.start()
+    worker.join(window.timeout_s + 0.5)  # the worker's own reads end at the deadline already
+    if not done:
+        raise PrometheusError(f"Prometheus did not answer within {window.timeout_s:g}s")
+    got = done[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def _groups(window: PrometheusWindow, by: str) -> PrometheusGroups:
     sel = f"{{{window.matchers}}}" if window.matchers else ""
     rng = f"{max(1, round(window.range_s))}s"
     step = f"{max(15, round(window.range_s / 500))}s"
     out: dict[str, ReleaseStats] = {}
+    ask = _Asker(window)
     with httpx.Client(base_url=window.url.rstrip("/"), timeout=window.timeout_s) as client:
         for slot, counter in _COUNTERS.items():
             now = f"sum by ({by}, metric) ({counter}{sel})"
             query = f"{now} - (sum by ({by}, metric) ({counter}{sel} offset {rng}) or {now} * 0)"
-            for labels, value in _instant(client, query, window.at):
+            for labels, value in ask(client, query):
                 name = labels.get(by) or "unknown"
                 metric = labels.get("metric", "")
                 if metric not in METRICS or not math.isfinite(value) or value < 0:
@@ -149,35 +180,93 @@ def prometheus_groups(window: PrometheusWindow, by: str = "release") -> Promethe
                 sums = stats.sums.setdefault(metric, WeightedSums())
                 setattr(sums, slot, round(value) if slot == "n" else value)
         born = f"min_over_time(timestamp(sum by ({by}) ({_COUNTERS['n']}{sel}))[{rng}:{step}])"
-        for labels, value in _instant(client, born, window.at):
+        for labels, value in ask(client, born):
             seen = out.get(labels.get(by) or "unknown")
             if seen is not None and math.isfinite(value):
                 seen.first_seen = value
         resets = f"sum by ({by}) (resets({_COUNTERS['n']}{sel}[{rng}])) > 0"
-        reset = sorted({labels.get(by) or "unknown" for labels, _ in _instant(client, resets, window.at)})
+        reset = sorted({labels.get(by) or "unknown" for labels, _ in ask(client, resets)})
     for stats in out.values():  # a window in which nothing was judged is no sample
         stats.sums = {m: s for m, s in stats.sums.items() if s.n > 0 and s.sw > 0}
     return PrometheusGroups({k: v for k, v in out.items() if v.sums}, reset)
 
 
-def _instant(client: httpx.Client, query: str, at: float | None) -> list[tuple[dict[str, str], float]]:
-    params: dict[str, str | float] = {"query": query}
-    if at is not None:
-        params["time"] = at
+class _Asker:
+    """Instant queries against one deadline for them all (`timeout_s`): each read waits at most
+    what is left of it, so a server that sends a byte every few seconds ends the command on time;
+    a body past `max_bytes` is not read further."""
+
+    def __init__(self, window: PrometheusWindow) -> None:
+        self.window = window
+        self.deadline = time.monotonic() + window.timeout_s
+
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise PrometheusError(f"Prometheus did not answer within {self.window.timeout_s:g}s")
+        return left
+
+    def __call__(self, client: httpx.Client, query: str) -> list[tuple[dict[str, str], float]]:
+        params: dict[str, str | float] = {"query": query}
+        if self.window.at is not None:
+            params["time"] = self.window.at
+        cap = self.window.max_bytes
+        try:
+            with client.stream("GET", "/api/v1/query", params=params, timeout=self._left()) as r:
+                raw = bytearray()
+                stream = r.iter_bytes()  # decoded: the cap bounds what is held
+                while True:
+                    # each read waits at most what is left: httpcore takes the read timeout from
+                    # the request's `timeout` extension at every read
+                    timeouts = r.request.extensions.get("timeout")
+                    if isinstance(timeouts, dict):
+                        timeouts["read"] = self._left()
+                    chunk = next(stream, None)
+                    if chunk is None:
+                        break
+                    raw += chunk
+                    if len(raw) > cap:
+                        raise PrometheusError(f"Prometheus answered more than {cap} bytes: not read")
+                    self._left()
+                status = r.status_code
+        except httpx.TimeoutException:
+            raise PrometheusError(f"Prometheus did not answer within {self.window.timeout_s:g}s") from None
+        except httpx.HTTPError as exc:
+            raise PrometheusError(f"cannot reach Prometheus: {exc.__class__.__name__}") from None
+        return _vector(status, bytes(raw))
+
+
+def _vector(status: int, raw: bytes) -> list[tuple[dict[str, str], float]]:
+    """The (labels, value) pairs of an instant-vector answer; PrometheusError for any other
+    shape (Prometheus's API, `/api/v1/query`: {"status", "data": {"resultType", "result"}})."""
     try:
-        r = client.get("/api/v1/query", params=params)
-    except httpx.HTTPError as exc:
-        raise PrometheusError(f"cannot reach Prometheus: {exc.__class__.__name__}") from None
-    try:
-        body = r.json()
+        body = json.loads(raw)
     except ValueError:
-        raise PrometheusError(f"Prometheus answered HTTP {r.status_code}, not JSON") from None
-    if r.status_code != 200 or body.get("status") != "success":
-        raise PrometheusError(f"Prometheus refused the query: {body.get('error', r.status_code)}")
-    data = body.get("data", {})
-    if data.get("resultType") != "vector":
-        raise PrometheusError(f"expected an instant vector, got {data.get('resultType')}")
-    return [(item["metric"], float(item["value"][1])) for item in data.get("result", [])]
+        raise PrometheusError(f"Prometheus answered HTTP {status}, not JSON") from None
+    if not isinstance(body, dict):
+        raise PrometheusError(
+            f"Prometheus answered HTTP {status} with a JSON {type(body).__name__}, not an object"
+        )
+    if status != 200 or body.get("status") != "success":
+        error = body.get("error", status)
+        raise PrometheusError(f"Prometheus refused the query: {' '.join(str(error).split())[:300]}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        got = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise PrometheusError(f"expected an instant vector, got {str(got)[:60]}")
+    result = data.get("result", [])
+    out: list[tuple[dict[str, str], float]] = []
+    for item in result if isinstance(result, list) else [result]:
+        try:
+            labels, (_, value) = item["metric"], item["value"]
+            if not isinstance(labels, dict):
+                raise TypeError
+            out.append(({str(k): str(v) for k, v in labels.items()}, float(value)))
+        except (KeyError, TypeError, ValueError):
+            raise PrometheusError(
+                f"Prometheus answered a sample that is not [time, value]: {str(item)[:80]}"
+            ) from None
+    return out
 
 
 def compare(
@@ -257,12 +346,12 @@ def format_table(rows: list[MetricRow], confidence: float = 0.95) -> str:
         )
         table.append(
             (
-                r.release,
+                terminal_line(r.release),  # a label value from traffic: escaped for the terminal
                 r.metric,
                 f"{r.estimate:.3f}",
                 f"[{r.lower:.3f}, {r.upper:.3f}]",
                 str(r.samples),
-                r.baseline or "",
+                terminal_line(r.baseline),
                 diff,
                 r.verdict,
             )

@@ -245,7 +245,7 @@ class RetrievalDriftMetrics:
 class ReviewMetrics:
     """The review queue's series (`monitor.judge.review`), every label value present from start."""
 
-    DROP_REASONS = ("duplicate", "rate_limited", "queue_full")
+    DROP_REASONS = ("duplicate", "rate_limited", "queue_full", "queue_bytes")
 
     def __init__(self, r: CollectorRegistry) -> None:
         self.queued = Counter(
@@ -257,7 +257,8 @@ class ReviewMetrics:
         self.dropped = Counter(
             f"{PREFIX}review_dropped",
             "Records selected for review and not queued (duplicate: trace already queued; rate_limited:"
-            " review.max_per_hour; queue_full: the review sinks are behind); uniform=true: of the"
+            " review.max_per_hour; queue_full, queue_bytes: the review sinks are behind, queue_size lines"
+            " or queue_max_bytes bytes wait); uniform=true: of the"
             " uniform share",
             ["reason", "uniform"],
             registry=r,

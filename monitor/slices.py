@@ -7,6 +7,7 @@ config section, which sets those lists, is here too: every stage bounds the same
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -128,3 +129,60 @@ class BoundedLabel:
     def _norm(self, value: str) -> str:
         value = value.strip()
         return value.lower().replace("-", "_").replace(" ", "_") if self._normalize else value
+
+
+class RecentLabel:
+    """A release label that follows deployments: the `capacity` releases first seen most recently
+    (by their records' time), the oldest evicted for a newer one; an allow-list when given.
+
+    First-N (`BoundedLabel.releases`) goes blind in continuous deployment: the N+1st release and
+    every one after it are `other`. Here a new release takes the slot of the release first seen
+    longest ago, unless it is older than every release held (a late record of a retired release:
+    `fallback`). The stages' own fallbacks (`fallback`, `missing`) pass through without a slot.
+    A function of the sequence of (value, time) alone, so a member that replays the same topic
+    holds the same slots; a record without a time counts as the newest seen so far."""
+
+    __slots__ = ("_allowed", "_capacity", "_first", "_latest", "evicted", "fallback", "missing")
+
+    def __init__(
+        self,
+        allowed: Iterable[str] | None,
+        capacity: int,
+        *,
+        fallback: str = "other",
+        missing: str = "unknown",
+    ) -> None:
+        self._allowed = {v.strip() for v in allowed} if allowed is not None else None
+        self._capacity = capacity
+        self._first: dict[str, float] = {}  # release -> its first record's time
+        self._latest = float("-inf")
+        self.evicted: list[str] = []  # releases evicted since the caller last emptied it
+        self.fallback = fallback
+        self.missing = missing
+
+    def bound(self, raw: str | None, at: float | None = None) -> tuple[str, bool]:
+        """The label value for `raw` (a record at time `at`), and whether it was folded."""
+        if not raw:
+            return self.missing, False
+        value = raw.strip()
+        if self._allowed is not None:
+            return (value, False) if value in self._allowed else (self.fallback, True)
+        if value in (self.fallback, self.missing):
+            return value, False
+        when = at if at is not None and math.isfinite(at) else self._latest
+        self._latest = max(self._latest, when)
+        first = self._first.get(value)
+        if first is not None:
+            if when < first:
+                self._first[value] = when
+            return value, False
+        if len(value) > 64:
+            return self.fallback, True
+        if len(self._first) >= self._capacity:
+            oldest = min(self._first, key=self._first.__getitem__)
+            if when <= self._first[oldest]:
+                return self.fallback, True
+            del self._first[oldest]
+            self.evicted.append(oldest)
+        self._first[value] = when
+        return value, False

@@ -16,6 +16,7 @@ import typer
 
 from monitor.config import ConfigError, Role, Settings, load_settings
 from monitor.kafka.config import Encoding
+from monitor.safe_text import log_text
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
 DemoSource = Literal["auto", "service", "synthetic"]
@@ -40,6 +41,21 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_OneLineFilter())
+
+
+class _OneLineFilter(logging.Filter):
+    """Every message one line, its controls escaped (`monitor.safe_text.log_text`): text from
+    traffic in a message (a release, a chunk id, an exception's text) can neither forge log lines
+    nor drive the terminal that tails them. Tracebacks stay as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = log_text(text)
+        if clean != text:
+            record.msg, record.args = clean, None
+        return True
 
 
 class _SecretFilter(logging.Filter):

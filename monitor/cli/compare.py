@@ -22,6 +22,7 @@ from monitor.compare import (
     prometheus_groups,
 )
 from monitor.results import read_results
+from monitor.safe_text import terminal_line
 
 By = Literal["release", "query_type", "service"]
 
@@ -54,6 +55,7 @@ def _read(
     match: str,
     by: str,
     only: dict[str, str],
+    timeout: float = 30.0,
 ) -> tuple[dict[str, ReleaseStats], str]:
     """The groups, and a note for stderr (what was left out or is unsure), or Exit(2). `only`:
     results-line fields a line must have these values of (session_id, user_id)."""
@@ -65,15 +67,15 @@ def _read(
         raise typer.Exit(2)
     if prometheus is not None:
         try:
-            got = prometheus_groups(PrometheusWindow(prometheus, window, at, match), by)
+            got = prometheus_groups(PrometheusWindow(prometheus, window, at, match, timeout), by)
         except PrometheusError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {terminal_line(str(exc))}", err=True)
             raise typer.Exit(2) from None
         note = ""
         if got.reset:
             note = (
-                f"the counters of {', '.join(got.reset)} restarted in the window (a sidecar restart):"
-                " their figures undercount it"
+                f"the counters of {', '.join(map(terminal_line, got.reset))} restarted in the window"
+                " (a sidecar restart): their figures undercount it"
             )
         return got.groups, note
     assert results is not None
@@ -107,6 +109,12 @@ def compare_command(
     match: Annotated[
         str, typer.Option(help='with --prometheus: PromQL label matchers, e.g. service="rag"')
     ] = "",
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1, help="with --prometheus: seconds the whole read may take (every query together)"
+        ),
+    ] = 30.0,
     by: Annotated[By, typer.Option("--by", help="the slice to compare")] = "release",
     baseline: Annotated[
         str | None,
@@ -133,7 +141,7 @@ def compare_command(
     better, worse or no detectable change (unpaired test of the difference of two weighted
     estimates, stated in the output)."""
     only = {k: v for k, v in (("session_id", session), ("user_id", user)) if v is not None}
-    groups, note = _read(results, prometheus, _duration(window), at, match, by, only)
+    groups, note = _read(results, prometheus, _duration(window), at, match, by, only, timeout)
     rows = compare(groups, baseline=baseline, confidence=confidence, min_samples=min_samples)
     if baseline is not None and baseline not in groups:
         typer.echo(f"error: no judged records of {by} {baseline!r} in {results or prometheus}", err=True)

@@ -50,19 +50,20 @@ from monitor.golden.schema import GoldenCheck, load_golden
 from monitor.golden.targets import make_target
 from monitor.judge import Judge
 from monitor.model import RagRecord
+from monitor.safe_text import terminal_line
 
 __all__ = ["register"]
 
 
 def _err(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {terminal_line(message)}", err=True)
 
 
 def _print_check(check: GoldenCheck) -> None:
     for e in check.errors:
-        typer.echo(f"error: {check.path}: {e}", err=True)
+        typer.echo(f"error: {check.path}: {terminal_line(str(e))}", err=True)
     for w in check.warnings:
-        typer.echo(f"warning: {check.path}: {w}", err=True)
+        typer.echo(f"warning: {check.path}: {terminal_line(str(w))}", err=True)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -379,7 +380,7 @@ def validate_cmd(
     for r in check.rows:
         types[r.query_type] = types.get(r.query_type, 0) + 1
     unanswerable = sum(not r.answerable for r in check.rows)
-    summary = ", ".join(f"{t} {n}" for t, n in sorted(types.items()))
+    summary = ", ".join(f"{terminal_line(t)} {n}" for t, n in sorted(types.items()))
     typer.echo(f"{file}: {len(check.rows)} rows OK ({unanswerable} unanswerable; {summary})")
 
 
@@ -425,14 +426,15 @@ def add_cmd(
             _err(str(issue))
         _err(str(exc))
         raise typer.Exit(2) from None
+    # Chunk ids, row ids and the golden file's own text are from traffic: shown escaped.
     for note in notes:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(f"note: {terminal_line(note)}", err=True)
     for control in row.content_controls or ():
-        typer.echo(f"content controls: {control}", err=True)
+        typer.echo(f"content controls: {terminal_line(control)}", err=True)
     for warning in check.warnings:
-        typer.echo(f"warning: {warning}", err=True)
+        typer.echo(f"warning: {terminal_line(str(warning))}", err=True)
     typer.echo(
-        f"row {row.id!r} (trace {row.trace_id}, source: production) added to {golden}: "
+        f"row {terminal_line(repr(row.id))} (trace {row.trace_id}, source: production) added to {golden}: "
         f"{len(check.rows)} rows OK"
     )
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from monitor.drift.detector import BAD_DIRECTION, Detector
 from monitor.model import Verdict
-from monitor.outputs.alerts import MAX_EXAMPLES, REASON_CHARS, Example, clean_text
+from monitor.outputs.alerts import MAX_EXAMPLES, REASON_CHARS, Example
 from monitor.results import ResultLine
+from monitor.safe_text import one_line
 
 _UNSUPPORTED = (Verdict.CONTRADICTED, Verdict.NOT_IN_CONTEXT)
 
@@ -33,7 +34,7 @@ def unsupported_claim(line: ResultLine) -> str | None:
 def reason(line: ResultLine, metric: str, y: float) -> str:
     """Why the record is an example of `metric` going wrong, in a line: the unsupported claim
     (for a hallucination, the claim the context did not support), else what the judge found."""
-    answer = clean_text(line.answer or "", REASON_CHARS // 2)
+    answer = one_line(line.answer, REASON_CHARS // 2)
     if metric in ("faithfulness", "hallucination"):
         claim = unsupported_claim(line)
         if claim:

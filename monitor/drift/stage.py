@@ -17,6 +17,7 @@ as the topic's retention on every start: ~a second per 30,000 judgements here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
 from monitor.progress import StageProgress
 from monitor.results import ResultLine, unreadable_reason
-from monitor.slices import BoundedLabel, SlicesConfig
+from monitor.slices import BoundedLabel, RecentLabel, SlicesConfig
 from monitor.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,10 @@ class DriftStage:
         )
         self.progress = StageProgress("drift", (self.source.input,))
         self.query_types = BoundedLabel.query_types(slices.query_types)
-        # Bounded again (anything may write to the results topic); room for the stages' own
-        # fallbacks (unknown, other) beside the first `max_releases` they let through.
-        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases + 2)
+        # Bounded again (anything may write to the results topic): the `max_releases` + 2 releases
+        # first seen most recently, so that attribution names the release that just broke things
+        # however many came before it (`RecentLabel`).
+        self.releases = RecentLabel(slices.releases, slices.max_releases + 2)
         self.services = BoundedLabel.services(slices.services, slices.max_services + 2)
         # Which slices' detectors run yet: every slice the labels allow, exported from here on.
         known = [self.query_types.bound(qt)[0] for qt in slices.query_types]
@@ -190,7 +192,11 @@ class DriftStage:
                     unreadable_reason(exc),
                 )
             return
-        release, _ = self.releases.bound(line.release)
+        release, _ = self.releases.bound(line.release, line.time)
+        while self.releases.evicted:  # its first-seen series goes with its slot
+            gone = self.releases.evicted.pop()
+            with contextlib.suppress(KeyError):
+                self.metrics.drift.release_first_seen.remove(gone)
         if not line.replay and line.query_type:
             seen_qt, _ = self.query_types.bound(line.query_type)
             if self.attribution.seen(seen_qt, release, line.time):

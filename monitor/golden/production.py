@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from monitor.files import write_atomic
+from monitor.files import locked, write_atomic
 from monitor.golden.schema import (
     ChunkText,
     GoldenCheck,
@@ -187,13 +187,31 @@ def _duplicate(existing: GoldenCheck, locations: dict[str, str], row: GoldenRow)
     return None
 
 
+class _RowDumper(yaml.SafeDumper):
+    """Strings with a character YAML reads as a line break or cannot hold raw (NEL, U+2028,
+    U+2029, controls) double-quoted, where they are escapes (`\\N`, `\\L`): in a plain or
+    single-quoted scalar a reader folds them (a query with NEL read back as "nel x")."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    quote = any(c in "\x85\u2028\u2029" or (c < " " and c not in "\n") for c in value)
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if quote else None)
+
+
+_RowDumper.add_representer(str, _str)
+
+
+def _yaml_rows(docs: list[dict[str, Any]]) -> str:
+    return yaml.dump(docs, Dumper=_RowDumper, sort_keys=False, allow_unicode=True)
+
+
 def _appended(text: str, fmt: str, doc: dict[str, Any]) -> str:
     """`text` with the row added in its own format, the rows before untouched."""
     if not text.strip():
         if fmt == "json":
             return json.dumps([doc], ensure_ascii=False, indent=2) + "\n"
         if fmt == "yaml":
-            return yaml.safe_dump([doc], sort_keys=False, allow_unicode=True)
+            return _yaml_rows([doc])
         return json.dumps(doc, ensure_ascii=False) + "\n"
     if fmt == "jsonl":
         sep = "" if text.endswith("\n") else "\n"
@@ -202,7 +220,7 @@ def _appended(text: str, fmt: str, doc: dict[str, Any]) -> str:
         if not isinstance(yaml.safe_load(text), list):
             raise ProductionRowError("rows can be added to a YAML file whose top level is a list only")
         sep = "" if text.endswith("\n") else "\n"
-        return text + sep + yaml.safe_dump([doc], sort_keys=False, allow_unicode=True)
+        return text + sep + _yaml_rows([doc])
     end = text.rstrip().rfind("]")
     if not text.lstrip().startswith("[") or end < 0:
         raise ProductionRowError("rows can be added to a JSON file holding an array of rows only")
@@ -238,7 +256,17 @@ def append_production_row(
     *,
     query_types: Sequence[str] = DEFAULT_QUERY_TYPES,
 ) -> GoldenAdd:
-    """`add_production_row`, saying what the file held before and what was written."""
+    """`add_production_row`, saying what the file held before and what was written. Read, check
+    and rename happen under the golden file's lock (`monitor.files.locked`): two writers at once
+    (two `golden add`s, a reviewer's `g`) each add their row, none overwrites the other's."""
+    try:
+        with locked(golden):
+            return _append(golden, row, query_types)
+    except OSError as exc:  # the lock file cannot be made (a read-only directory)
+        raise ProductionRowError(f"cannot lock {golden}: {exc.strerror or exc}; nothing added") from None
+
+
+def _append(golden: Path, row: GoldenRow, query_types: Sequence[str]) -> GoldenAdd:
     try:
         before: bytes | None = golden.read_bytes()
     except FileNotFoundError:

@@ -189,7 +189,9 @@ def _parse_json_array(text: str) -> tuple[list[RawRow], list[Issue]]:
 def _parse_jsonl(text: str) -> tuple[list[RawRow], list[Issue]]:
     rows: list[RawRow] = []
     errors: list[Issue] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    # Lines end at \n only: str.splitlines() also splits at NEL, U+2028, U+2029, \x1c-\x1e, \v and
+    # \f, which JSON holds raw inside a string.
+    for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:

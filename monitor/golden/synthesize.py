@@ -195,7 +195,7 @@ def read_corpus(path: Path) -> CorpusRead:
     out = CorpusRead()
     seen: set[str] = set()
     text = path.read_text(encoding="utf-8", errors="replace")
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON holds U+2028 raw
         if not line.strip():
             continue
         try:

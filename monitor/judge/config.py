@@ -184,6 +184,12 @@ class ReviewConfig(BaseModel):
     queue_size: int = Field(
         1000, gt=0, description="lines waiting for the topic or file; past it (sinks down) lines are dropped"
     )
+    queue_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        gt=0,
+        description="bytes of lines waiting for the topic or file (large records: a few fill it before "
+        "queue_size does); past it lines are dropped",
+    )
 
     @field_validator("topic")
     @classmethod

@@ -18,7 +18,8 @@ weight / `uniform_share`, so that its labels, weighted, stand for the judged tra
 Bounded: at most `max_per_hour` lines in any 60 minutes (`HourlyBudget`: `uniform_budget` of them
 kept for the uniform share, the rest split evenly between the hard reasons, none borrowing from
 another; each judge replica takes its partitions' share), each trace once (`SeenTraces`, the last
-days' queued ids), and at most `queue_size` lines waiting for the sinks. Writing happens on a task
+days' queued ids), and at most `queue_size` lines and `queue_max_bytes` bytes of them waiting for the
+sinks (a record may be megabytes of chunks: the count alone bounds no memory). Writing happens on a task
 of its own (`run`), so a slow or failing sink costs review lines (counted), never the judge
 stage's progress.
 """
@@ -187,6 +188,7 @@ class ReviewQueue:
         self.budget = HourlyBudget(budget_split(config), clock)
         self.seen = SeenTraces(dedup_capacity(config))
         self._pending: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(config.queue_size)
+        self.pending_bytes = 0  # of the lines in `_pending` and the batch being written
         self._wall = wall
         self._clock = clock
         self._warned: dict[str, float] = {}
@@ -262,7 +264,11 @@ class ReviewQueue:
         fields = line.model_dump(exclude_unset=True)
         fields["review"] = meta
         review = ReviewLine.model_validate(fields)
-        self._pending.put_nowait((trace_id, encode_result(review)))
+        encoded = encode_result(review)
+        if self.pending_bytes + len(encoded) > self.config.queue_max_bytes:
+            return self._drop("queue_bytes", uniform)
+        self._pending.put_nowait((trace_id, encoded))
+        self.pending_bytes += len(encoded)
         self.seen.add(trace_id)
         self.queued += 1
         for reason in reasons:
@@ -296,6 +302,7 @@ class ReviewQueue:
             try:
                 await self._write(batch)
             finally:
+                self.pending_bytes -= sum(len(line) for _, line in batch)
                 for _ in batch:
                     pending.task_done()
 

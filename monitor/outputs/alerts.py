@@ -11,8 +11,9 @@ is retried a bounded number of times with backoff; what still fails is counted
 
 A drift alert carries example traces (`Example`): up to `MAX_EXAMPLES` judged records that show
 what went wrong, each with its trace id, a link from `trace_url_template` and a short reason. They
-are span text, so data: control characters become spaces and each reason is clipped; trace ids
-are hex or the example is not shown. Alertmanager gets them as string annotations
+are span text, so data: made safe for a chat (`monitor.safe_text.chat_text`: one line, Slack,
+Markdown and HTML markup shown as text) and each reason clipped; trace ids are hex or the example
+is not shown. Alertmanager gets them as string annotations
 (`example_trace_ids`, `trace_url`, `example_traces`), the webhook also as a structured `examples`
 list; the resolution carries the ones the alert fired with.
 
@@ -20,7 +21,8 @@ It also carries its change attribution (`Attribution`): the releases and service
 over-represented among the failing records since the change point (`monitor.drift.attribution`
 decides which, docs/alerts.md states the rule), at most `MAX_SUSPECTS`, as the annotations
 `attribution` (a line each) and `suspect_release`, and in the webhook as a structured
-`attribution` object. Label values are bounded by the stages, and cleaned here all the same.
+`attribution` object. Label values are bounded by the stages, and made safe for a chat here all
+the same.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import unicodedata
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ import httpx
 from prometheus_client import Counter
 
 from monitor.outputs.config import TRACE_ID_PLACEHOLDER, AlertSinksConfig
+from monitor.safe_text import chat_text
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +49,7 @@ MAX_EXAMPLES = 5  # example traces per alert
 REASON_CHARS = 200  # an example's reason, clipped
 MAX_SUSPECTS = 3  # label values an alert's attribution names
 _ATTRIBUTION_KEYS = ("attribution", "suspect_release")
-_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-_])")  # terminal escape sequences, whole
 _TRACE_ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{32}")  # W3C (32 hex) or Jaeger's 64-bit ids
-
-
-def clean_text(text: str, limit: int = REASON_CHARS) -> str:
-    """Span text made fit for an alert: terminal escape sequences go, control and format
-    characters (newlines, bidi overrides) become spaces, runs of space one, and at most `limit`
-    characters."""
-    text = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in _ANSI.sub("", text))
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def utc_time(at: float | None) -> datetime | None:
@@ -85,7 +77,7 @@ class Example:
         tid = (trace_id or "").lower()
         if not _TRACE_ID.fullmatch(tid) or not tid.strip("0"):  # all zeros: no trace (W3C)
             return None
-        return cls(tid, clean_text(reason), utc_time(at))
+        return cls(tid, chat_text(reason, REASON_CHARS), utc_time(at))
 
     def url(self, template: str | None) -> str | None:
         return template.replace(TRACE_ID_PLACEHOLDER, self.trace_id) if template else None
@@ -141,7 +133,7 @@ class Suspect:
     def text(self, since: datetime | None) -> str:
         """One line: "release v1.4.2: 93 % of failing records since 14:02 UTC (93 of 100) ..."."""
         out = (
-            f"{self.dimension} {clean_text(self.value, 64)}: "
+            f"{self.dimension} {chat_text(self.value, 64)}: "
             f"{_percent(self.failing, self.failing_total)} of failing records since {_hhmm(since)} "
             f"({self.failing} of {self.failing_total}; {_percent(self.judged, self.judged_total)} of the "
             f"{self.judged_total} judged since), {_percent(self.before, self.before_total)} of the "
@@ -154,7 +146,7 @@ class Suspect:
     def to_json(self) -> dict[str, Any]:
         return {
             "dimension": self.dimension,
-            "value": clean_text(self.value, 64),
+            "value": chat_text(self.value, 64),
             "failing_since": self.failing,
             "failing_since_total": self.failing_total,
             "failing_share_since": round(self.failing / self.failing_total, 4)
@@ -201,7 +193,7 @@ class Attribution:
         out = {"attribution": "\n".join(self.lines())}
         release = next((s for s in self.suspects if s.dimension == "release"), None)
         if release is not None:
-            out["suspect_release"] = clean_text(release.value, 64)
+            out["suspect_release"] = chat_text(release.value, 64)
         return out
 
     def to_json(self) -> dict[str, Any]:

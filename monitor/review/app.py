@@ -21,6 +21,7 @@ from monitor.results import RESULTS_VERSION
 from monitor.review.labels import ClaimLabel
 from monitor.review.render import form_text, record_text
 from monitor.review.session import CHUNK_KEYS, ReviewSession
+from monitor.safe_text import terminal_line, terminal_text
 
 # The key help; `{chunks}`: the chunks the number keys are on (`keys_help`).
 KEYS_HELP = (
@@ -89,6 +90,7 @@ class ReviewApp(App[None]):
         self.waiting = feed is not None  # more lines may come (a topic)
         self.status = Text("")
         self._editing: str | None = None
+        self._edit_shown = self._edit_original = ""
         if session.labels_bad:
             self._say(f"{session.labels_bad} unreadable line(s) in the labels file, passed over", error=True)
         elif session.done_before:
@@ -123,7 +125,8 @@ class ReviewApp(App[None]):
     # -- drawing ----------------------------------------------------------------------------------
 
     def _say(self, message: str, *, error: bool = False) -> None:
-        self.status = Text(message, style="bold red" if error or message.startswith("error") else "")
+        style = "bold red" if error or message.startswith("error") else ""
+        self.status = Text(terminal_text(message), style=style)
 
     def top_text(self) -> Text:
         s = self.session
@@ -138,10 +141,11 @@ class ReviewApp(App[None]):
             out.append(f" · record {s.index + 1} · reasons: {reasons}")
             if review is not None and review.weight is not None:
                 out.append(f" · weight {review.weight:g}")
-            out.append(f"\ntrace {line.trace_id}", style="dim")
+            out.append(f"\ntrace {terminal_line(line.trace_id)}", style="dim")
         bad = s.queue.bad_total
         if bad:
-            why = ", ".join(f"{n} {_SHORT.get(reason, reason)}" for reason, n in sorted(s.queue.bad.items()))
+            counts = sorted(s.queue.bad.items())
+            why = ", ".join(f"{n} {terminal_line(_SHORT.get(reason, reason))}" for reason, n in counts)
             out.append(f"\nbad queue lines: {bad} ({why})", style="bold red")
         return out
 
@@ -256,7 +260,8 @@ class ReviewApp(App[None]):
             return
         value = s.current.note if what == "note" else s.current.reference(s.line)
         edit = self.query_one("#edit", Input)
-        edit.value = value
+        edit.value = self._edit_shown = terminal_line(value)  # escaped; Enter unchanged keeps `value`
+        self._edit_original = value
         edit.placeholder = f"{what}: Enter keeps it, Esc cancels"
         edit.border_title = what
         edit.display = True
@@ -266,10 +271,11 @@ class ReviewApp(App[None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if self._editing is None:
             return
+        value = self._edit_original if event.value == self._edit_shown else event.value
         if self._editing == "note":
-            self.session.set_note(event.value)
+            self.session.set_note(value)
         elif self._editing == "reference":
-            self.session.set_reference(event.value)
+            self.session.set_reference(value)
         self._close_edit(f"{self._editing} set")
 
     def action_cancel_edit(self) -> None:

@@ -1,7 +1,9 @@
 """The record as text for the screen: the question, the answer as the judge's claims, and the
 chunks with the judge's evidence quotes marked. Plain `rich` text, so that a test reads exactly what
 a reviewer would, and so that it reads in a monochrome terminal too: a quote is shown in colour
-*and* followed by the number of the claim that cites it (‹2›)."""
+*and* followed by the number of the claim that cites it (‹2›). Every text from traffic goes through
+`monitor.safe_text` (escape sequences, bidi overrides shown escaped) and into `Text` as it is,
+never parsed as markup."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from rich.text import Text
 from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling
 from monitor.review.session import CHUNK_KEYS, chunks_of, page_range
+from monitor.safe_text import terminal_line, terminal_text
 
 QUOTE_STYLE = "black on yellow"
 SELECTED_QUOTE_STYLE = "bold black on bright_green"
@@ -56,11 +59,12 @@ def chunk_text(chunk: ChunkLine, quotes: list[tuple[int, str]], selected: int) -
     text = Text()
     pos = 0
     for start, end, claim in _spans(content, quotes):
-        text.append(content[pos:start])
-        text.append(content[start:end], style=SELECTED_QUOTE_STYLE if claim == selected else QUOTE_STYLE)
+        text.append(terminal_text(content[pos:start]))
+        style = SELECTED_QUOTE_STYLE if claim == selected else QUOTE_STYLE
+        text.append(terminal_text(content[start:end]), style=style)
         text.append(f"‹{claim + 1}›", style="bold")
         pos = end
-    text.append(content[pos:])
+    text.append(terminal_text(content[pos:]))
     return text
 
 
@@ -77,25 +81,25 @@ def record_text(line: ReviewLine, labelling: Labelling, selected: int, page: int
     """The body of the screen for one record, the number keys on chunks `page`*10+1 to +10."""
     out = Text()
     out.append("Question ", style="bold underline")
-    out.append(f"[{line.query_type or 'unknown'}]", style="dim")
+    out.append(f"[{terminal_line(line.query_type) or 'unknown'}]", style="dim")
     for word, value in (("session", line.session_id), ("user", line.user_id)):
         if value:
-            out.append(f" {word} {value}", style="dim")
+            out.append(f" {word} {terminal_line(value)}", style="dim")
     out.append("\n")
-    out.append(f"{line.query or '(no query captured)'}\n\n")
+    out.append(f"{terminal_text(line.query) or '(no query captured)'}\n\n")
 
     claims = line.claims or []
     out.append("Answer", style="bold underline")
     out.append(f"  — {len(claims)} claim(s) by the judge\n", style="dim")
     if not claims:
-        out.append(f"{line.answer or '(no answer captured)'}\n")
+        out.append(f"{terminal_text(line.answer) or '(no answer captured)'}\n")
     for i, claim in enumerate(claims):
         cursor = "▶" if i == selected else " "
         label = labelling.claims[i] if i < len(labelling.claims) else None
         out.append(f"{cursor}{i + 1}. ", style="bold" if i == selected else "")
-        out.append(claim.text or "(empty claim)", style="bold" if i == selected else "")
+        out.append(terminal_text(claim.text) or "(empty claim)", style="bold" if i == selected else "")
         out.append("\n    judge: ", style="dim")
-        out.append(str(claim.verdict or "none"), style="dim")
+        out.append(terminal_line(str(claim.verdict or "none")), style="dim")
         out.append("  you: ", style="dim")
         if label is None:
             out.append("?", style="bold yellow")
@@ -123,7 +127,7 @@ def record_text(line: ReviewLine, labelling: Labelling, selected: int, page: int
         score = f" ({chunk.score:.2f})" if chunk.score is not None else ""
         heading = chunk_heading(i + 1, n, page)
         style = "dim" if heading.startswith("-") else "bold"
-        out.append(f"{mark} {heading} {chunk.id or '?'}{score}\n", style=style)
+        out.append(f"{mark} {heading} {terminal_line(chunk.id) or '?'}{score}\n", style=style)
         out.append(chunk_text(chunk, quotes.get(chunk.id or "", []), selected))
         out.append("\n")
     return out
@@ -134,7 +138,7 @@ def _yes_no(value: bool | None) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = terminal_line(" ".join(text.split()))
     return (text[: width - 1] + "…") if len(text) > width else (text or "-")
 
 

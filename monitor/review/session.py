@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from monitor.files import write_atomic
+from monitor.files import locked, write_atomic
 from monitor.golden.production import GoldenAdd, ProductionRowError, append_production_row, production_row
 from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling, LabelsFile
@@ -256,8 +256,16 @@ class ReviewSession:
         if it still holds what the add wrote: an edit made since (by hand, another reviewer) is
         never lost. Never raises: every failure is a message."""
         assert step.golden is not None and self.golden is not None
-        added, golden = step.golden, self.golden
+        golden = self.golden
         self._show(step.index, step.before, step.selected, step.page)
+        try:
+            with locked(golden):  # as `golden add` writes: a concurrent add is never undone away
+                return self._undo_golden_locked(step, line, step.golden, golden)
+        except OSError as exc:
+            self._history.append(step)
+            return self._short(f"error: cannot lock {golden}: {exc.strerror or exc}; not undone")
+
+    def _undo_golden_locked(self, step: _Step, line: ReviewLine, added: GoldenAdd, golden: Path) -> str:
         try:
             now: bytes | None = golden.read_bytes()
         except FileNotFoundError:

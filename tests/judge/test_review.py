@@ -233,3 +233,32 @@ def test_each_replica_takes_its_partitions_share_of_the_hour() -> None:
     assert sum(bool(q.offer(judged(i))) for i in range(100)) == 10
     q.set_group(3, 3)  # the others left: the whole bound again
     assert sum(bool(q.offer(judged(i))) for i in range(100, 200)) == 20
+
+
+def test_large_records_are_bounded_in_bytes_not_only_in_lines() -> None:
+    """Records of 1 MB each (an answer with its chunks) while the sinks are stuck: what waits is at
+    most `queue_max_bytes`, not `queue_size` records (1,000 of them: 1 GB); the rest dropped and
+    counted as `queue_bytes`, and what waited is written once the sink moves."""
+
+    async def go() -> tuple[int, int, float]:
+        q, registry = queue(uniform_share=1.0, max_per_hour=100_000, queue_max_bytes=8 * 1024 * 1024)
+        sink = Sink()
+        sink.gate.clear()
+        q.sinks.append(sink)
+        writer = asyncio.create_task(q.run())
+        big = "x" * 1_000_000
+        for i in range(40):
+            q.offer(judged(i, answer=big))
+        await asyncio.sleep(0)
+        waiting = q.pending_bytes
+        dropped = value(registry, "ragmon_review_dropped_total", reason="queue_bytes", uniform="true")
+        sink.gate.set()
+        await q.drain(5.0)
+        writer.cancel()
+        assert q.pending_bytes == 0  # the written lines are no longer counted
+        return waiting, len(sink.lines), dropped
+
+    waiting, written, dropped = asyncio.run(go())
+    assert waiting <= 8 * 1024 * 1024  # before: 40 MB waited (queue_size 1,000 lines)
+    assert written == 8  # 8 lines of ~1 MB fit in 8 MiB
+    assert dropped == 40 - 8
