@@ -397,6 +397,7 @@ class Webhook:
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each body's arrival
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -405,6 +406,7 @@ class Webhook:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                hook.arrivals.append(time.monotonic())
                 hook.bodies.append(json.loads(body))
                 self.send_response(200)
                 self.send_header("content-length", "0")

@@ -300,6 +300,7 @@ GLR_SHIFTS: dict[str, tuple[float, ...]] = {"rate": (1.25,), "score": (1.0, 2.0)
 H1_OFFSET: dict[str, float] = {"rate": -1.46, "score": -0.71}
 # A score's best value: a stratum's shortfall from it is what a change multiplies.
 SCORE_BEST: dict[str, float] = {"faithfulness": 1.0, "relevance": 3.0, "context_relevance": 3.0}
+VAR_PRIOR = 10  # records' worth of the pooled within-strata variance in each stratum's
 POOLED = ""  # the stratum of a record whose line names none (written before strata)
 
 
@@ -445,10 +446,17 @@ class StratifiedDetector(Detector):
         means = {k: s.mean for k, s in strata.items()}
         if rate:
             noise = {k: pooled * (1 - pooled) / s.records for k, s in strata.items()}
+            variances = {k: s.variance for k, s in strata.items()}
         else:
             within = sum(s.sum_y2 - s.records * means[k] ** 2 for k, s in strata.items())
             within = max(0.0, within) / max(1, n - len(strata))
             noise = {k: within / s.records for k, s in strata.items()}
+            # A stratum's variance from a handful of records (one, in a 50-record reference) is
+            # noise, often 0: shrunk towards the pooled within-strata one, as its mean is.
+            variances = {
+                k: (s.records * s.variance + VAR_PRIOR * within) / (s.records + VAR_PRIOR)
+                for k, s in strata.items()
+            }
         shrunk = _shrink(means, noise, pooled)
         best = 1.0 if rate else SCORE_BEST.get(metric, 1.0)
         prod = ref.mean
@@ -456,7 +464,7 @@ class StratifiedDetector(Detector):
         self._strata = {}
         for k, s in strata.items():
             m = shrunk[k]
-            sd = math.sqrt(s.variance)
+            sd = math.sqrt(variances[k])
             steps = []
             for g in GLR_SHIFTS[kind]:
                 theta = 1 + g * delta / short0
