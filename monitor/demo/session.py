@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.live import Live
 
 from monitor.config import Settings, load_settings
-from monitor.demo.broker import EmbeddedBroker, free_port
+from monitor.demo.broker import EmbeddedBroker, die_with_parent, free_port
 from monitor.demo.scene import Deploy, Scene, SceneConfig
 from monitor.demo.sink import ReceivedAlert, WebhookReceiver
 from monitor.demo.view import ViewContext, render, summary
@@ -110,7 +110,11 @@ async def _example_service(
         "--service-version", release,
     ]  # fmt: skip
     with log_path.open("ab") as log_file:
-        proc = await asyncio.create_subprocess_exec(*cmd, cwd=root, stdout=log_file, stderr=log_file)
+        # Its own process group: the terminal's Ctrl-C reaches the demo only, which stops the
+        # sidecar first, then this service, then the broker (see `run_demo`).
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, cwd=root, stdout=log_file, stderr=log_file, process_group=0, preexec_fn=die_with_parent()
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=url, timeout=2.0) as client:
