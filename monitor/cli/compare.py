@@ -130,8 +130,9 @@ def compare_command(
 ) -> None:
     """Each metric per release (weighted estimate, interval, judged records), from a results file or
     from Prometheus's estimate counters over a window, and a verdict against the previous release:
-    better, worse or no detectable change (unpaired test of the difference of two weighted
-    estimates, stated in the output)."""
+    better, worse or no detectable change by the metric's good direction (the refusal rate's read
+    with hallucination and false refusals); unpaired test of the difference of two weighted
+    estimates, stated in the output."""
     only = {k: v for k, v in (("session_id", session), ("user_id", user)) if v is not None}
     groups, note = _read(results, prometheus, _duration(window), at, match, by, only)
     rows = compare(groups, baseline=baseline, confidence=confidence, min_samples=min_samples)
