@@ -276,7 +276,9 @@ def demo(
     duration: Annotated[float | None, typer.Option(help="seconds to run; default until Ctrl-C")] = None,
     rate: Annotated[float, typer.Option(help="synthetic RAG requests per second")] = 40.0,
     metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port")] = 9612,
-    results_file: Annotated[Path, typer.Option(help="JSONL results")] = Path(".demo/results.jsonl"),
+    results_file: Annotated[
+        Path, typer.Option(help="JSONL results of this run (a previous run's moved to NAME.previous.jsonl)")
+    ] = Path(".demo/results.jsonl"),
     bad_every: Annotated[int, typer.Option(help="one malformed message per N requests (0 = none)")] = 200,
     seed: Annotated[int, typer.Option(help="workload seed")] = 7,
     source: Annotated[

@@ -237,6 +237,17 @@ def demo_overrides(
     return overrides, note
 
 
+def fresh_results_file(path: Path) -> Path | None:
+    """Start the run's results file empty: a previous run's is moved aside to
+    `<name>.previous<suffix>` (replacing the one before), so that `compare` and `review` on the
+    file read this run only, and the last run is still at hand. The moved file's path, if any."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    previous = path.with_name(f"{path.stem}.previous{path.suffix}")
+    path.replace(previous)
+    return previous
+
+
 @dataclass(frozen=True, slots=True)
 class DemoResult:
     """What the demo showed, for callers that check it (the tests)."""
@@ -250,6 +261,9 @@ class DemoResult:
 
 async def run_demo(opts: DemoOptions, console: Console | None = None) -> DemoResult:
     console = console or Console()
+    previous = fresh_results_file(opts.results_file)
+    if previous is not None:
+        console.print(f"the previous run's results: {previous}")
     receiver = WebhookReceiver()
     webhook_url = await receiver.start()
     try:
