@@ -236,6 +236,21 @@ class Alert:
         return out
 
 
+def resolved_line(alert: Alert) -> str:
+    """A resolved alert as a person reads it in the log: its name, what it said (the summary, else
+    its labels as `key=value`), and how long it fired."""
+    what = alert.annotations.get("summary") or ", ".join(
+        f"{k}={v}" for k, v in alert.labels.items() if k != "alertname"
+    )
+    ended = alert.ends_at or datetime.now(UTC)
+    seconds = max(0.0, (ended - alert.starts_at).total_seconds())
+    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    return (
+        f"{alert.labels.get('alertname', '?')} {what}: no longer so, after {took} firing (since "
+        f"{alert.starts_at:%Y-%m-%d %H:%M:%S} UTC)"
+    )
+
+
 @dataclass(slots=True)
 class AlertDispatcher:
     config: AlertSinksConfig
@@ -295,7 +310,7 @@ class AlertDispatcher:
             return
         alert.ends_at = datetime.now(UTC)
         self._transition("resolved", alert)
-        log.info("alert resolved: %s %s", alert.labels.get("alertname"), alert.labels)
+        log.info("alert resolved: %s", resolved_line(alert))
 
     def _transition(self, status: str, alert: Alert) -> None:
         if self.config.webhook_url:
