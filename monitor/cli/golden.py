@@ -29,6 +29,7 @@ from prometheus_client.exposition import basic_auth_handler, default_handler, pu
 from pydantic import ValidationError
 from rich.console import Console
 
+from monitor.errors import yaml_error
 from monitor.files import write_atomic
 from monitor.golden.baselines import BaselineMode, parse_modes
 from monitor.golden.change import Change, parse_change
@@ -76,7 +77,11 @@ def _load_config(path: Path | None) -> ReplayConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         return ReplayConfig.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
+    except yaml.YAMLError as exc:
+        where, what = yaml_error(exc)
+        _err(f"config {path}{', ' + where if where else ''}: {what}")
+        raise typer.Exit(2) from None
+    except (OSError, ValidationError, ValueError) as exc:
         _err(f"config {path}: {exc}")
         raise typer.Exit(2) from None
 

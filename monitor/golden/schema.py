@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from monitor.errors import yaml_error
 from monitor.slices import DEFAULT_QUERY_TYPES
 
 __all__ = [
@@ -204,7 +205,8 @@ def _parse_yaml(text: str) -> tuple[list[RawRow], list[Issue]]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        return [], [Issue("file", f"invalid YAML: {exc}")]
+        where, what = yaml_error(exc)
+        return [], [Issue(where or "file", what)]
     if isinstance(data, dict) and isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if key.value == "rows":
