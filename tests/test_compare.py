@@ -76,7 +76,7 @@ def test_a_worse_release_is_named_worse_and_an_equal_one_no_detectable_change(tm
     assert rows["v1.4.3", "faithfulness"]["baseline"] == "v1.4.2"
     assert rows["v1.4.3", "faithfulness"]["verdict"] == "no detectable change"
     assert rows["unknown", "faithfulness"]["verdict"] == ""  # pooled: shown, never compared
-    assert "10 line(s) left out" in out.stderr
+    assert "10 lines left out" in out.stderr
     assert all("unpaired" in r["test"] for r in rows.values())
     # Against a named baseline, and as a table that states the test.
     table = cli("compare", "--results", str(tmp_path / "r.jsonl"), "--baseline", "v1.4.1")

@@ -21,6 +21,7 @@ from monitor.compare import (
     group,
     prometheus_groups,
 )
+from monitor.errors import plural
 from monitor.results import read_results
 
 By = Literal["release", "query_type", "service"]
@@ -86,7 +87,7 @@ def _read(
         lines = [ln for ln in lines if all(getattr(ln, k) == v for k, v in only.items())]
     groups, left_out = group(lines, by)
     skipped = left_out + sum(unreadable.values())
-    note = f"{skipped} line(s) left out (not judged, golden replay, or unreadable)" if skipped else ""
+    note = f"{plural(skipped, 'line')} left out (not judged, golden replay, or unreadable)" if skipped else ""
     return groups, note
 
 

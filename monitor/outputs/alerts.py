@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
+from monitor.errors import plural
 from monitor.outputs.config import TRACE_ID_PLACEHOLDER, AlertSinksConfig
 
 log = logging.getLogger(__name__)
@@ -193,8 +194,9 @@ class Attribution:
         if self.suspects:
             return [s.text(self.since) for s in self.suspects]
         return [
-            f"no release or service over-represented among the {self.failing_total} failing records "
-            f"since {_hhmm(self.since)} (against {self.before_total} judged before)"
+            "no release or service over-represented among the "
+            f"{plural(self.failing_total, 'failing record')} since {_hhmm(self.since)}"
+            f" (against {self.before_total} judged before)"
         ]
 
     def annotations(self) -> dict[str, str]:

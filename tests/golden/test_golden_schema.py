@@ -132,6 +132,16 @@ def test_golden_validate_cli(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "cannot read" in missing.output
 
 
+def test_one_row_is_one_row_not_one_rows(tmp_path: Path) -> None:
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(_rows()[0]) + "\n")
+    result = CliRunner().invoke(_cli(), ["golden", "validate", str(one)])
+    assert result.exit_code == 0, result.output
+    assert f"{one}: 1 row OK (0 unanswerable" in result.output
+    assert "only 1 row: fewer than 20" in result.output and "only 1 row (< 5)" in result.output
+    assert "1 rows" not in result.output
+
+
 def test_a_yaml_error_names_the_file_and_line_not_a_unicode_string(tmp_path: Path) -> None:
     """PyYAML's own message says `in "<unicode string>", line 2`: of which file, the user is not told."""
     golden = tmp_path / "golden.yaml"
