@@ -351,3 +351,40 @@ def test_every_default_the_prose_quotes_without_its_key_is_the_codes() -> None:
                 f"{name}:{_line(text, m.start())} quotes {quoted:g} for {key}; the code's default is "
                 f"{defaults[key]}"
             )
+
+
+def _option_defaults(group: Any) -> dict[str, set[Any]]:
+    """Every option of every command (`--bad-every`), with the defaults it has across commands."""
+    out: dict[str, set[Any]] = {}
+    for command in group.commands.values():
+        if hasattr(command, "commands"):
+            for k, v in _option_defaults(command).items():
+                out.setdefault(k, set()).update(v)
+            continue
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--") and isinstance(param.default, int | float):
+                    out.setdefault(opt, set()).add(param.default)
+    return out
+
+
+# "`--bad-every N` (default 200", "(`--per-type N`, default 5", "`--resamples`, default 2,000".
+_OPTION = re.compile(r"`(--[a-z0-9-]+)(?: [A-Z]+)?`(?:,?\s+default\s+|\s*\(default\s+)" + _NUMBER)
+
+
+def test_every_command_line_default_the_prose_quotes_is_the_codes() -> None:
+    defaults = _option_defaults(typer.main.get_command(app))
+    checked, wrong = 0, []
+    for page in PROSE_PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in _OPTION.finditer(text):
+            if m.group(1) not in defaults:
+                continue  # another tool's option, or bench's
+            checked += 1
+            if not any(_is_default(v, _quoted(m.group(2), m.group(3))) for v in defaults[m.group(1)]):
+                where = f"{page.relative_to(ROOT)}:{_line(text, m.start())}"
+                wrong.append(f"{where}: {' '.join(m.group(0).split())!r}, the code's: {defaults[m.group(1)]}")
+    assert not wrong, "\n".join(wrong)
+    text = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
+    assert _OPTION.search(text) and "`--bad-every N` (default" in text, "demo.md explains --bad-every"
+    assert checked >= 4, f"only {checked} quoted option defaults found: is the pattern still matching?"
