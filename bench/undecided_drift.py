@@ -1,6 +1,6 @@
 """How fast the drift stage sees a rise in the share of records the judge cannot decide (metric
 `undecided`, docs/drift.md, "The undecided share"): the CUSUM of `monitor/drift/detector.py` with
-the default policy (`arl0` 10,000, `reference_records` 500, `min_effect.undecided` 0.05), fed 0/1
+the default policy (`DriftPolicy()`: `arl0`, `reference_records`, `min_effect.undecided`), fed 0/1
 values at equal weights. Per (reference share → new share): in how many of `--runs` runs it alarms
 within `--records` judged records after the reference, and the median delay (judged records
 after the reference until the alarm). The first row, no change, is the false-alarm side.

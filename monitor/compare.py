@@ -4,9 +4,13 @@ moved against the release before it (or a named baseline).
 The releases' samples are independent (different requests, judged once), so the test is unpaired:
 the difference of two weighted (Hájek) estimates, each with its linearised variance (as the
 recording rules compute it), a normal interval on the difference at the chosen confidence. Its
-interval excluding 0 gives `better` or `worse` (by the metric's direction), else `no detectable
-change`; fewer than `min_samples` judged records on either side give `too few samples`. `other`
-and `unknown` pool several releases: shown, never compared.
+interval excluding 0 gives `better` or `worse` (by the metric's direction, `DIRECTION`), else `no
+detectable change`; fewer than `min_samples` judged records on either side give `too few samples`.
+The refusal rate has no good direction of its own: fewer refusals are better only when the answers
+given instead are grounded, more only when the questions refused are unanswerable. Its verdict is
+`higher` or `lower`, or `worse`/`better` when the release's hallucination or false-refusal verdict
+says which (refusals traded for invented answers: `worse`), with the reason in `note`. `other` and
+`unknown` pool several releases: shown, never compared.
 
 The same sums come from Prometheus too (`prometheus_groups`): the estimate counters
 (`ragmon_estimate_*_total`) are those sums, labelled by release, query type and service, so a
@@ -29,8 +33,16 @@ from monitor.estimate import WeightedSums, usable_weight, verdict_values, weight
 from monitor.results import ResultLine
 from monitor.safe_text import terminal_line
 
-# Higher is better for these; lower for the flags (hallucination, refusal, false_refusal).
-HIGHER_IS_BETTER = frozenset({"faithfulness", "relevance", "context_relevance"})
+# Which way is better: +1 up, -1 down, 0 neither by itself (the refusal rate: read with the
+# release's hallucination and false-refusal verdicts, `_refusal_verdict`).
+DIRECTION = {
+    "faithfulness": 1,
+    "relevance": 1,
+    "context_relevance": 1,
+    "hallucination": -1,
+    "false_refusal": -1,
+    "refusal": 0,
+}
 METRICS = ("faithfulness", "hallucination", "refusal", "false_refusal", "relevance", "context_relevance")
 _RATES = frozenset({"hallucination", "refusal", "false_refusal"})
 _POOLED = frozenset({"other", "unknown"})
@@ -56,7 +68,10 @@ class MetricRow:
     difference: float | None = None
     diff_lower: float | None = None
     diff_upper: float | None = None
-    verdict: str = ""  # better | worse | no detectable change | too few samples | "" (not compared)
+    # better | worse | no detectable change | too few samples | "" (not compared); for the refusal
+    # rate, higher | lower when nothing else says which is better
+    verdict: str = ""
+    note: str = ""  # why, when the verdict is not the metric's own direction (refusal)
 
 
 def group(lines: Iterable[ResultLine], by: str = "release") -> tuple[dict[str, ReleaseStats], int]:
@@ -297,6 +312,7 @@ def compare(
             if against is not None:
                 row = _verdict(row, s, b, z, min_samples)
             rows.append(row)
+        _refusal_verdict(rows, stats.name)
         if not pooled:
             previous = stats
     return rows
@@ -326,17 +342,50 @@ def _verdict(
     lo, hi = d - half, d + half
     if lo > 0 or hi < 0:
         up = lo > 0
-        verdict = "better" if up == (row.metric in HIGHER_IS_BETTER) else "worse"
+        direction = DIRECTION[row.metric]
+        if direction == 0:
+            verdict = "higher" if up else "lower"
+        else:
+            verdict = "better" if up == (direction > 0) else "worse"
     else:
         verdict = "no detectable change"
     return replace(row, difference=d, diff_lower=lo, diff_upper=hi, verdict=verdict)
+
+
+def _refusal_verdict(rows: list[MetricRow], release: str) -> None:
+    """The refusal row of `release` (in place), judged with its companions: fewer refusals with more
+    hallucination is refusals traded for invented answers; fewer with fewer false refusals, answerable
+    questions answered; more with more false refusals, answerable questions refused."""
+    mine = {r.metric: i for i, r in enumerate(rows) if r.release == release}
+    if "refusal" not in mine:
+        return
+    i = mine["refusal"]
+    row = rows[i]
+    companion = {m: rows[mine[m]].verdict for m in ("hallucination", "false_refusal") if m in mine}
+    verdict, note = row.verdict, ""
+    if row.verdict == "lower":
+        if companion.get("hallucination") == "worse":
+            verdict, note = (
+                "worse",
+                "fewer refusals and more hallucination: refusals traded for invented answers",
+            )
+        elif companion.get("false_refusal") == "better":
+            verdict, note = "better", "fewer false refusals: answerable questions answered"
+        else:
+            note = "fewer refusals: better only if the answers given instead are grounded"
+    elif row.verdict == "higher":
+        if companion.get("false_refusal") == "worse":
+            verdict, note = "worse", "more false refusals: answerable questions refused"
+        else:
+            note = "more refusals: better only if the questions refused are unanswerable"
+    rows[i] = replace(row, verdict=verdict, note=note)
 
 
 def format_table(rows: list[MetricRow], confidence: float = 0.95) -> str:
     """The rows as the CLI prints them, the test stated first."""
     pct = f"{confidence:.0%}"
     out = [f"test: {TEST} ({pct}); intervals: {pct}"]
-    header = ("release", "metric", "estimate", f"{pct} interval", "n", "vs", "difference", "verdict")
+    header = ("release", "metric", "estimate", f"{pct} interval", "n", "vs", "difference", "verdict", "why")
     table = [header]
     for r in rows:
         diff = (
@@ -354,6 +403,7 @@ def format_table(rows: list[MetricRow], confidence: float = 0.95) -> str:
                 terminal_line(r.baseline),
                 diff,
                 r.verdict,
+                r.note,
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

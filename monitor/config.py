@@ -26,7 +26,7 @@ from pydantic_settings import (
 )
 
 from monitor.drift.config import AlertsConfig
-from monitor.errors import error_line
+from monitor.errors import error_line, yaml_error
 from monitor.estimate import EstimatePolicy
 from monitor.golden.config import GoldenConfig
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
@@ -333,8 +333,11 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     if path is not None:
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            where, what = yaml_error(exc)
+            raise ConfigError(f"config file {path}{', ' + where if where else ''}: {what}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
         data = loaded or {}

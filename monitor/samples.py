@@ -21,6 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from monitor.errors import plural
 from monitor.model import Chunk, RagRecord, Stratum
 
 SAMPLES_VERSION = 1
@@ -146,7 +147,7 @@ def decode_sample(value: bytes | None) -> tuple[SampleMessage, RagRecord]:
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise BadSample(f"{where}: {first['msg']} ({exc.error_count()} problem(s))") from None
+        raise BadSample(f"{where}: {first['msg']} ({plural(exc.error_count(), 'problem')})") from None
     record = RagRecord(
         trace_id=msg.trace_id,
         span_id=msg.span_id,

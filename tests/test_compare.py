@@ -76,7 +76,7 @@ def test_a_worse_release_is_named_worse_and_an_equal_one_no_detectable_change(tm
     assert rows["v1.4.3", "faithfulness"]["baseline"] == "v1.4.2"
     assert rows["v1.4.3", "faithfulness"]["verdict"] == "no detectable change"
     assert rows["unknown", "faithfulness"]["verdict"] == ""  # pooled: shown, never compared
-    assert "10 line(s) left out" in out.stderr
+    assert "10 lines left out" in out.stderr
     assert all("unpaired" in r["test"] for r in rows.values())
     # Against a named baseline, and as a table that states the test.
     table = cli("compare", "--results", str(tmp_path / "r.jsonl"), "--baseline", "v1.4.1")
@@ -84,6 +84,33 @@ def test_a_worse_release_is_named_worse_and_an_equal_one_no_detectable_change(tm
     assert table.stdout.startswith("test: unpaired: difference of two weighted")
     v143 = [t for t in table.stdout.splitlines() if t.startswith("v1.4.3") and " faithfulness " in t]
     assert len(v143) == 1 and v143[0].rstrip().endswith("worse") and "v1.4.1" in v143[0]
+
+
+def test_fewer_refusals_bought_with_invented_answers_are_worse_not_better(tmp_path: Path) -> None:
+    """The demo's faulty release: where the healthy one refused an out-of-corpus question, it
+    answers with an invented fact. Its refusal rate falls; that is not an improvement."""
+    random.seed(5)
+    docs = [line("v1.4.1", True, T0 + i, refuses=i % 5 == 0) for i in range(300)]  # 20 % refusals
+    docs += [
+        line("v1.4.2", i % 5 != 0 or i % 10 == 0, T0 + 1000 + i, refuses=i % 10 == 0) for i in range(300)
+    ]  # 10 % refusals, the other 10 % invented answers
+    out = cli("compare", "--results", str(write(tmp_path / "r.jsonl", docs)), "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {(r["release"], r["metric"]): r for r in map(json.loads, out.stdout.splitlines())}
+    assert rows["v1.4.2", "hallucination"]["verdict"] == "worse"
+    refusal = rows["v1.4.2", "refusal"]
+    assert refusal["difference"] < 0 and refusal["verdict"] == "worse"
+    assert "refusals traded for invented answers" in refusal["note"]
+    table = cli("compare", "--results", str(tmp_path / "r.jsonl")).stdout
+    [shown] = [t for t in table.splitlines() if t.startswith("v1.4.2") and " refusal " in t]
+    assert "worse" in shown and "traded for invented answers" in shown
+
+    # Fewer refusals with grounded answers: only "lower", the rate says nothing better by itself.
+    docs = [line("a", True, T0 + i, refuses=i % 5 == 0) for i in range(300)]
+    docs += [line("b", True, T0 + 1000 + i, refuses=i % 10 == 0) for i in range(300)]
+    groups, _ = group(ResultLine.model_validate(d) for d in docs)
+    rows_b = {r.metric: r for r in compare(groups) if r.release == "b"}
+    assert rows_b["refusal"].verdict == "lower" and "better only if" in rows_b["refusal"].note
 
 
 def test_weights_count_and_few_samples_give_no_verdict() -> None:

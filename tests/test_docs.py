@@ -5,8 +5,8 @@ data directory that lives elsewhere. The contract names every metric the sidecar
 replay export (and no other), and every `rag-monitor` command, so that dashboards, alert rules
 and scripts written against it keep working. The documentation site builds with MkDocs in strict
 mode (a link to a missing page or anchor fails), the configuration and CLI references are what
-docs/gen_reference.py writes from the code today, and the README opens with the two commands and
-links only to what exists.
+docs/gen_reference.py writes from the code today, every default the prose quotes is the code's,
+and the README opens with the two commands and links only to what exists.
 """
 
 from __future__ import annotations
@@ -242,3 +242,149 @@ def test_links_outside_the_site_point_at_what_exists() -> None:
     found = {str(page.relative_to(ROOT)): _broken_links(page) for page in pages}
     assert not {k: v for k, v in found.items() if v}
     assert any(BLOB in page.read_text(encoding="utf-8") for page in pages[2:])
+
+
+# -- the defaults the prose quotes ---------------------------------------------------------------------
+
+# The pages whose prose may quote a default (the generated references are checked above).
+PROSE_PAGES = [
+    README,
+    ROOT / "deploy" / "runbooks.md",
+    *(p for p in sorted((ROOT / "docs").glob("*.md")) if p.name not in ("configuration.md", "cli.md")),
+]
+_NUMBER = r"(\d[\d,]*(?:\.\d+)?)(?:\s*(%|h\b|min\b|s\b|MiB\b))?"
+# A key in backticks then its value: "`pipeline.shutdown_seconds` (25", "`min_per_window`, default 20",
+# "`alerts.drift.min_effect.undecided` (default 0.05", "`min_effect.undecided` is 0.05". A value that
+# is not the default (a test's setting) is written so that it does not read as one ("(set to 2)").
+# A short key (`reference_records`) may be any
+# key it ends; the value must then be one of theirs.
+_KEYED = re.compile(r"`([a-z_][a-z0-9_.]*)`(?:,?\s+default\s+|\s+is\s+|\s*\((?:default\s+)?)" + _NUMBER)
+# Defaults quoted without their key, each phrase a template whose {key} is a number with its unit.
+# A phrase that is no longer on its page fails: edit the template with the page.
+PROSE_DEFAULTS = [
+    ("README.md", "(the defaults, for production, are {sampling.rate} and {alerts.drift.reference_records};"),
+    (
+        "docs/demo.md",
+        "drift references of 50 judged records (default {alerts.drift.reference_records}),"
+        " alarms from 10 more (default {alerts.drift.min_records}),"
+        " and hallucination watched for shifts of 0.25 (default {alerts.drift.min_effect.hallucination};",
+    ),
+    ("deploy/runbooks.md", "frozen reference (its first {alerts.drift.reference_records} judged records,"),
+]
+
+
+def _setting_defaults() -> dict[str, Any]:
+    """Every key of `Settings` with its default, dotted as the configuration reference has them; a
+    mapping's entries as keys too (`alerts.drift.min_effect.hallucination`)."""
+    from pydantic import BaseModel
+
+    from monitor.config import Settings
+
+    out: dict[str, Any] = {}
+
+    def walk(model: type[BaseModel], prefix: tuple[str, ...]) -> None:
+        for name, field in model.model_fields.items():
+            path, tp = (*prefix, name), field.annotation
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                walk(tp, path)
+            elif not field.is_required():
+                value = field.get_default(call_default_factory=True)
+                out[".".join(path)] = value
+                if isinstance(value, dict):
+                    out.update({".".join((*path, str(k))): v for k, v in value.items()})
+
+    walk(Settings, ())
+    return out
+
+
+def _quoted(number: str, unit: str | None) -> float:
+    """A number as the prose writes it, in the setting's units (fractions, seconds, bytes)."""
+    scale = {"%": 0.01, "h": 3600, "min": 60, "s": 1, "MiB": 1 << 20, None: 1}[unit]
+    return float(number.replace(",", "")) * scale
+
+
+def _is_default(value: Any, quoted: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value - quoted) < 1e-9
+
+
+def _line(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
+
+
+def test_every_default_the_keyed_prose_quotes_is_the_codes() -> None:
+    """README, runbooks and docs quoting a key with a number: the number is the key's default."""
+    defaults = _setting_defaults()
+    checked, wrong = 0, []
+    for page in PROSE_PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in _KEYED.finditer(text):
+            key = m.group(1)
+            candidates = {k: v for k, v in defaults.items() if k == key or k.endswith("." + key)}
+            if not candidates:
+                continue  # not a setting (a CLI option, a payload field)
+            checked += 1
+            quoted = _quoted(m.group(2), m.group(3))
+            if not any(_is_default(v, quoted) for v in candidates.values()):
+                where = f"{page.relative_to(ROOT)}:{_line(text, m.start())}"
+                wrong.append(f"{where}: {' '.join(m.group(0).split())!r}, the code's: {candidates}")
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 30, f"only {checked} quoted defaults found: is the pattern still matching?"
+
+
+def test_every_default_the_prose_quotes_without_its_key_is_the_codes() -> None:
+    """The phrases that quote a default without naming its key ("the defaults, for production, are
+    5 % and 1,500"): each still on its page, with the code's numbers."""
+    defaults = _setting_defaults()
+    for name, template in PROSE_DEFAULTS:
+        keys = re.findall(r"\{([a-z0-9_.]+)\}", template)
+        pattern = "".join(
+            _NUMBER if part.startswith("{") else r"\s+".join(re.escape(w) for w in part.split(" "))
+            for part in re.split(r"(\{[a-z0-9_.]+\})", template)
+        )
+        text = (ROOT / name).read_text(encoding="utf-8")
+        m = re.search(pattern, text)
+        assert m, f"{name} no longer says {template!r}: update PROSE_DEFAULTS with the page"
+        numbers = iter(m.groups())
+        for key in keys:
+            quoted = _quoted(next(numbers), next(numbers))
+            assert _is_default(defaults[key], quoted), (
+                f"{name}:{_line(text, m.start())} quotes {quoted:g} for {key}; the code's default is "
+                f"{defaults[key]}"
+            )
+
+
+def _option_defaults(group: Any) -> dict[str, set[Any]]:
+    """Every option of every command (`--bad-every`), with the defaults it has across commands."""
+    out: dict[str, set[Any]] = {}
+    for command in group.commands.values():
+        if hasattr(command, "commands"):
+            for k, v in _option_defaults(command).items():
+                out.setdefault(k, set()).update(v)
+            continue
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--") and isinstance(param.default, int | float):
+                    out.setdefault(opt, set()).add(param.default)
+    return out
+
+
+# "`--bad-every N` (default 200", "(`--per-type N`, default 5", "`--resamples`, default 2,000".
+_OPTION = re.compile(r"`(--[a-z0-9-]+)(?: [A-Z]+)?`(?:,?\s+default\s+|\s*\(default\s+)" + _NUMBER)
+
+
+def test_every_command_line_default_the_prose_quotes_is_the_codes() -> None:
+    defaults = _option_defaults(typer.main.get_command(app))
+    checked, wrong = 0, []
+    for page in PROSE_PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in _OPTION.finditer(text):
+            if m.group(1) not in defaults:
+                continue  # another tool's option, or bench's
+            checked += 1
+            if not any(_is_default(v, _quoted(m.group(2), m.group(3))) for v in defaults[m.group(1)]):
+                where = f"{page.relative_to(ROOT)}:{_line(text, m.start())}"
+                wrong.append(f"{where}: {' '.join(m.group(0).split())!r}, the code's: {defaults[m.group(1)]}")
+    assert not wrong, "\n".join(wrong)
+    text = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
+    assert _OPTION.search(text) and "`--bad-every N` (default" in text, "demo.md explains --bad-every"
+    assert checked >= 4, f"only {checked} quoted option defaults found: is the pattern still matching?"

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from monitor.config import ConfigError, Role, Settings, load_settings
+from monitor.errors import plural
 from monitor.kafka.config import Encoding
 from monitor.safe_text import log_text
 
@@ -230,7 +231,8 @@ def calibrate(
     """Judge against human labels: agreement, Cohen's kappa with its 95% bootstrap interval (over
     records) and the confusion matrix per check, overall and per query type. Labels from the review
     queue (lines with its `review` object): kappa on its uniform share, weighted, by default.
-    Exit 0 when every kappa is >= 0.6, 1 when the judge is not reliable, 2 on bad input."""
+    Exit 0 when every kappa with enough labels is >= 0.6, 1 when the judge is not reliable, 2 on
+    bad input, 3 when no check has enough labels for a verdict (50, as the alert)."""
     from prometheus_client import write_to_textfile
 
     from monitor.ingest.decode import flat_record
@@ -285,6 +287,14 @@ def calibrate(
     if result.warning:
         typer.echo("WARNING: the judge is not reliable on at least one check (kappa < 0.6)", err=True)
         raise typer.Exit(1)
+    if result.no_verdict:
+        most = max((r.records for r in result.checks.values()), default=0)
+        typer.echo(
+            f"too few labels: no check has the {result.min_labels} labelled records of both classes a"
+            f" verdict needs (at most {plural(most, 'record')} on a check); label more",
+            err=True,
+        )
+        raise typer.Exit(3)
 
 
 @app.command()
@@ -292,7 +302,9 @@ def demo(
     duration: Annotated[float | None, typer.Option(help="seconds to run; default until Ctrl-C")] = None,
     rate: Annotated[float, typer.Option(help="synthetic RAG requests per second")] = 40.0,
     metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port")] = 9612,
-    results_file: Annotated[Path, typer.Option(help="JSONL results")] = Path(".demo/results.jsonl"),
+    results_file: Annotated[
+        Path, typer.Option(help="JSONL results of this run (a previous run's moved to NAME.previous.jsonl)")
+    ] = Path(".demo/results.jsonl"),
     bad_every: Annotated[int, typer.Option(help="one malformed message per N requests (0 = none)")] = 200,
     seed: Annotated[int, typer.Option(help="workload seed")] = 7,
     source: Annotated[

@@ -21,6 +21,7 @@ from monitor.compare import (
     group,
     prometheus_groups,
 )
+from monitor.errors import plural
 from monitor.results import read_results
 from monitor.safe_text import terminal_line
 
@@ -88,7 +89,7 @@ def _read(
         lines = [ln for ln in lines if all(getattr(ln, k) == v for k, v in only.items())]
     groups, left_out = group(lines, by)
     skipped = left_out + sum(unreadable.values())
-    note = f"{skipped} line(s) left out (not judged, golden replay, or unreadable)" if skipped else ""
+    note = f"{plural(skipped, 'line')} left out (not judged, golden replay, or unreadable)" if skipped else ""
     return groups, note
 
 
@@ -138,8 +139,9 @@ def compare_command(
 ) -> None:
     """Each metric per release (weighted estimate, interval, judged records), from a results file or
     from Prometheus's estimate counters over a window, and a verdict against the previous release:
-    better, worse or no detectable change (unpaired test of the difference of two weighted
-    estimates, stated in the output)."""
+    better, worse or no detectable change by the metric's good direction (the refusal rate's read
+    with hallucination and false refusals); unpaired test of the difference of two weighted
+    estimates, stated in the output."""
     only = {k: v for k, v in (("session_id", session), ("user_id", user)) if v is not None}
     groups, note = _read(results, prometheus, _duration(window), at, match, by, only, timeout)
     rows = compare(groups, baseline=baseline, confidence=confidence, min_samples=min_samples)

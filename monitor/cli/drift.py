@@ -24,6 +24,7 @@ from monitor.drift.reference import (
     pin,
     retrieval_from_results,
 )
+from monitor.errors import plural
 from monitor.files import write_atomic
 from monitor.results import ResultLine, read_results
 
@@ -153,7 +154,7 @@ def show_command(path: Annotated[Path, typer.Argument(help="a drift baseline fil
 def _show(baseline: DriftBaseline) -> None:
     for qt, metrics in baseline.slices.items():
         for metric, s in metrics.items():
-            typer.echo(f"  {qt:<16} {metric:<14} {s.mean:.4f}  ({s.records} judged records)")
+            typer.echo(f"  {qt:<16} {metric:<14} {s.mean:.4f}  ({plural(s.records, 'judged record')})")
     if not baseline.retrieval:
         typer.echo("  retrieval: none pinned (each slice takes its first records)")
         return

@@ -29,6 +29,7 @@ from prometheus_client.exposition import basic_auth_handler, default_handler, pu
 from pydantic import ValidationError
 from rich.console import Console
 
+from monitor.errors import plural, yaml_error
 from monitor.files import write_atomic
 from monitor.golden.baselines import BaselineMode, parse_modes
 from monitor.golden.change import Change, parse_change
@@ -77,7 +78,11 @@ def _load_config(path: Path | None) -> ReplayConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         return ReplayConfig.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
+    except yaml.YAMLError as exc:
+        where, what = yaml_error(exc)
+        _err(f"config {path}{', ' + where if where else ''}: {what}")
+        raise typer.Exit(2) from None
+    except (OSError, ValidationError, ValueError) as exc:
         _err(f"config {path}: {exc}")
         raise typer.Exit(2) from None
 
@@ -381,7 +386,7 @@ def validate_cmd(
         types[r.query_type] = types.get(r.query_type, 0) + 1
     unanswerable = sum(not r.answerable for r in check.rows)
     summary = ", ".join(f"{terminal_line(t)} {n}" for t, n in sorted(types.items()))
-    typer.echo(f"{file}: {len(check.rows)} rows OK ({unanswerable} unanswerable; {summary})")
+    typer.echo(f"{file}: {plural(len(check.rows), 'row')} OK ({unanswerable} unanswerable; {summary})")
 
 
 def add_cmd(
@@ -435,7 +440,7 @@ def add_cmd(
         typer.echo(f"warning: {terminal_line(str(warning))}", err=True)
     typer.echo(
         f"row {terminal_line(repr(row.id))} (trace {row.trace_id}, source: production) added to {golden}: "
-        f"{len(check.rows)} rows OK"
+        f"{plural(len(check.rows), 'row')} OK"
     )
 
 
@@ -559,7 +564,9 @@ def synthesize_cmd(
         typer.echo(f"warning: {corpus}: {issue}", err=True)
     if read.skipped:
         skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(read.skipped.items()))
-        typer.echo(f"warning: {corpus}: {sum(read.skipped.values())} lines skipped ({skipped})", err=True)
+        typer.echo(
+            f"warning: {corpus}: {plural(sum(read.skipped.values()), 'line')} skipped ({skipped})", err=True
+        )
     if not read.chunks:
         _err(f"{corpus}: no chunk rows")
         raise typer.Exit(2)
@@ -616,7 +623,9 @@ def synthesize_cmd(
         _err("no row kept: nothing written (see the drop reasons)")
         raise typer.Exit(1)
     write_rows(out, result.rows)
-    console.print(f"{len(result.rows)} rows written to {out} (source: synthetic): review them before use")
+    console.print(
+        f"{plural(len(result.rows), 'row')} written to {out} (source: synthetic): review them before use"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -33,6 +33,7 @@ def review_command(
     of the labels file in the format `calibrate` reads; records already there are passed over, so a
     session can stop and resume. Exit 2 on bad arguments or an unreadable queue file."""
     from monitor.cli import _load
+    from monitor.errors import plural
     from monitor.review.app import Feed, ReviewApp
     from monitor.review.labels import LabelsFile
     from monitor.review.queue import QueueRead, read_queue
@@ -65,4 +66,4 @@ def review_command(
     typer.echo(f"{session.labelled} of {session.total} queued records labelled in {labels}")
     if read.bad_total:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(read.bad.items()))
-        typer.echo(f"{read.bad_total} queue line(s) passed over: {why}", err=True)
+        typer.echo(f"{plural(read.bad_total, 'queue line')} passed over: {why}", err=True)

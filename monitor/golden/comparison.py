@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.errors import plural
 from monitor.golden.intervals import Interval, IntervalConfig, drop_intervals
 from monitor.golden.scores import (
     ALL,
@@ -73,7 +74,7 @@ class Unmeasured:
     @property
     def description(self) -> str:
         return (
-            f"{self.metric}: the judge failed on {self.failed} of {self.rows} rows "
+            f"{self.metric}: the judge failed on {self.failed} of {plural(self.rows, 'row')} "
             f"(allowed: {self.allowed_share:.0%}); see rows[].judge_error"
         )
 

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
+from monitor.errors import plural
 from monitor.golden.baselines import Baselines
 from monitor.golden.comparison import MetricChange, Regression
 from monitor.golden.intervals import Interval
@@ -239,7 +240,8 @@ def _findings(title: str, findings: list[Regression], console: Console) -> None:
 def render_report(report: ReplayReport, console: Console) -> None:
     cfg = report.interval_config
     pct = f"{cfg.confidence * 100:g}%"
-    title = f"golden replay: {len(report.rows)} rows, k={report.k}, target {report.config.get('target', '?')}"
+    target = report.config.get("target", "?")
+    title = f"golden replay: {plural(len(report.rows), 'row')}, k={report.k}, target {target}"
     if cfg.enabled:
         title += (
             f"; [{pct} interval] {cfg.method} bootstrap over rows, {cfg.resamples} resamples, seed {cfg.seed}"
@@ -303,12 +305,12 @@ def render_report(report: ReplayReport, console: Console) -> None:
     for u in report.unmeasured:
         console.print(f"[bold red]unmeasured[/] {u.description}")
     if report.unmeasured:
-        also = f"; {len(report.regressions)} regression finding(s) too" if report.regressions else ""
+        also = f"; {plural(len(report.regressions), 'regression finding')} too" if report.regressions else ""
         names = ", ".join(u.metric for u in report.unmeasured)
         console.print(f"[bold red]COULD NOT MEASURE[/]: {names} — the judge failed{also} (exit 2)")
     elif report.passed:
         waived = (
-            f", {len(report.waived)} threshold(s) crossed within row noise (--gate interval)"
+            f", {plural(len(report.waived), 'threshold')} crossed within row noise (--gate interval)"
             if report.waived
             else ""
         )
@@ -318,6 +320,6 @@ def render_report(report: ReplayReport, console: Console) -> None:
         noise = sum(r.verdict == "possible_noise" for r in report.regressions)
         why = "the threshold alone fails" if mode == "threshold" else "confirmed by the interval"
         console.print(
-            f"[bold red]REGRESSION[/]: {len(report.regressions)} finding(s) — {real} real "
+            f"[bold red]REGRESSION[/]: {plural(len(report.regressions), 'finding')} — {real} real "
             f"(the interval excludes no change), {noise} could be row noise (gate {mode}: {why}) (exit 1)"
         )

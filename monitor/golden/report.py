@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from monitor.errors import plural
 from monitor.golden.baselines import (
     MATCH_SHARE,
     BaselineMode,
@@ -409,7 +410,8 @@ def build_report(
     judge_errors = metrics[ALL]["judge_errors"]
     if judge_errors:
         warnings.append(
-            f"{judge_errors} rows not judged (judge error or nothing to judge): see rows[].judge_error"
+            f"{plural(judge_errors, 'row')} not judged (judge error or nothing to judge):"
+            " see rows[].judge_error"
         )
     for mode, res in modes.items():
         name = mode.replace("_", "-")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from monitor.errors import plural, yaml_error
 from monitor.slices import DEFAULT_QUERY_TYPES
 
 __all__ = [
@@ -206,7 +207,8 @@ def _parse_yaml(text: str) -> tuple[list[RawRow], list[Issue]]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        return [], [Issue("file", f"invalid YAML: {exc}")]
+        where, what = yaml_error(exc)
+        return [], [Issue(where or "file", what)]
     if isinstance(data, dict) and isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if key.value == "rows":
@@ -344,13 +346,18 @@ def validate(
             check.rows.append(row)
     n = len(first_seen)
     if n < MIN_ROWS:
-        check.warnings.append(Issue("file", f"only {n} rows: fewer than {MIN_ROWS} make noisy metrics"))
+        check.warnings.append(
+            Issue("file", f"only {plural(n, 'row')}: fewer than {MIN_ROWS} make noisy metrics")
+        )
     if n and not any(not r.answerable for r in check.rows):
         check.warnings.append(Issue("file", "no unanswerable rows: refusal accuracy cannot be measured"))
     for qtype, count in sorted(Counter(r.query_type for r in check.rows).items()):
         if count < MIN_ROWS_PER_TYPE:
             check.warnings.append(
-                Issue(f"query_type {qtype}", f"only {count} rows (< {MIN_ROWS_PER_TYPE}): its slice is noise")
+                Issue(
+                    f"query_type {qtype}",
+                    f"only {plural(count, 'row')} (< {MIN_ROWS_PER_TYPE}): its slice is noise",
+                )
             )
     return check
 

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from monitor.errors import plural
 from monitor.files import write_atomic
 from monitor.golden.change import Change, parse_change
 from monitor.golden.report import ReplayReport
@@ -187,10 +188,10 @@ class GoldenRunner:
             except OSError as exc:
                 log.error("golden replay: cannot write the report to %s: %s", self.report_dir, exc)
         log.info(
-            "golden replay (%s): exit code %d, %d regression(s)%s",
+            "golden replay (%s): exit code %d, %s%s",
             why,
             report.exit_code,
-            len(report.regressions),
+            plural(len(report.regressions), "regression"),
             where,
         )
         return report

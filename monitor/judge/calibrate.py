@@ -3,7 +3,10 @@
 A judge's faithfulness or hallucination rate is only as good as its agreement with people, and raw
 agreement flatters a judge on skewed data (say "not hallucinated" always and agree 95% of the
 time). So every check reports Cohen's kappa — agreement corrected for chance — next to the
-confusion matrix, and a kappa below the threshold (0.6, "moderate" agreement) raises a warning.
+confusion matrix, and a kappa below the threshold (0.6, "moderate" agreement) raises a warning —
+with enough labels (`MIN_LABELS`, the `RagmonJudgeUnreliable` alert's line): fewer give "too few
+labels", no verdict either way. An undefined kappa (the judge and the labels each one class only,
+agreeing: chance agreement is then 1) is said as such, never called a kappa below the threshold.
 
 Labels file: JSONL, one labelled record per line::
 
@@ -54,6 +57,7 @@ from monitor.results import ReviewMeta
 
 __all__ = [
     "KAPPA_WARNING",
+    "MIN_LABELS",
     "CalibrationGauges",
     "CalibrationReport",
     "CheckReport",
@@ -76,6 +80,10 @@ __all__ = [
 ]
 
 KAPPA_WARNING = 0.6
+# Labelled records a check needs before its kappa is a verdict: the `RagmonJudgeUnreliable` alert's
+# `ragmon_judge_labels >= 50` (deploy/prometheus/alerts.yml; with fewer, kappa's interval is about
+# ±0.2 wide and proves little either way).
+MIN_LABELS = 50
 # Binary checks compared against labels, in report order.
 LABELLED_CHECKS = ("faithful", "claim_supported", "hallucinated", "answerable")
 
@@ -384,9 +392,11 @@ class CheckReport:
     check: str
     confusion: Confusion
     kappa: float | None
-    warning: bool  # kappa below the threshold, or undefined
+    warning: bool  # kappa below the threshold, with enough labels: the judge is not reliable here
     records: int = 0  # labelled records compared on this check (the bootstrap's unit)
     interval: tuple[float, float] | None = None  # bootstrap interval of kappa, when computed
+    # reliable | unreliable | too few labels | undefined (one class only, agreeing)
+    status: str = ""
 
     def to_json_dict(self) -> dict[str, Any]:
         c = self.confusion
@@ -397,6 +407,7 @@ class CheckReport:
             "kappa": self.kappa,
             "interval": None if self.interval is None else [round(x, 6) for x in self.interval],
             "warning": self.warning,
+            "status": self.status,
             "confusion": {"tp": c.tp, "fp": c.fp, "fn": c.fn, "tn": c.tn},
         }
 
@@ -413,10 +424,16 @@ class CalibrationReport:
     resamples: int = 0
     confidence: float = 0.95
     selection: Selection | None = None  # which review-queue labels were used (`select_labels`)
+    min_labels: int = 0  # labelled records a check needs for a verdict
 
     @property
     def warning(self) -> bool:
         return any(r.warning for r in self.checks.values())
+
+    @property
+    def no_verdict(self) -> bool:
+        """No check could be judged: each has too few labels, or an undefined kappa."""
+        return not any(r.status in ("reliable", "unreliable") for r in self.checks.values())
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -425,6 +442,7 @@ class CalibrationReport:
             "failed": self.failed,
             "claims_misaligned": self.claims_misaligned,
             "kappa_threshold": self.threshold,
+            "min_labels": self.min_labels,
             "warning": self.warning,
             "bootstrap": {"resamples": self.resamples, "confidence": self.confidence, "unit": "record"},
             "checks": {k: r.to_json_dict() for k, r in self.checks.items()},
@@ -481,6 +499,7 @@ def _check_reports(
     confidence: float,
     seed: int,
     group: str,
+    min_labels: int,
 ) -> dict[str, CheckReport]:
     checks = {}
     for check in LABELLED_CHECKS:
@@ -494,9 +513,13 @@ def _check_reports(
         # A str seed is hashed with SHA-512 by `random`: stable across runs and PYTHONHASHSEED.
         rng = random.Random(f"{seed}/{group}/{check}")
         interval = kappa_interval(items, resamples=resamples, confidence=confidence, rng=rng)
-        checks[check] = CheckReport(
-            check, total, kappa, kappa is None or kappa < threshold, len(items), interval
-        )
+        if len(items) < min_labels:
+            status = "too few labels"
+        elif kappa is None:
+            status = "undefined"
+        else:
+            status = "unreliable" if kappa < threshold else "reliable"
+        checks[check] = CheckReport(check, total, kappa, status == "unreliable", len(items), interval, status)
     return checks
 
 
@@ -507,9 +530,11 @@ def compare(
     resamples: int = 0,
     confidence: float = 0.95,
     seed: int = 0,
+    min_labels: int = 0,
 ) -> CalibrationReport:
     """Per-check confusion, agreement and kappa of judgements against labels, overall and per query
-    type (the judgement's), each kappa with its bootstrap interval when `resamples` > 0. Pure."""
+    type (the judgement's), each kappa with its bootstrap interval when `resamples` > 0; a check
+    with fewer than `min_labels` labelled records gets no verdict. Pure."""
     overall: dict[str, list[Confusion]] = {}
     by_type: dict[str, dict[str, list[Confusion]]] = {}
     judged = failed = misaligned = 0
@@ -526,13 +551,22 @@ def compare(
         for check, c in items.items():
             overall.setdefault(check, []).append(c)
             by_type.setdefault(j.query_type or "unknown", {}).setdefault(check, []).append(c)
-    checks = _check_reports(overall, threshold, resamples, confidence, seed, "all")
+    checks = _check_reports(overall, threshold, resamples, confidence, seed, "all", min_labels)
     per_type = {
-        qt: _check_reports(per, threshold, resamples, confidence, seed, qt)
+        qt: _check_reports(per, threshold, resamples, confidence, seed, qt, min_labels)
         for qt, per in sorted(by_type.items())
     }
     return CalibrationReport(
-        checks, judged, failed, misaligned, threshold, errors, per_type, resamples, confidence
+        checks,
+        judged,
+        failed,
+        misaligned,
+        threshold,
+        errors,
+        per_type,
+        resamples,
+        confidence,
+        min_labels=min_labels,
     )
 
 
@@ -545,6 +579,7 @@ async def run_calibration(
     resamples: int = 0,
     confidence: float = 0.95,
     seed: int = 0,
+    min_labels: int = MIN_LABELS,
 ) -> tuple[CalibrationReport, list[Judgement]]:
     """Judge every labelled record (at most `concurrency` at once) and compare; the judgements are
     returned too, for the results file."""
@@ -556,7 +591,9 @@ async def run_calibration(
 
     judgements = await asyncio.gather(*(one(i) for i in items))
     pairs = ((i.labels, j) for i, j in zip(items, judgements, strict=True))
-    report = compare(pairs, threshold, resamples=resamples, confidence=confidence, seed=seed)
+    report = compare(
+        pairs, threshold, resamples=resamples, confidence=confidence, seed=seed, min_labels=min_labels
+    )
     return report, list(judgements)
 
 
@@ -600,12 +637,16 @@ def self_agreement(
     return compare(converted, threshold)
 
 
-def _row(name: str, r: CheckReport, threshold: float) -> str:
+def _row(name: str, r: CheckReport, threshold: float, min_labels: int) -> str:
     c = r.confusion
     agree = f"{c.agreement:.3f}" if c.agreement is not None else "-"
     kappa = f"{r.kappa:.3f}" if r.kappa is not None else "undef"
     interval = f"[{r.interval[0]:.2f}, {r.interval[1]:.2f}]" if r.interval is not None else "-"
-    flag = f"  WARNING: kappa < {threshold:.2f}" if r.warning else ""
+    flag = {
+        "unreliable": f"  WARNING: kappa < {threshold:.2f}",
+        "too few labels": f"  too few labels for a verdict (< {min_labels})",
+        "undefined": "  kappa undefined: judge and labels one class only (labels of both needed)",
+    }.get(r.status, "")
     return (
         f"{name:<16}{r.records:>8}{c.n:>6}{agree:>8}{kappa:>8}{interval:>15} "
         f"{c.tp:>4} {c.fp:>4} {c.fn:>4} {c.tn:>4}{flag}"
@@ -631,11 +672,12 @@ def format_report(report: CalibrationReport) -> str:
     ]
     if report.selection is not None:
         lines.insert(1, f"labels: {report.selection.describe()}")
-    lines += [_row(name, r, report.threshold) for name, r in report.checks.items()]
+    t, m = report.threshold, report.min_labels
+    lines += [_row(name, r, t, m) for name, r in report.checks.items()]
     if len(report.by_query_type) > 1:
         for qt, checks in report.by_query_type.items():
             lines.append(f"query_type {qt}:")
-            lines += [_row(f"  {name}", r, report.threshold) for name, r in checks.items()]
+            lines += [_row(f"  {name}", r, t, m) for name, r in checks.items()]
     return "\n".join(lines)
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
+from monitor.errors import plural
 from monitor.outputs.config import TRACE_ID_PLACEHOLDER, AlertSinksConfig
 from monitor.safe_text import chat_text
 
@@ -185,8 +186,9 @@ class Attribution:
         if self.suspects:
             return [s.text(self.since) for s in self.suspects]
         return [
-            f"no release or service over-represented among the {self.failing_total} failing records "
-            f"since {_hhmm(self.since)} (against {self.before_total} judged before)"
+            "no release or service over-represented among the "
+            f"{plural(self.failing_total, 'failing record')} since {_hhmm(self.since)}"
+            f" (against {self.before_total} judged before)"
         ]
 
     def annotations(self) -> dict[str, str]:
@@ -226,6 +228,21 @@ class Alert:
         if generator_url:
             out["generatorURL"] = generator_url
         return out
+
+
+def resolved_line(alert: Alert) -> str:
+    """A resolved alert as a person reads it in the log: its name, what it said (the summary, else
+    its labels as `key=value`), and how long it fired."""
+    what = alert.annotations.get("summary") or ", ".join(
+        f"{k}={v}" for k, v in alert.labels.items() if k != "alertname"
+    )
+    ended = alert.ends_at or datetime.now(UTC)
+    seconds = max(0.0, (ended - alert.starts_at).total_seconds())
+    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    return (
+        f"{alert.labels.get('alertname', '?')} {what}: no longer so, after {took} firing (since "
+        f"{alert.starts_at:%Y-%m-%d %H:%M:%S} UTC)"
+    )
 
 
 @dataclass(slots=True)
@@ -287,7 +304,7 @@ class AlertDispatcher:
             return
         alert.ends_at = datetime.now(UTC)
         self._transition("resolved", alert)
-        log.info("alert resolved: %s %s", alert.labels.get("alertname"), alert.labels)
+        log.info("alert resolved: %s", resolved_line(alert))
 
     def _transition(self, status: str, alert: Alert) -> None:
         if self.config.webhook_url:

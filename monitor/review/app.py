@@ -17,6 +17,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Input, Static
 
+from monitor.errors import plural
 from monitor.results import RESULTS_VERSION
 from monitor.review.labels import ClaimLabel
 from monitor.review.render import form_text, record_text
@@ -92,9 +93,13 @@ class ReviewApp(App[None]):
         self._editing: str | None = None
         self._edit_shown = self._edit_original = ""
         if session.labels_bad:
-            self._say(f"{session.labels_bad} unreadable line(s) in the labels file, passed over", error=True)
+            self._say(
+                f"{plural(session.labels_bad, 'unreadable line')} in the labels file, passed over", error=True
+            )
         elif session.done_before:
-            self._say(f"resumed: {session.done_before} record(s) already labelled in {session.labels.path}")
+            self._say(
+                f"resumed: {plural(session.done_before, 'record')} already labelled in {session.labels.path}"
+            )
 
     def compose(self) -> ComposeResult:
         yield Static(id="top")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from monitor.errors import plural
 from monitor.results import ChunkLine, ReviewLine
 from monitor.review.labels import ClaimLabel, Labelling
 from monitor.review.session import CHUNK_KEYS, chunks_of, page_range
@@ -90,7 +91,7 @@ def record_text(line: ReviewLine, labelling: Labelling, selected: int, page: int
 
     claims = line.claims or []
     out.append("Answer", style="bold underline")
-    out.append(f"  — {len(claims)} claim(s) by the judge\n", style="dim")
+    out.append(f"  — {plural(len(claims), 'claim')} by the judge\n", style="dim")
     if not claims:
         out.append(f"{terminal_text(line.answer) or '(no answer captured)'}\n")
     for i, claim in enumerate(claims):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from monitor.errors import plural
 from monitor.files import locked, write_atomic
 from monitor.golden.production import GoldenAdd, ProductionRowError, append_production_row, production_row
 from monitor.results import ChunkLine, ReviewLine
@@ -248,7 +249,7 @@ class ReviewSession:
         extra = [*notes, *(f"content controls: {c}" for c in row.content_controls or ())]
         tail = f"; {'; '.join(extra)}" if extra else ""
         return True, self._short(
-            f"golden: row {row.id!r} added to {self.golden} ({len(added.check.rows)} rows OK){tail}"
+            f"golden: row {row.id!r} added to {self.golden} ({plural(len(added.check.rows), 'row')} OK){tail}"
         )
 
     def _undo_golden(self, step: _Step, line: ReviewLine) -> str:

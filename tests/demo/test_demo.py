@@ -113,3 +113,24 @@ async def test_demo_degrades_the_service_alerts_and_resolves(
     assert any(tid in shown for a in with_examples for tid in a.example_trace_ids[:2]), (
         "no example trace id in the view"
     )
+
+
+@pytest.mark.timeout(120)
+async def test_each_demo_run_starts_a_fresh_results_file_and_keeps_the_last(tmp_path: Path) -> None:
+    """Two runs into the same file: `compare` and `review` on it must see the second run only."""
+    results = tmp_path / "results.jsonl"
+    earlier = '{"v": 1, "trace_id": "0123456789abcdef0123456789abcdef", "release": "from-an-earlier-run"}\n'
+    results.write_text(earlier)
+    view = io.StringIO()
+    opts = DemoOptions(
+        duration=3, rate=20, metrics_port=free_port(), results_file=results, bad_every=0, seed=3,
+        source="synthetic", scene=None,
+    )  # fmt: skip
+    result = await run_demo(opts, Console(file=view, width=160))
+    lines = results.read_text().splitlines()
+    assert result.produced > 0 and lines, "the run wrote no results"
+    assert "from-an-earlier-run" not in results.read_text()
+    assert len(lines) <= result.produced
+    previous = tmp_path / "results.previous.jsonl"
+    assert previous.read_text() == earlier
+    assert f"the previous run's results: {previous}" in " ".join(view.getvalue().split())

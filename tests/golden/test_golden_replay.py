@@ -366,7 +366,7 @@ def test_a_share_of_judge_failures_can_be_allowed(api: FakeAPI, tmp_path: Path) 
     api.script(Reply(500, "garbage"))
     lenient = _judged(api, tmp_path, gate={"max_judge_failure_share": 0.5})
     assert lenient.exit_code == 0, lenient.output
-    assert "1 rows not judged" in lenient.output
+    assert "1 row not judged" in lenient.output
 
 
 async def test_the_scheduled_replay_exports_what_it_could_not_measure(api: FakeAPI, tmp_path: Path) -> None:

@@ -132,6 +132,36 @@ def test_golden_validate_cli(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "cannot read" in missing.output
 
 
+def test_one_row_is_one_row_not_one_rows(tmp_path: Path) -> None:
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(_rows()[0]) + "\n")
+    result = CliRunner().invoke(_cli(), ["golden", "validate", str(one)])
+    assert result.exit_code == 0, result.output
+    assert f"{one}: 1 row OK (0 unanswerable" in result.output
+    assert "only 1 row: fewer than 20" in result.output and "only 1 row (< 5)" in result.output
+    assert "1 rows" not in result.output
+
+
+def test_a_yaml_error_names_the_file_and_line_not_a_unicode_string(tmp_path: Path) -> None:
+    """PyYAML's own message says `in "<unicode string>", line 2`: of which file, the user is not told."""
+    golden = tmp_path / "golden.yaml"
+    golden.write_text("- id: a\n  query: [what\n- id: b\n")
+    result = CliRunner().invoke(_cli(), ["golden", "validate", str(golden)])
+    assert result.exit_code == 2
+    assert f"{golden}: line 3, column 5: invalid YAML: expected ',' or ']'" in result.output
+    assert "<unicode string>" not in result.output
+    config = tmp_path / "replay.yaml"
+    config.write_text("k: 5\nrows: [a\nb: 1\n")
+    good = tmp_path / "golden.jsonl"
+    good.write_text("\n".join(json.dumps(r) for r in _rows()))
+    result = CliRunner().invoke(
+        _cli(), ["replay", "--golden", str(good), "--target", "http://127.0.0.1:9/q", "--config", str(config)]
+    )
+    assert result.exit_code == 2
+    assert f"config {config}, line 3, column 2: invalid YAML" in result.output, result.output
+    assert "<unicode string>" not in result.output
+
+
 def test_example_golden_set_is_the_corpus() -> None:
     """examples/golden.jsonl: every corpus question as its golden row, enough of each type."""
     check = load_golden(REPO / "examples" / "golden.jsonl")

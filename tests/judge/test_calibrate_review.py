@@ -122,7 +122,8 @@ def test_only_hard_cases_is_an_error_unless_all_labels_are_asked_for(tmp_path: P
     code, output, _ = calibrate(hard, tmp_path / "r.json")
     assert code == 2 and "no label of the review queue's uniform share" in output
     code, output, doc = calibrate(hard, tmp_path / "r.json", "--all-labels")
-    assert code in (0, 1) and doc["selection"]["hard_case_labels"] == 40
+    assert doc["selection"]["hard_case_labels"] == 40
+    assert code == 3 and "too few labels" in output  # 40 labels: fewer than the 50 a verdict needs
 
 
 def test_the_review_object_is_read_beside_the_labels_or_in_the_queue_line(tmp_path: Path) -> None:

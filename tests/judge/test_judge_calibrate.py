@@ -287,3 +287,38 @@ def test_calibrate_writes_the_textfile_the_alerts_read(tmp_path: Path) -> None:
     # The same labels and seed: the same intervals.
     again = CliRunner().invoke(app, [*args, "--resamples", "300"])
     assert again.exit_code == out.exit_code and json.loads(report.read_text()) == doc
+
+
+def test_ten_labels_are_too_few_for_a_verdict_not_an_unreliable_judge(tmp_path: Path) -> None:
+    """Below the labels the `RagmonJudgeUnreliable` alert needs (50 a check), calibrate gives no
+    verdict: exit 3 and "too few labels", not exit 1 and "not reliable"."""
+    labels = workload_labels(tmp_path / "labels.jsonl", 10, seed=3)
+    out = CliRunner().invoke(app, ["calibrate", "--labels", str(labels), "--resamples", "100"])
+    assert out.exit_code == 3, out.output
+    assert "too few labels: no check has the 50 labelled records" in out.output
+    assert "at most 10 records on a check" in out.output
+    assert "not reliable" not in out.output and "kappa < 0.60" not in out.output
+    assert "too few labels for a verdict (< 50)" in out.output
+
+
+def test_the_alert_and_calibrate_need_the_same_labels(repo_root: Path) -> None:
+    from monitor.judge.calibrate import MIN_LABELS
+
+    for rules in ("deploy/prometheus/alerts.yml", "helm/rag-monitor/rules/alerts.yml"):
+        assert (
+            f"max by (check, judge) (ragmon_judge_labels) >= {MIN_LABELS}" in (repo_root / rules).read_text()
+        )
+
+
+def test_an_undefined_kappa_with_full_agreement_is_not_called_unreliable() -> None:
+    """Every label "not hallucinated" and the judge agreeing on all 60: kappa is undefined (chance
+    agreement is 1), which says nothing against the judge."""
+    pairs = [(Labels(hallucinated=False), judgement(str(i), (True,))) for i in range(60)]
+    report = compare(pairs, min_labels=50)
+    check = report.checks["hallucinated"]
+    assert check.kappa is None and check.confusion.agreement == 1.0
+    assert check.status == "undefined" and not check.warning and not report.warning
+    assert report.no_verdict
+    row = next(line for line in format_report(report).splitlines() if line.startswith("hallucinated"))
+    assert "kappa < 0.60" not in row and "WARNING" not in row
+    assert "kappa undefined: judge and labels one class only" in row

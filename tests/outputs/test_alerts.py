@@ -92,3 +92,19 @@ async def test_a_down_sink_never_blocks_and_is_counted() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_resolved_alert_logs_a_sentence_not_a_python_dict(caplog: Any) -> None:
+    metrics = Metrics(CollectorRegistry())
+    dispatcher = AlertDispatcher(AlertSinksConfig(), metrics.alerts_sent)
+    key = ("drift", "lookup", "faithfulness")
+    summary = "faithfulness of lookup queries drifted from its reference"
+    with caplog.at_level("INFO", logger="monitor.outputs.alerts"):
+        dispatcher.fire(key, LABELS, {"summary": summary})
+        dispatcher.resolve(key)
+        dispatcher.fire(("x",), {"alertname": "RagmonOther", "query_type": "lookup"}, {})
+        dispatcher.resolve(("x",))
+    resolved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("alert resolved")]
+    assert resolved[0].startswith(f"alert resolved: RagmonDriftDetected {summary}: no longer so, after 0 s")
+    assert resolved[1].startswith("alert resolved: RagmonOther query_type=lookup: no longer so")
+    assert not [m for m in resolved if "{" in m or "'" in m], resolved

@@ -135,7 +135,7 @@ async def test_restart_resumes_after_the_labelled_records(queue: Path, tmp_path:
     async with make_app(queue, labels).run_test(size=SIZE) as pilot:
         shown = await screen(pilot)
         assert "1 of 3 labelled" in shown
-        assert "resumed: 1 record(s) already labelled" in shown
+        assert "resumed: 1 record already labelled" in shown
         assert "Who leads the Bergen office?" in shown
         await pilot.press("x")  # skip Bergen: Tromsø next, Bergen comes round again
         assert "Does the Tromsø office have parking?" in (await screen(pilot))
@@ -159,7 +159,7 @@ async def test_bad_queue_lines_are_counted_and_shown(bad_queue: Path, tmp_path: 
         shown = await screen(pilot)
         assert "0 of 3 labelled" in shown
         assert "bad queue lines: 3 (1 no trace id, 1 not JSON, 1 another v)" in shown
-        assert "1 unreadable line(s) in the labels file" in shown
+        assert "1 unreadable line in the labels file" in shown
         await pilot.press("s", "s", "a", "enter")
     assert json.loads(labels.read_text().splitlines()[1])["trace_id"] == OSLO
 
@@ -306,7 +306,7 @@ async def test_g_adds_the_record_to_the_golden_set_and_a_second_time_says_duplic
         assert "[x] 1 b1" in (await screen(pilot))
         await pilot.press("g")
         shown = await screen(pilot)
-        assert "golden: row 'prod-00f067aa0ba902b7' added to golden.jsonl (1 rows OK)" in shown
+        assert "golden: row 'prod-00f067aa0ba902b7' added to golden.jsonl (1 row OK)" in shown
         assert "[in golden set]" in shown
         await pilot.press("g")
         assert "duplicate: trace" in (await screen(pilot))
