@@ -877,21 +877,7 @@ def armed_slices(sel: str) -> Json:
             "sortBy": [{"displayName": "records to go", "desc": True}],
         },
     )
-    table["transformations"] = [
-        {"id": "merge", "options": {}},
-        {
-            "id": "organize",
-            "options": {
-                "excludeByName": {"Time": True},
-                "renameByName": {
-                    "query_type": "query type",
-                    "Value #A": "armed",
-                    "Value #B": "records",
-                    "Value #C": "records to go",
-                },
-            },
-        },
-    ]
+    table["transformations"] = merged_columns("armed", "records", "records to go")
     return table
 
 
@@ -927,22 +913,18 @@ def decided_share() -> Json:
         overrides=[by_name("faithfulness", unit="none", decimals=2)],
         options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
     )
-    table["transformations"] = [
-        {"id": "merge", "options": {}},
-        {
-            "id": "organize",
-            "options": {
-                "excludeByName": {"Time": True},
-                "renameByName": {
-                    "query_type": "query type",
-                    "Value #A": "faithfulness",
-                    "Value #B": "decided",
-                    "Value #C": "undecided",
-                },
-            },
-        },
-    ]
+    table["transformations"] = merged_columns("faithfulness", "decided", "undecided")
     return table
+
+
+def merged_columns(*names: str) -> list[Json]:
+    """A per-query-type table from instant queries A, B, C…: merged on query type, the values
+    named in query order, the time column dropped."""
+    rename = {"query_type": "query type"} | {f"Value #{chr(65 + i)}": n for i, n in enumerate(names)}
+    return [
+        {"id": "merge", "options": {}},
+        {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": rename}},
+    ]
 
 
 def retrieval() -> Json:
