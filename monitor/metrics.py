@@ -242,8 +242,8 @@ FOLDED = "other"  # what `service` and `release` fold to past a budget
 
 class SeriesBudget:
     """A bound on the (service, query_type, release) label sets of a group of metric families that
-    share them. Each label is bounded on its own (`monitor.slices`), their product is not: 22
-    services × 8 query types × 22 releases is 3,872 sets, ~28 MB of `/metrics` for the RED series
+    share them. Each label is bounded on its own (`monitor.slices`), their product is not: 21
+    services × 8 query types × 22 releases are 3,696 sets, 28 MB of `/metrics` for the RED series
     alone. The first `limit` sets asked for are admitted; past that a new set is folded to
     (service, query_type, other) where that set is admitted already, else to (other, query_type,
     other) — the query type is kept, the dimension the quality alerts slice by. So a group holds at
