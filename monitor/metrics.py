@@ -7,6 +7,7 @@ the demo can run several pipelines in one process without label collisions.
 
 from __future__ import annotations
 
+import logging
 import time
 from array import array
 from bisect import bisect_left
@@ -19,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from monitor.estimate import estimate_values, usable_weight
 from monitor.model import DECIDABLE_CHECKS, Judgement, RagRecord, Reject, Undecided, Verdict
 from monitor.results import ReviewReason
+
+log = logging.getLogger(__name__)
 
 PREFIX = "ragmon_"
 
@@ -33,6 +36,9 @@ LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 # `ragmon_request_duration_seconds`' stage label, in `ServiceSeries.values`' order.
 RED_STAGES = ("request", "retrieval", "generation")
+# The groups of families a `SeriesBudget` bounds: the RED series (`ServiceMetrics`), the
+# estimate counters (`EstimateCounters`); `ragmon_series_budget_folded_total`'s `family`.
+SERIES_BUDGET_FAMILIES = ("red", "estimate")
 _RED_BOUNDS = [*DURATION_BUCKETS, float("inf")]  # never changed
 
 
@@ -132,12 +138,24 @@ class ServiceSeries:
     counts (one per bound of `bounds`, which ends with +Inf) and the sum; then requests, errors,
     input tokens, output tokens, USD and unpriced records (`REQUESTS` on). The C seam: `bounds`
     (read) and `values` (added to as `observe` adds), which the ingest stage's compiled
-    accounting counts into."""
+    accounting counts into.
 
-    __slots__ = ("_children", "_zeros", "bounds", "values")
+    `folded`: the series budget's counter child (`SeriesBudget.folded`) when this object counts
+    the records whose own label set the budget folded into this one; `flush` adds their number to
+    it, so the fold costs the hot path nothing per record."""
 
-    def __init__(self, metrics: ServiceMetrics, service: str, query_type: str, release: str) -> None:
+    __slots__ = ("_children", "_folded", "_zeros", "bounds", "values")
+
+    def __init__(
+        self,
+        metrics: ServiceMetrics,
+        service: str,
+        query_type: str,
+        release: str,
+        folded: Counter | None = None,
+    ) -> None:
         labels = {"service": service, "query_type": query_type, "release": release}
+        self._folded = folded
         self._children = (
             tuple(metrics.duration.labels(stage=stage, **labels) for stage in RED_STAGES),
             metrics.requests.labels(**labels),
@@ -207,12 +225,64 @@ class ServiceSeries:
                         buckets[i].inc(v[at + i])
                 hist._sum.inc(v[at + step - 1])
         requests.inc(v[r])
+        if self._folded is not None:
+            self._folded.inc(v[r])
         for child, x in ((errors, v[r + 1]), (tokens_in, v[r + 2]), (tokens_out, v[r + 3]), (cost, v[r + 4])):
             if x:
                 child.inc(x)
         if v[r + 5]:
             unpriced.inc(v[r + 5])
         v[:] = self._zeros
+
+
+# A (service, query_type, release) label set.
+LabelSet = tuple[str, str, str]
+FOLDED = "other"  # what `service` and `release` fold to past a budget
+
+
+class SeriesBudget:
+    """A bound on the (service, query_type, release) label sets of a group of metric families that
+    share them. Each label is bounded on its own (`monitor.slices`), their product is not: 21
+    services × 8 query types × 22 releases are 3,696 sets, 28 MB of `/metrics` for the RED series
+    alone. The first `limit` sets asked for are admitted; past that a new set is folded to
+    (service, query_type, other) where that set is admitted already, else to (other, query_type,
+    other) — the query type is kept, the dimension the quality alerts slice by. So a group holds at
+    most `limit` + (query types) sets, whatever the traffic. Asked only when a caller would create
+    a new child series (callers cache the answer per label set); `folded` (the group's child of
+    `ragmon_series_budget_folded_total`) is the callers' to count folded records in; the first
+    fold is logged once."""
+
+    __slots__ = ("_sets", "family", "folded", "full", "limit")
+
+    def __init__(self, family: str, limit: int, folded: Counter) -> None:
+        self.family = family
+        self.limit = limit
+        self.folded = folded.labels(family=family)
+        self._sets: set[LabelSet] = set()  # admitted; never more than `limit`
+        self.full = False  # a set has been folded (logged)
+
+    def admit(self, labels: LabelSet) -> LabelSet:
+        """The label set to count `labels` under: itself, or its fold once the budget is spent."""
+        sets = self._sets
+        if labels in sets:
+            return labels
+        if len(sets) < self.limit:
+            sets.add(labels)
+            return labels
+        if not self.full:
+            self.full = True
+            log.warning(
+                "series budget: the %s metrics hold slices.max_label_sets=%d (service, query_type, "
+                "release) label sets; new ones are counted under service and release %r "
+                "(ragmon_series_budget_folded_total{family=%r})",
+                self.family,
+                self.limit,
+                FOLDED,
+                self.family,
+            )
+        service, query_type, _ = labels
+        near = (service, query_type, FOLDED)
+        return near if near in sets else (FOLDED, query_type, FOLDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,12 +604,28 @@ class Metrics:
             ["sink", "outcome"],
             registry=r,
         )
+        self.series_budget_folded = Counter(
+            f"{PREFIX}series_budget_folded",
+            "Records counted under service and release other because their (service, query_type, "
+            "release) label set was new past slices.max_label_sets, by family group (red: the "
+            "service's RED series; estimate: the estimate counters)",
+            ["family"],
+            registry=r,
+        )
+        for family in SERIES_BUDGET_FAMILIES:
+            self.series_budget_folded.labels(family=family)
         # Reasons are a closed enum: pre-create them so rate() works from the first scrape.
         for reason in Reject:
             self.rejected.labels(reason=reason.value)
 
-    def service_series(self, service: str, query_type: str, release: str) -> ServiceSeries:
-        return ServiceSeries(self.service, service, query_type, release)
+    def series_budget(self, family: str, limit: int) -> SeriesBudget:
+        """A budget of `limit` label sets for the group `family` (of `SERIES_BUDGET_FAMILIES`)."""
+        return SeriesBudget(family, limit, self.series_budget_folded)
+
+    def service_series(
+        self, service: str, query_type: str, release: str, folded: Counter | None = None
+    ) -> ServiceSeries:
+        return ServiceSeries(self.service, service, query_type, release, folded)
 
     def record_series(self, service: str, query_type: str) -> RecordSeries:
         labels = {"service": service, "query_type": query_type}
@@ -850,7 +936,8 @@ class EstimateCounters:
     deploy/prometheus/rules.yml compute the group's estimate, interval and effective sample size —
     which no combination of per-replica ratio gauges can. `judge` is kept by the rules: two
     backends' verdicts are never pooled into one estimate. `release` is bounded by the stages
-    (`slices.releases` / `max_releases`): series ≤ services × releases × query types × metrics."""
+    (`slices.releases` / `max_releases`), and the (service, query_type, release) sets by the
+    caller's `SeriesBudget`: series ≤ (budget + query types) × metrics × judges."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -871,12 +958,22 @@ class EstimateCounters:
         self.weight_squared_value = counter("weight_squared_value", "Σw²·y")
         self.weight_squared_value_squared = counter("weight_squared_value_squared", "Σw²·y²")
 
-    def observe(self, j: Judgement, service: str, release: str = "unknown") -> None:
+    def observe(
+        self, j: Judgement, service: str, release: str = "unknown", budget: SeriesBudget | None = None
+    ) -> None:
+        """One judged record's values; `budget`: the bound its label set is admitted to, or folded
+        (and counted) past."""
         w = j.sampling_weight
-        if not usable_weight(w):
+        if not usable_weight(w) or not (values := estimate_values(j)):
             return
+        if budget is not None:
+            asked = (service, j.query_type, release)
+            got = budget.admit(asked)
+            if got != asked:
+                service, _, release = got
+                budget.folded.inc()
         w2 = w * w
-        for metric, y in estimate_values(j):
+        for metric, y in values:
             labels = {
                 "service": service,
                 "query_type": j.query_type,

@@ -46,6 +46,13 @@ class SlicesConfig(BaseModel):
         gt=0,
         description="with no releases allow-list, the first this many releases seen; later ones are other",
     )
+    max_label_sets: int = Field(
+        500,
+        gt=0,
+        description="(service, query_type, release) label sets each group of release-labelled metrics (the "
+        "RED series, the estimate counters) may hold; a new one past it is counted under service and release "
+        "other, its query_type kept (ragmon_series_budget_folded_total)",
+    )
     classify: Literal["rules", "judge", "off"] = Field(
         "rules",
         description="query type when spans carry no rag.query_type: rules, rules then the LLM judge's "

@@ -74,6 +74,8 @@ class IngestStage:
         # Read by the decoder (process-wide, as its key tables are); bounded for sampled records.
         set_release_keys(slices.release_keys)
         self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
+        # Their product is bounded too: past `max_label_sets` a new set's RED series fold.
+        self.red_budget = metrics.series_budget("red", slices.max_label_sets)
         self.classifier = QueryClassifier(slices.query_types) if slices.classify != "off" else None
         self.sampler = Sampler(sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
@@ -111,8 +113,10 @@ class IngestStage:
         # per batch: `.labels()` and a Prometheus observation cost more than the rest of a
         # record's accounting. Both label sets are bounded, so this dict is too.
         self._series: dict[tuple[str, str], RecordSeries] = {}
-        # The RED series per bounded (service, query_type, release), likewise.
+        # The RED series per bounded (service, query_type, release) within the budget, likewise;
+        # and per label set folded into, those of the records folded (they count the fold).
         self._red: dict[tuple[str, str, str], ServiceSeries] = {}
+        self._folded_red: dict[tuple[str, str, str], ServiceSeries] = {}
         # The per-record state (labels by raw values, sampler, retrieval drift, lag, prices),
         # compiled or not.
         self.accounting = Accounting(
@@ -232,6 +236,8 @@ class IngestStage:
             series.flush()
         for red in self._red.values():
             red.flush()
+        for red in self._folded_red.values():
+            red.flush()
         self.accounting.lag.flush()
 
     async def _flush(self, force: bool = False) -> None:
@@ -317,14 +323,29 @@ class IngestStage:
         series = self._series.get((service, qt))
         if series is None:
             series = self._series[(service, qt)] = self.metrics.record_series(service, qt)
-        red = self._red.get((service, qt, release))
-        if red is None:
-            red = self._red[(service, qt, release)] = self.metrics.service_series(service, qt, release)
+        red_key = (service, qt, release)
+        red = self._red.get(red_key)
+        if red is None:  # a new label set: within the series budget, or folded
+            red = self._red_series(red_key)
         cache = self.accounting.labels
         if len(cache) >= _MAX_RAW_LABELS:
             cache.clear()  # raw values are unbounded; the bounded series are not
         labels = cache[key] = (service, qt, outside, series, red)
         return labels
+
+    def _red_series(self, key: tuple[str, str, str]) -> ServiceSeries:
+        """The RED series a bounded label set not met yet counts into: its own within the series
+        budget (or when it is its own fold); past it, those of the set it folds to, which count
+        the fold (created once per such set)."""
+        admitted = self.red_budget.admit(key)
+        if admitted == key:
+            red = self._red[key] = self.metrics.service_series(*key)
+            return red
+        folded = self._folded_red.get(admitted)
+        if folded is None:
+            folded = self.metrics.service_series(*admitted, folded=self.red_budget.folded)
+            self._folded_red[admitted] = folded
+        return folded
 
     # -- housekeeping ----------------------------------------------------------------------
 

@@ -128,6 +128,8 @@ class JudgeStage:
         self.services = BoundedLabel.services(slices.services, slices.max_services)
         # Bounded again: samples from another ingest version or a foreign producer.
         self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
+        # Their product is bounded too: past `max_label_sets` a new set's estimate counters fold.
+        self.estimate_budget = metrics.series_budget("estimate", slices.max_label_sets)
         self._judge_labels = slices.classify == "judge"
         self.budget = JudgeBudget(config.budget) if config.budget.enabled else None
         if judge is not None and config.budget.default_cap:
@@ -442,7 +444,7 @@ class JudgeStage:
         if judgement.ok:
             judgement.citations = check_citations(record.chunks, cited, judgement)
             self.metrics.judge.observe_verdicts(judgement, item.service)
-            self.metrics.estimates.observe(judgement, item.service, record.release)
+            self.metrics.estimates.observe(judgement, item.service, record.release, self.estimate_budget)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)
