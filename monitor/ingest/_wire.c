@@ -102,6 +102,12 @@ typedef const uint8_t *ptr;
 
 /* --- wire primitives --------------------------------------------------------------------- */
 
+/* Two bytes, the first in the low half (as x86 and every little-endian host loads them). */
+static inline unsigned load16(ptr s)
+{
+    return s[0] | (unsigned)s[1] << 8;
+}
+
 static inline int read_varint(ptr *pp, ptr end, uint64_t *out)
 {
     ptr p = *pp;
@@ -145,6 +151,15 @@ static inline int read_len(ptr *pp, ptr end, ptr *body, Py_ssize_t *n)
 {
     ptr start = *pp;
     uint64_t len;
+    if (start < end && *start < 0x80) { /* a length under 128: most of them */
+        len = *start;
+        if ((Py_ssize_t)len > end - start - 1)
+            return FAIL;
+        *body = start + 1;
+        *n = (Py_ssize_t)len;
+        *pp = start + 1 + len;
+        return 0;
+    }
     if (read_varint(pp, end, &len) || *pp - start > 5 || len > 0x7fffffffu || len > (uint64_t)(end - *pp))
         return FAIL;
     *body = *pp;
@@ -230,9 +245,14 @@ static inline int utf8_ok(ptr s, Py_ssize_t n)
         memcpy(&w, s + n - 8, 8);
         acc |= w;
     }
-    else {
-        for (Py_ssize_t i = 0; i < n; i++)
-            acc |= s[i];
+    else if (n >= 4) { /* two words of four, overlapping */
+        uint32_t lo, hi;
+        memcpy(&lo, s, 4);
+        memcpy(&hi, s + n - 4, 4);
+        acc = lo | hi;
+    }
+    else if (n > 0) {
+        acc = s[0] | s[n / 2] | s[n - 1]; /* every byte of 1 to 3 */
     }
     return !(acc & 0x8080808080808080ULL) || utf8_checked(s, n);
 }
@@ -306,22 +326,9 @@ typedef struct {
     int has_val;
 } kv_t;
 
-/* A KeyValue: its key (validated; the last one wins, as in upb) and its value's bytes (not yet
- * validated). Two `value` fields would be merged by upb: left to the reference path. */
-static int read_kv(ptr p, ptr end, kv_t *kv, int depth)
+/* A KeyValue the general way (see read_kv). */
+static int read_kv_slow(ptr p, ptr end, kv_t *kv, int depth)
 {
-    /* As the SDKs write nearly every attribute: the key, then the value, each with a one-byte
-     * length, and nothing else. What the loop below would find, without it. */
-    Py_ssize_t n = end - p;
-    if (n >= 4 && p[0] == 0x0a && p[1] < 0x80 && p[1] + 4 <= n && p[p[1] + 2] == 0x12 && p[p[1] + 3] < 0x80
-        && p[1] + 4 + p[p[1] + 3] == n) {
-        kv->key = p + 2;
-        kv->key_n = p[1];
-        kv->val = p + 4 + p[1];
-        kv->val_n = p[p[1] + 3];
-        kv->has_val = 1;
-        return utf8_ok(kv->key, kv->key_n) ? 0 : FAIL;
-    }
     kv->key = p;
     kv->key_n = 0;
     kv->has_val = 0;
@@ -344,6 +351,28 @@ static int read_kv(ptr p, ptr end, kv_t *kv, int depth)
         }
     }
     return 0;
+}
+
+/* A KeyValue: its key (validated; the last one wins, as in upb) and its value's bytes (not yet
+ * validated). Two `value` fields would be merged by upb: left to the reference path. Inline, for
+ * the span walk's ~8 attributes a span. */
+static inline int read_kv(ptr p, ptr end, kv_t *kv, int depth)
+{
+    /* As the SDKs write nearly every attribute: the key, then the value, each with a one-byte
+     * length, and nothing else. What the loop would find, without it. */
+    Py_ssize_t n = end - p;
+    if (n >= 4 && (load16(p) & 0x80ff) == 0x000a) { /* tag 1, length 0..127 */
+        Py_ssize_t key_n = p[1];
+        if (key_n + 4 <= n && (load16(p + key_n + 2) & 0x80ff) == 0x0012 && key_n + 4 + p[key_n + 3] == n) {
+            kv->key = p + 2;
+            kv->key_n = key_n;
+            kv->val = p + key_n + 4;
+            kv->val_n = p[key_n + 3];
+            kv->has_val = 1;
+            return utf8_ok(kv->key, key_n) ? 0 : FAIL;
+        }
+    }
+    return read_kv_slow(p, end, kv, depth);
 }
 
 static PyObject NONE_SENTINEL_OBJ; /* address only: "the AnyValue has no value set" */
@@ -564,24 +593,26 @@ static key_t_ *exact_key(ptr s, Py_ssize_t n)
     return NULL;
 }
 
-/* The str key under which `dialects.apply` may look this attribute up; NULL (no error) if it
- * never does, NULL with an error set on failure. *slot: the exact key's, -1 for a prefixed one. */
-static PyObject *relevant_key(ptr s, Py_ssize_t n, int *slot)
+/* Whether `dialects.apply` may look this attribute up: 1 with *key the str it does (a new
+ * reference) and *slot the exact key's (-1 for a prefixed one), 0 if it never does, FAIL on
+ * failure (an error set). */
+static inline int relevant_key(ptr s, Py_ssize_t n, PyObject **key, int *slot)
 {
     if (n < 3 || !first_byte[s[0]] || !lead_in(s))
-        return NULL; /* every key and prefix is longer than two bytes (add_key) */
+        return 0; /* every key and prefix is longer than two bytes (add_key) */
     key_t_ *k = exact_key(s, n);
     if (k != NULL) {
         *slot = k->slot;
-        return Py_NewRef(k->obj);
+        *key = Py_NewRef(k->obj);
+        return 1;
     }
     *slot = -1;
     for (int i = 0; i < n_prefixes; i++) {
         k = &prefixes[i];
         if (n > k->n && k->s[0] == (char)s[0] && memcmp(k->s, s, k->n) == 0)
-            return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+            return (*key = PyUnicode_DecodeUTF8((const char *)s, n, NULL)) == NULL ? FAIL : 1;
     }
-    return NULL;
+    return 0;
 }
 
 /* What this file builds (spans, chunks, their lists) only ever refers to strings, numbers and
@@ -791,33 +822,17 @@ static int attrs_set(attrs_t *a, PyObject *key, int slot, PyObject *v)
     return rc;
 }
 
-/* Read one attribute KeyValue; if its key is relevant, store its value in attrs; otherwise only
- * validate the value. `src`: see source_t (NULL for events). */
-static int take_attribute(source_t *src, ptr p, ptr end, attrs_t *attrs, int depth)
+/* The value of a relevant attribute into attrs (kv.has_val) and the key's reference released:
+ * take_attribute's rarer half, out of line. */
+static int keep_attribute(source_t *src, const kv_t *kv, PyObject *key, int slot, attrs_t *attrs, int depth)
 {
-    kv_t kv;
-    if (read_kv(p, end, &kv, depth))
-        return FAIL;
-    if (n_release && release_index(kv.key, kv.key_n) >= 0)
-        return FAIL; /* a span's own release: the reference path's case (see the top) */
-    int slot;
-    PyObject *key = relevant_key(kv.key, kv.key_n, &slot);
-    if (key == NULL) {
-        if (PyErr_Occurred())
-            return FAIL;
-        if (!kv.has_val)
-            return 0;
-        if (kv.val_n >= 2 && kv.val[0] == 0x0a && kv.val[1] < 0x80 && kv.val[1] + 2 == kv.val_n) /* one short string */
-            return utf8_ok(kv.val + 2, kv.val[1]) ? 0 : FAIL;
-        return validate_msg(M_ANY_VALUE, kv.val, kv.val + kv.val_n, depth + 1);
-    }
     int rc = 0;
-    if (kv.has_val) {
+    if (kv->has_val) {
         PyObject *v = NO_VALUE;
-        if (src != NULL && src->value != NULL && is_doc_content(kv.key, kv.key_n))
-            v = raw_string(src, kv.val, kv.val + kv.val_n);
+        if (src != NULL && src->value != NULL && is_doc_content(kv->key, kv->key_n))
+            v = raw_string(src, kv->val, kv->val + kv->val_n);
         if (v == NO_VALUE)
-            v = any_value(kv.val, kv.val + kv.val_n, depth + 1);
+            v = any_value(kv->val, kv->val + kv->val_n, depth + 1);
         if (v == NULL)
             rc = FAIL;
         else if (v != NO_VALUE)
@@ -825,6 +840,45 @@ static int take_attribute(source_t *src, ptr p, ptr end, attrs_t *attrs, int dep
     }
     Py_DECREF(key);
     return rc;
+}
+
+/* Read one attribute KeyValue; if its key is relevant, store its value in attrs; otherwise only
+ * validate the value. `src`: see source_t (NULL for events). Inline: most of a span's attributes
+ * (`http.*`, `db.*`, ...) are turned away here, in a few instructions. */
+static inline __attribute__((always_inline)) int take_attribute(source_t *src, ptr p, ptr end, attrs_t *attrs,
+                                                                int depth)
+{
+    kv_t kv;
+    if (read_kv(p, end, &kv, depth))
+        return FAIL;
+    if (n_release && release_index(kv.key, kv.key_n) >= 0)
+        return FAIL; /* a span's own release: the reference path's case (see the top) */
+    int slot;
+    PyObject *key;
+    int relevant = relevant_key(kv.key, kv.key_n, &key, &slot);
+    if (relevant)
+        return relevant == FAIL ? FAIL : keep_attribute(src, &kv, key, slot, attrs, depth);
+    if (!kv.has_val)
+        return 0;
+    ptr v = kv.val;
+    Py_ssize_t vn = kv.val_n;
+    if (vn >= 2 && v[0] == 0x0a && v[1] < 0x80 && v[1] + 2 == vn) /* one short string */
+        return utf8_ok(v + 2, v[1]) ? 0 : FAIL;
+    if (vn >= 2 && v[0] < 0x80 && v[0] >= 8 && depth + 1 <= MAX_DEPTH) {
+        /* one scalar with a one-byte tag, as the SDKs write an int, bool or double: what
+         * validate_msg does with it, without the call */
+        field_t f = schema[M_ANY_VALUE][v[0] >> 3]; /* v[0] >> 3 < 16 <= MAX_FIELD */
+        if ((v[0] & 7) == 0 && (f.kind == K_VARINT || f.kind == K_UNKNOWN)) {
+            ptr q = v + 1;
+            uint64_t x;
+            if (read_varint(&q, v + vn, &x) == 0 && q == v + vn)
+                return 0;
+        }
+        else if ((v[0] & 7) == 1 && vn == 9 && (f.kind == K_FIXED64 || f.kind == K_UNKNOWN)) {
+            return 0;
+        }
+    }
+    return validate_msg(M_ANY_VALUE, v, v + vn, depth + 1);
 }
 
 /* --- spans ------------------------------------------------------------------------------- */
@@ -1666,43 +1720,52 @@ static int span(ctx_t *c, PyObject *service, PyObject *release, ptr p, ptr end, 
         Py_ssize_t n;
         if (read_tag(&p, end, &field, &wt))
             goto fail;
-        if (wt == 2 && (field == 1 || field == 2 || field == 4 || field == 5 || field == 9 || field == 11)) {
-            if (read_len(&p, end, &body, &n))
+        switch (field << 3 | wt) { /* the tag as read: one jump a field */
+        case 1 << 3 | 2:
+            if (read_len(&p, end, &tid, &tid_n))
                 goto fail;
-            switch (field) {
-            case 1: tid = body; tid_n = n; break;
-            case 2: sid = body; sid_n = n; break;
-            case 4: pid = body; pid_n = n; break;
-            case 5:
-                if (!utf8_ok(body, n))
-                    goto fail;
-                name = body;
-                name_n = n;
-                break;
-            case 9:
-                if (take_attribute(&c->src, body, body + n, &attrs, depth + 1))
-                    goto fail;
-                break;
-            case 11:
-                if (n_ev == MAX_EVENT_SEGMENTS || validate_msg(M_EVENT, body, body + n, depth + 1))
-                    goto fail;
-                ev[n_ev] = body;
-                ev_n[n_ev++] = n;
-                break;
-            }
-        }
-        else if (wt == 1 && (field == 7 || field == 8)) {
-            if (read_fixed64(&p, end, field == 7 ? &start : &stop))
+            break;
+        case 2 << 3 | 2:
+            if (read_len(&p, end, &sid, &sid_n))
                 goto fail;
-        }
-        else if (wt == 2 && field == 15) { /* status: validated as any field, then its code read */
+            break;
+        case 4 << 3 | 2:
+            if (read_len(&p, end, &pid, &pid_n))
+                goto fail;
+            break;
+        case 5 << 3 | 2:
+            if (read_len(&p, end, &name, &name_n) || !utf8_ok(name, name_n))
+                goto fail;
+            break;
+        case 9 << 3 | 2:
+            if (read_len(&p, end, &body, &n) || take_attribute(&c->src, body, body + n, &attrs, depth + 1))
+                goto fail;
+            break;
+        case 11 << 3 | 2:
+            if (read_len(&p, end, &body, &n) || n_ev == MAX_EVENT_SEGMENTS
+                || validate_msg(M_EVENT, body, body + n, depth + 1))
+                goto fail;
+            ev[n_ev] = body;
+            ev_n[n_ev++] = n;
+            break;
+        case 7 << 3 | 1:
+            if (read_fixed64(&p, end, &start))
+                goto fail;
+            break;
+        case 8 << 3 | 1:
+            if (read_fixed64(&p, end, &stop))
+                goto fail;
+            break;
+        case 15 << 3 | 2: { /* status: validated as any field, then its code read */
             ptr q = p;
             if (skip_field(M_SPAN, field, wt, &p, end, depth) || read_len(&q, end, &body, &n)
                 || status_code(body, body + n, &status))
                 goto fail;
+            break;
         }
-        else if (skip_field(M_SPAN, field, wt, &p, end, depth)) {
-            goto fail;
+        default:
+            if (skip_field(M_SPAN, field, wt, &p, end, depth))
+                goto fail;
         }
     }
     if (tid_n != 16 || sid_n != 8 || (pid_n && pid_n != 8) || all_zero(tid, 16) || all_zero(sid, 8)) {

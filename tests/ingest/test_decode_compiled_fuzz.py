@@ -54,6 +54,40 @@ def test_non_canonical_shapes_agree() -> None:
         both(b"\x0a" + _varint(len(rs_bytes)) + rs_bytes)
 
 
+@needs_wire
+def test_scalar_values_of_keys_never_read_agree() -> None:
+    """An attribute no dialect reads (`http.status_code`) is only validated; its one-field scalar
+    values (int, bool, double, short string) are checked in line, the rest by the schema walk:
+    both must take and refuse what upb does."""
+    span = SAMPLE.resource_spans[0].scope_spans[0].spans[0].SerializeToString()
+    values = [
+        b"\x18\xc8\x01",  # int 200
+        b"\x18" + b"\xff" * 9 + b"\x01",  # a 10-byte varint
+        b"\x18" + b"\xff" * 10 + b"\x01",  # 11 bytes: corrupt
+        b"\x18\x80",  # a truncated varint
+        b"\x18\x01\x18\x02",  # two ints: the last wins
+        b"\x18\x01\x0a\x01x",  # an int, then a string
+        b"\x10\x01",  # bool
+        b"\x21" + b"\x00" * 8,  # double 0.0
+        b"\x21" + b"\x00" * 7,  # a truncated double
+        b"\x21" + b"\x00" * 8 + b"\x10\x00",  # a double, then a bool
+        b"\x1d\x00\x00\x00\x00",  # int_value as fixed32: wrong wire type
+        b"\x19" + b"\x00" * 8,  # int_value as fixed64: wrong wire type
+        b"\x20\x00",  # double_value as a varint: wrong wire type
+        b"\x08\x01",  # string_value as a varint: wrong wire type
+        b"\x78\x05",  # unknown varint field 15
+        b"\x79" + b"\x00" * 8,  # unknown fixed64 field 15
+        b"\x00\x01",  # field 0
+        b"\x0a\x03abc",  # a short string
+        b"\x0a\x02\xc3\x28",  # not UTF-8
+        b"\x0a\x04abc",  # a string past its value
+        b"",  # an empty value
+    ]
+    for value in values:
+        kv = b"\x0a\x10http.status_code" + b"\x12" + _varint(len(value)) + value
+        both(_wrap(span + b"\x4a" + _varint(len(kv)) + kv))
+
+
 def _padded(n: int, width: int) -> bytes:
     """The varint of `n` in exactly `width` bytes (over-long: zero groups with the continuation bit)."""
     short = _varint(n)
