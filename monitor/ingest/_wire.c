@@ -1071,9 +1071,14 @@ static PyObject *make(layout_t *l, PyObject *const *args, int nargs)
     PyObject *obj = type->tp_alloc(type, 0);
     if (obj == NULL)
         return NULL;
-    for (int i = 0; i < l->n_fields; i++) {
-        PyObject *v = i < nargs ? args[i] : l->kind[i] == F_DEFAULT ? l->value[i] : NULL;
-        if (v != NULL)
+    int i = 0;
+    for (; i < nargs; i++) { /* the given fields, then the defaults: no per-field test of which */
+        Py_INCREF(args[i]);
+        *(PyObject **)((char *)obj + l->offset[i]) = args[i];
+    }
+    for (; i < l->n_fields; i++) {
+        PyObject *v = l->value[i];
+        if (l->kind[i] == F_DEFAULT)
             Py_INCREF(v);
         else if ((v = l->kind[i] == F_NEW_DICT ? PyDict_New() : untracked(PyList_New(0))) == NULL) {
             Py_DECREF(obj);
