@@ -282,7 +282,9 @@ async def test_an_alarm_names_example_traces_since_the_change_in_alertmanager_an
 
         await produce(bs, results, stable("lookup", 1200))  # recovers: the alarm clears
         hall = {"query_type": "lookup", "metric": "hallucination"}
-        await eventually(lambda: sample(sidecar, "ragmon_drift_active", **hall) == 0, what="resolved", within=90)
+        await eventually(
+            lambda: sample(sidecar, "ragmon_drift_active", **hall) == 0, what="resolved", within=90
+        )
         resolved = lambda: webhook_alerts(webhook, "resolved", "hallucination")  # noqa: E731
         await eventually(lambda: bool(resolved()), what="webhook resolved")
         assert resolved()[0]["examples"] == firing["hallucination"]["examples"]
