@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from monitor.drift import BAD_DIRECTION, Detector, DriftPolicy
-from monitor.drift.detector import H1_OFFSET, StratifiedDetector
+from monitor.drift.detector import H1_OFFSET, RELEASE, StratifiedDetector
 
 WINDOW = 200
 REFERENCE = 500
@@ -222,7 +222,7 @@ class Traced:
         raised = d.observe(w, y, stratum)
         if not d.reference.frozen or d.since_reference == 0:
             return raised
-        s1, s2, h2, release = d.within, d.composition, d.composition_threshold, GRID_RELEASE
+        s1, s2, h2, release = d.within, d.composition, d.composition_threshold, RELEASE
         for i, h in enumerate(H1_GRID):
             if not self.active[i]:
                 if (s1 >= h or s2 >= h2) and d.since_reference >= d.policy.min_records:
@@ -233,9 +233,8 @@ class Traced:
         return raised
 
 
-# The grid's alarms clear as the product's did before its resolve test (S at a quarter of h): the
+# The grid's alarms clear as the product's did before its resolve test (S at `RELEASE` of h): the
 # grid calibrates first crossings, which the way an alarm clears barely moves.
-GRID_RELEASE = 0.25
 H1_GRID = (5.0, 5.5, 6.0, 6.5, 7.0, 7.25, 7.5, 7.75, 8.0, 8.25, 8.5, 8.75, 9.0, 9.25, 9.5, 9.75, 10.0, 10.5)
 
 
@@ -359,7 +358,7 @@ class ShareOfH:
         if not self.active and d.statistic >= d.threshold and d.since_reference >= d.policy.min_records:
             self.active = True
             return 1
-        if self.active and d.statistic <= GRID_RELEASE * d.threshold:
+        if self.active and d.statistic <= RELEASE * d.threshold:
             self.active = False
             return -1
         return 0

@@ -36,13 +36,13 @@ record takes as much off it as a failing one adds, so a change still in the stre
 down through any release level (the demo's 12-second incident paged six times). The resolve test
 is the mirror CUSUM: from the alarm on, R = max(0, R + z·ln(f0/f1)) with f0 the reference and f1
 the reference moved by the minimum effect (pooled, production-weighted, as the weighted CUSUM
-above), and the alarm resolves when R ≥ d·ln(`resolve_arl`). While the change persists at the
-minimum effect or more, each record's expected increment is negative, and by the same Lorden bound
-a false resolve comes no more often than once in `resolve_arl` judged records (bench/drift.py
-counts them); once the slice is back at its reference the drift is KL(f0‖f1) a record, so the
-resolve takes about h_r/KL records (~400 judged records for a 5 % hallucination rate, never fewer
-than ~130 all healthy ones at the defaults). A resolved alarm restarts the detector (Page's rule):
-a new page needs new evidence.
+above), and the alarm resolves when R ≥ d·ln(`resolve_arl`) and S is back at `RELEASE` × h. While
+the change persists at the minimum effect or more, each record's expected increment is negative,
+and by the same Lorden bound a false resolve comes no more often than once in `resolve_arl` judged
+records (bench/drift.py --incidents counts them); once the slice is back at its reference the drift
+is KL(f0‖f1) a record, so the resolve takes about h_r/KL records (~500 judged records for a 5 %
+hallucination rate, never fewer than ~130 all healthy ones at the defaults). A resolved alarm
+restarts the detector (Page's rule): a new page needs new evidence.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ BAD_DIRECTION: dict[str, Direction] = {
     "undecided": 1,  # the share of judged records the judge could not decide (abstentions)
 }
 RATES = frozenset({"hallucination", "refusal", "false_refusal", "undecided"})
-RELEASE = 0.25
+RELEASE = 0.25  # the share of h the detection statistic must be back at for a resolve
 
 
 @dataclass(slots=True)
@@ -244,7 +244,7 @@ class Detector:
     def _pooled_step(self) -> None:
         """The log-likelihood ratio of the reference moved by the minimum effect against the
         reference, on the pooled, production-weighted reference: the weighted CUSUM's step and,
-        mirrored, every detector's resolve test."""
+        mirrored, every detector's resolve test (whose threshold is set here too)."""
         ref = self.reference
         self.resolve_threshold = ref.design_effect * math.log(self.policy.resolve_arl)
         delta = self.policy.min_effect[self.metric]
