@@ -31,7 +31,7 @@ import httpx
 
 from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
 from monitor.results import ResultLine
-from monitor.safe_text import terminal_line
+from monitor.safe_text import one_line, terminal_line
 
 # Which way is better: +1 up, -1 down, 0 neither by itself (the refusal rate: read with the
 # release's hallucination and false-refusal verdicts, `_refusal_verdict`).
@@ -264,11 +264,11 @@ def _vector(status: int, raw: bytes) -> list[tuple[dict[str, str], float]]:
         )
     if status != 200 or body.get("status") != "success":
         error = body.get("error", status)
-        raise PrometheusError(f"Prometheus refused the query: {' '.join(str(error).split())[:300]}")
+        raise PrometheusError(f"Prometheus refused the query: {one_line(str(error), 300)}")
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         got = data.get("resultType") if isinstance(data, dict) else type(data).__name__
-        raise PrometheusError(f"expected an instant vector, got {str(got)[:60]}")
+        raise PrometheusError(f"expected an instant vector, got {one_line(str(got), 60)}")
     result = data.get("result", [])
     out: list[tuple[dict[str, str], float]] = []
     for item in result if isinstance(result, list) else [result]:
@@ -279,7 +279,7 @@ def _vector(status: int, raw: bytes) -> list[tuple[dict[str, str], float]]:
             out.append(({str(k): str(v) for k, v in labels.items()}, float(value)))
         except (KeyError, TypeError, ValueError):
             raise PrometheusError(
-                f"Prometheus answered a sample that is not [time, value]: {str(item)[:80]}"
+                f"Prometheus answered a sample that is not [time, value]: {one_line(str(item), 80)}"
             ) from None
     return out
 

@@ -247,8 +247,9 @@ class SeriesBudget:
     alone. The first `limit` sets asked for are admitted; past that a new set is folded to
     (service, query_type, other) where that set is admitted already, else to (other, query_type,
     other) — the query type is kept, the dimension the quality alerts slice by. So a group holds at
-    most `limit` + (query types) sets, whatever the traffic. Asked only when a caller would create
-    a new child series (callers cache the answer per label set); `folded` (the group's child of
+    most `limit` + (query types) sets, whatever the traffic. A set lookup once a set is known: the
+    ingest stage asks once per raw label set and caches the answer, the judge's estimates ask per
+    judged record (beside six counter updates a metric); `folded` (the group's child of
     `ragmon_series_budget_folded_total`) is the callers' to count folded records in; the first
     fold is logged once."""
 

@@ -70,9 +70,8 @@ def terminal_line(text: str | None) -> str:
     return _escape(text or "", "")
 
 
-def log_text(text: str | None) -> str:
-    """`text` for a log line: one line, every control escaped (a log viewer is a terminal too)."""
-    return _escape(text or "", "")
+# `text` for a log line: one line, every control escaped (a log viewer is a terminal too).
+log_text = terminal_line
 
 
 def one_line(text: str | None, limit: int | None = None) -> str:

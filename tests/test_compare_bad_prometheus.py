@@ -114,7 +114,7 @@ def test_a_server_sending_a_byte_every_2s_ends_the_command_at_its_deadline(
     done, ran = compare(url)
     assert done.returncode == 2
     assert said(done) == f"error: Prometheus did not answer within {TIMEOUT:g}s"
-    assert ran < TIMEOUT + 1.0  # before: still reading at 50 s with a 30 s timeout
+    assert ran < TIMEOUT + 3.0  # the process's own start included; before: still reading at 50 s
 
 
 def test_an_endless_body_is_cut_at_the_cap(prometheus: tuple[str, dict[str, str]]) -> None:

@@ -66,7 +66,7 @@ async def test_the_readme_path_pages_once_per_slice_and_metric_and_resolves_afte
         sidecar = run(tmp_path / "quickstart.yaml", log)
         traffic = ask(url)
         try:
-            # every slice of the golden set's traffic arms (50 judged records), then the fault
+            # three query types of the golden set's traffic armed (their references' records), then the fault
             armed = config["alerts"]["drift"]["reference_records"]
             await eventually(lambda: frozen(tmp_path, armed) >= 3, within=240, what="three slices armed")
             await asyncio.sleep(10)
@@ -116,6 +116,7 @@ async def test_the_readme_path_pages_once_per_slice_and_metric_and_resolves_afte
     # One incident, one page: each alert the fault raised fired once, stayed firing while the fault
     # lasted, and resolved once, after the restore. (A slice already firing before the fault, a
     # false alarm of its small reference, is reported above and not held to this.)
+    assert raised - before, f"every alert the fault raised was already firing before it: {timeline}"
     for key in raised - before:
         mine = [(t, status, starts) for t, status, k, starts in got if k == key]
         assert len({starts for _, status, starts in mine if status == "firing"}) == 1, f"{key}: {timeline}"

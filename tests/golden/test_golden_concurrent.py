@@ -27,6 +27,7 @@ WRITER = textwrap.dedent(
     from monitor.golden.schema import GoldenRow
 
     golden, start, who, n = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    Path(f"{start}.{who}.ready").touch()  # imported: the parent starts both together
     while not start.exists():
         time.sleep(0.005)
     added = 0
@@ -59,7 +60,10 @@ def test_two_writers_adding_150_rows_each_keep_all_300(tmp_path: Path) -> None:
         )
         for who in ("a", "b")
     ]
-    time.sleep(1.0)  # both imported and waiting
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{start}.{w}.ready").exists() for w in "ab"):  # both imported and waiting
+        assert time.monotonic() < deadline, "a writer did not start"
+        time.sleep(0.01)
     start.touch()
     reported = 0
     for w in writers:
