@@ -8,7 +8,7 @@ config section, which sets those lists, is here too: every stage bounds the same
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -44,7 +44,8 @@ class SlicesConfig(BaseModel):
     max_releases: int = Field(
         20,
         gt=0,
-        description="with no releases allow-list, the first this many releases seen; later ones are other",
+        description="with no releases allow-list, the first this many releases seen label the metric series; "
+        "later ones are other (results lines keep each record's own)",
     )
     max_label_sets: int = Field(
         500,
@@ -58,6 +59,19 @@ class SlicesConfig(BaseModel):
         description="query type when spans carry no rag.query_type: rules, rules then the LLM judge's "
         "label for judged records, or off (unknown)",
     )
+
+    def release_value(self, raw: str | None) -> str:
+        """A record's release as samples and results lines carry it: trimmed; `unknown` when
+        absent; `other` past 64 characters or outside the `releases` allow-list. Not bounded in
+        number: a line is not a series, and each stage that makes series or slots of it bounds
+        it itself (first `max_releases` for series; the drift stage's most recent for
+        attribution), so that in continuous deployment a results line still names its release."""
+        value = raw.strip() if raw else ""
+        if not value:
+            return "unknown"
+        if len(value) > 64 or (self.releases is not None and value not in self.releases):
+            return "other"
+        return value
 
     @field_validator("classify", mode="before")
     @classmethod
@@ -117,8 +131,8 @@ class BoundedLabel:
 
     @classmethod
     def releases(cls, allowed: Iterable[str] | None, capacity: int) -> BoundedLabel:
-        """`release` as every stage bounds it (`slices.releases`, else the first `max_releases`):
-        a flood of versions (a build id per deploy) ends in `other`, never in new series."""
+        """`release` as a metric label (`slices.releases`, else the first `max_releases`): a flood
+        of versions (a build id per deploy) ends in `other`, never in new series."""
         return cls(allowed, fallback="other", missing="unknown", capacity=capacity, normalize=False)
 
     def bound(self, raw: str | None) -> tuple[str, bool]:
@@ -149,7 +163,7 @@ class RecentLabel:
     A function of the sequence of (value, time) alone, so a member that replays the same topic
     holds the same slots; a record without a time counts as the newest seen so far."""
 
-    __slots__ = ("_allowed", "_capacity", "_first", "_latest", "evicted", "fallback", "missing")
+    __slots__ = ("_allowed", "_capacity", "_first", "_latest", "_on_evict", "fallback", "missing")
 
     def __init__(
         self,
@@ -158,12 +172,13 @@ class RecentLabel:
         *,
         fallback: str = "other",
         missing: str = "unknown",
+        on_evict: Callable[[str], None] | None = None,
     ) -> None:
         self._allowed = {v.strip() for v in allowed} if allowed is not None else None
         self._capacity = capacity
         self._first: dict[str, float] = {}  # release -> its first record's time
         self._latest = float("-inf")
-        self.evicted: list[str] = []  # releases evicted since the caller last emptied it
+        self._on_evict = on_evict  # told each release whose slot went to a newer one
         self.fallback = fallback
         self.missing = missing
 
@@ -190,6 +205,7 @@ class RecentLabel:
             if when <= self._first[oldest]:
                 return self.fallback, True
             del self._first[oldest]
-            self.evicted.append(oldest)
+            if self._on_evict is not None:
+                self._on_evict(oldest)
         self._first[value] = when
         return value, False

@@ -101,7 +101,7 @@ class DriftStage:
         # Bounded again (anything may write to the results topic): the `max_releases` + 2 releases
         # first seen most recently, so that attribution names the release that just broke things
         # however many came before it (`RecentLabel`).
-        self.releases = RecentLabel(slices.releases, slices.max_releases + 2)
+        self.releases = RecentLabel(slices.releases, slices.max_releases + 2, on_evict=self._release_evicted)
         self.services = BoundedLabel.services(slices.services, slices.max_services + 2)
         # Which slices' detectors run yet: every slice the labels allow, exported from here on.
         known = [self.query_types.bound(qt)[0] for qt in slices.query_types]
@@ -110,6 +110,11 @@ class DriftStage:
         self._replaying: set[TopicPartition] = set()
         self.seen = 0  # judgements read (replayed ones included)
         self._bad = 0
+
+    def _release_evicted(self, gone: str) -> None:
+        """A release's first-seen series goes with its attribution slot."""
+        with contextlib.suppress(KeyError):
+            self.metrics.drift.release_first_seen.remove(gone)
 
     def send_examples_to(self, hook: AlertExamplesHook, share: GroupShareHook | None = None) -> None:
         """Hand `hook` the results lines of a raised alert's examples, worst first: alerts raised
@@ -193,13 +198,10 @@ class DriftStage:
                 )
             return
         release, _ = self.releases.bound(line.release, line.time)
-        while self.releases.evicted:  # its first-seen series goes with its slot
-            gone = self.releases.evicted.pop()
-            with contextlib.suppress(KeyError):
-                self.metrics.drift.release_first_seen.remove(gone)
         if not line.replay and line.query_type:
             seen_qt, _ = self.query_types.bound(line.query_type)
-            if self.attribution.seen(seen_qt, release, line.time):
+            named = release not in (self.releases.fallback, self.releases.missing)  # no marker for these
+            if self.attribution.seen(seen_qt, release, line.time) and named:
                 at = self.attribution.release_first_seen[release]
                 self.metrics.drift.release_first_seen.labels(release=release).set(at)
         judged = drift_values(line)

@@ -73,7 +73,8 @@ class IngestStage:
         self.services = BoundedLabel.services(slices.services, slices.max_services)
         # Read by the decoder (process-wide, as its key tables are); bounded for sampled records.
         set_release_keys(slices.release_keys)
-        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)  # RED series
+        self.slices = slices  # samples carry the release itself (`SlicesConfig.release_value`)
         # Their product is bounded too: past `max_label_sets` a new set's RED series fold.
         self.red_budget = metrics.series_budget("red", slices.max_label_sets)
         self.classifier = QueryClassifier(slices.query_types) if slices.classify != "off" else None
@@ -307,7 +308,7 @@ class IngestStage:
         if probability is None:
             release_all(fin.refs)
             return
-        release, _ = self.releases.bound(record.release)
+        release = self.slices.release_value(record.release)
         value = encode_sample(
             record, probability, service, source, now, self._text_limits, release, self.sampler.stratum
         )

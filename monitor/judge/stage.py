@@ -126,7 +126,9 @@ class JudgeStage:
         # Labels read back from the samples topic are bounded again: anything may write to it.
         self.query_types = BoundedLabel.query_types(slices.query_types)
         self.services = BoundedLabel.services(slices.services, slices.max_services)
-        # Bounded again: samples from another ingest version or a foreign producer.
+        # Results lines carry the release as the sample names it (cleaned again: anything may write
+        # to the topic); the estimate counters' label is bounded.
+        self.slices = slices
         self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
         # Their product is bounded too: past `max_label_sets` a new set's estimate counters fold.
         self.estimate_budget = metrics.series_budget("estimate", slices.max_label_sets)
@@ -298,7 +300,7 @@ class JudgeStage:
                 record.query_type, _ = self.query_types.bound(record.query_type)
                 service, _ = self.services.bound(sample.service_label)
                 # The results line and the estimates carry the bounded label, never the raw value.
-                record.release, _ = self.releases.bound(sample.release_label)
+                record.release = self.slices.release_value(sample.release_label)
                 nbytes = len(msg.value)
                 self._held += 1
                 self._held_bytes += nbytes
@@ -444,7 +446,8 @@ class JudgeStage:
         if judgement.ok:
             judgement.citations = check_citations(record.chunks, cited, judgement)
             self.metrics.judge.observe_verdicts(judgement, item.service)
-            self.metrics.estimates.observe(judgement, item.service, record.release, self.estimate_budget)
+            release, _ = self.releases.bound(record.release)
+            self.metrics.estimates.observe(judgement, item.service, release, self.estimate_budget)
             if self.events is not None:
                 self.events.emit(judgement, record)
             self.estimator.observe(judgement)

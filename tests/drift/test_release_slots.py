@@ -68,10 +68,11 @@ def test_the_thirtieth_release_breaking_is_the_suspect_release() -> None:
 
 
 def test_a_late_record_of_a_retired_release_does_not_evict_a_newer_one() -> None:
-    slots = RecentLabel(None, 3)
+    evicted: list[str] = []
+    slots = RecentLabel(None, 3, on_evict=evicted.append)
     for n, t in ((1, 10.0), (2, 20.0), (3, 30.0), (4, 40.0)):
         assert slots.bound(f"v{n}", t) == (f"v{n}", False)
-    assert slots.evicted == ["v1"]
+    assert evicted == ["v1"]
     assert slots.bound("v0", 5.0) == ("other", True)  # older than every release held
     assert slots.bound("v2", 50.0) == ("v2", False)  # held: its slot is by first-seen time
     assert slots.bound("other", 60.0) == ("other", False) and slots.bound(None, 60.0) == ("unknown", False)
