@@ -6,7 +6,10 @@ file, baseline, config, or a target that cannot be replayed) or an LLM judge who
 was not accepted (`--max-usd`, `--yes`); on those nothing is written: a CI job must never pick up
 a half-made baseline. 2 also when the judge failed on the rows of a gated metric (`unmeasured`, see
 `GateConfig.max_judge_failure_share`): the report is written, to say which, the baseline is not.
-A Pushgateway that cannot be reached changes none of these (see `_push`).
+A Pushgateway that cannot be reached changes none of these: the report and baseline are already
+written, exit 2 promises nothing was written, and a monitoring outage must not fail a deploy gate
+nor page as a regression; it is one `warning:` line, and a group that stops being pushed shows in
+Prometheus as a stale `push_time_seconds`, which is where an SRE alerts on it.
 """
 
 from __future__ import annotations
@@ -16,25 +19,20 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from http.client import HTTPException
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.error import HTTPError
-from urllib.parse import urlsplit
 
 import typer
 import yaml
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import basic_auth_handler, default_handler, push_to_gateway
 from pydantic import ValidationError
 from rich.console import Console
 
 from monitor.errors import plural, yaml_error
 from monitor.files import write_atomic
-from monitor.golden.baselines import BaselineMode, parse_modes
+from monitor.golden.baselines import parse_modes
 from monitor.golden.change import Change, parse_change
 from monitor.golden.comparison import BaselineError, load_baseline
-from monitor.golden.config import DEFAULT_PUSH_JOB, PushgatewayConfig, ReplayConfig
+from monitor.golden.config import ReplayConfig
 from monitor.golden.cost import (
     CostEstimate,
     CostRefused,
@@ -44,13 +42,15 @@ from monitor.golden.cost import (
     read_actual,
 )
 from monitor.golden.cost import approve as approve_cost
-from monitor.golden.gauges import GoldenGauges, last_change_gauge
+from monitor.golden.gauges import push_groups
 from monitor.golden.replay import ReplayFailed, run_replay
 from monitor.golden.report import ReplayReport
 from monitor.golden.schema import GoldenCheck, load_golden
 from monitor.golden.targets import make_target
 from monitor.judge import Judge
 from monitor.model import RagRecord
+from monitor.outputs.config import DEFAULT_PUSH_JOB
+from monitor.outputs.pushgateway import Pushgateway
 from monitor.safe_text import terminal_line
 
 __all__ = ["register"]
@@ -87,70 +87,23 @@ def _load_config(path: Path | None) -> ReplayConfig:
         raise typer.Exit(2) from None
 
 
-class _Push:
-    """A push checked before the replay starts (URL, credentials), so a typo fails the run up
-    front (exit 2, nothing written) instead of after it."""
-
-    def __init__(self, cfg: PushgatewayConfig, url: str, instance: str) -> None:
-        parts = urlsplit(url)
-        if parts.username is not None or parts.password is not None:  # not echoed: a secret
-            raise ValueError("--pushgateway: no credentials in the URL; use --push-auth-env (user:password)")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"--pushgateway {url!r}: an http(s) URL with a host, e.g. http://pushgateway:9091"
-            )
-        if not cfg.job.strip():
-            raise ValueError("--push-job: an empty job name")
-        self.url, self.job, self.instance, self.timeout = url, cfg.job, instance, cfg.timeout_seconds
-        self.auth: tuple[str, str] | None = None
-        if cfg.auth_env is not None:
-            user, sep, password = os.environ.get(cfg.auth_env, "").partition(":")
-            if not sep or not user:
-                raise ValueError(f"--push-auth-env: {cfg.auth_env} is unset or not user:password")
-            self.auth = (user, password)
-
-    def describe(self) -> str:
-        return f"Pushgateway {self.url} (job={self.job}, instance={self.instance})"
-
-    def _handler(self, url: str, method: str, timeout: float | None, headers: Any, data: bytes) -> Any:
-        if self.auth is None:
-            return default_handler(url, method, timeout, headers, data)
-        return basic_auth_handler(url, method, timeout, headers, data, *self.auth)
-
-    def push(self, report: ReplayReport) -> str | None:
-        """PUT the report's gauges as the group {job, instance}: the whole group is replaced, so a
-        query type gone from the golden file disappears. Returns why it failed, or None.
-
-        A failed push never changes the exit code, which stays the gate's (0 pass, 1 regression):
-        the report and baseline are already written, exit 2 promises nothing was written, and a
-        monitoring outage must not fail a deploy gate nor page as a regression (a failed Job).
-        It is one `warning:` line on stderr; a group that stops being pushed shows up in
-        Prometheus as a stale `push_time_seconds`, which is where an SRE alerts on it."""
-        registry = CollectorRegistry()
-        GoldenGauges(registry, changes=False).publish(report)
-        groups = [({"instance": self.instance}, registry)]
-        if report.change is not None:
-            # Its own group per kind: the next scheduled push (no change) leaves it standing.
-            change = CollectorRegistry()
-            last_change_gauge(change).labels(kind=report.change.kind).set(report.change.at)
-            groups.append(({"instance": self.instance, "kind": report.change.kind}, change))
-        try:
-            for key, reg in groups:
-                push_to_gateway(
-                    self.url,
-                    job=self.job,
-                    registry=reg,
-                    grouping_key=key,
-                    timeout=self.timeout,
-                    handler=self._handler,
-                )
-        except HTTPError as exc:  # the Pushgateway answered, and said no (401, 400 inconsistent…)
-            return f"HTTP {exc.code} {exc.reason}"
-        except OSError as exc:  # refused, timed out, name not resolved
-            return str(getattr(exc, "reason", None) or exc)
-        except HTTPException as exc:  # something that does not speak HTTP
-            return f"{type(exc).__name__}: {exc}"
-        return None
+def _with_flags(cfg: ReplayConfig, flags: dict[str, Any]) -> ReplayConfig:
+    """`cfg` with each flag given (not None) set at its dotted path, validated as the file is: a
+    flag and its config key cannot disagree on what is valid."""
+    data = cfg.model_dump()
+    for path, value in flags.items():
+        if value is None:
+            continue
+        *parents, leaf = path.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    try:
+        return ReplayConfig.model_validate(data)
+    except ValidationError as exc:
+        _err(f"options: {exc}")
+        raise typer.Exit(2) from None
 
 
 def replay(
@@ -158,7 +111,9 @@ def replay(
     target: Annotated[
         str, typer.Option("--target", help="http(s) URL of the RAG endpoint, or module:function")
     ],
-    k: Annotated[int, typer.Option("--k", min=1, help="chunks asked for and scored (recall@k…)")] = 5,
+    k: Annotated[
+        int | None, typer.Option("--k", min=1, help="chunks asked for and scored (recall@k…; default 5)")
+    ] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="baseline JSON to compare with")] = None,
     write_baseline: Annotated[
         Path | None, typer.Option("--write-baseline", help="store this run as the new baseline")
@@ -168,10 +123,12 @@ def replay(
     config: Annotated[
         Path | None,
         typer.Option(
-            "--config", help="YAML: target (template, mapping, auth_env), gate, intervals, judge_options"
+            "--config",
+            help="YAML: k, concurrency, baselines, gate, intervals (as the sidecar's golden section), "
+            "target (template, mapping, auth_env), judge_options, pushgateway",
         ),
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="requests in flight")] = 8,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="requests in flight (default 8)")] = None,
     timeout: Annotated[float | None, typer.Option(help="seconds per request (default 10)")] = None,
     retries: Annotated[int | None, typer.Option(min=0, help="retries per request (default 2)")] = None,
     auth_env: Annotated[
@@ -248,43 +205,42 @@ def replay(
     from monitor.golden.render import render_report
     from monitor.judge import create_judge
 
-    cfg = _load_config(config)
     try:
-        modes: tuple[BaselineMode, ...] = parse_modes(baselines if baselines else cfg.baselines)
+        chosen = list(parse_modes(baselines)) if baselines else None
         event: Change | None = parse_change(change) if change is not None else None
     except ValueError as exc:
         _err(str(exc))
         raise typer.Exit(2) from None
-    push_flags = {"url": pushgateway, "job": push_job, "instance": push_instance, "auth_env": push_auth_env}
-    push_cfg = cfg.pushgateway.model_copy(update={k: v for k, v in push_flags.items() if v is not None})
-    push: _Push | None = None
-    if push_cfg.url:
-        try:
-            push = _Push(push_cfg, push_cfg.url, push_cfg.instance or golden.name)
-        except ValueError as exc:
-            _err(str(exc))
-            raise typer.Exit(2) from None
-    if gate is not None:
-        cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"mode": gate})})
-    interval_updates: dict[str, Any] = {"resamples": resamples, "seed": seed}
-    interval_cfg = cfg.intervals.model_copy(
-        update={k: v for k, v in interval_updates.items() if v is not None}
-    )
+    flags = {
+        "k": k,
+        "concurrency": concurrency,
+        "baselines": chosen,
+        "gate.mode": gate,
+        "intervals.resamples": resamples,
+        "intervals.seed": seed,
+        "target.timeout_seconds": timeout,
+        "target.retries": retries,
+        "target.auth_env": auth_env,
+        "pushgateway.url": pushgateway,
+        "pushgateway.job": push_job,
+        "pushgateway.instance": push_instance,
+        "pushgateway.auth_env": push_auth_env,
+    }
+    cfg = _with_flags(_load_config(config), flags)
+    modes = parse_modes(cfg.baselines)
+    try:
+        push = Pushgateway(cfg.pushgateway, golden.name) if cfg.pushgateway.url else None
+    except ValueError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
     check = load_golden(golden)
     _print_check(check)
     if not check.ok:
         raise typer.Exit(2)
-    updates: dict[str, Any] = {}
-    if timeout is not None:
-        updates["timeout_seconds"] = timeout
-    if retries is not None:
-        updates["retries"] = retries
-    if auth_env is not None:
-        updates["auth_env"] = auth_env
-    target_cfg = cfg.target.model_copy(update=updates)
+    target_cfg = cfg.target
     try:
         base = load_baseline(baseline) if baseline is not None else None
-        tgt = make_target(target, concurrency=concurrency, config=target_cfg)
+        tgt = make_target(target, concurrency=cfg.concurrency, config=target_cfg)
         jdg = create_judge(judge, cfg.judge_options)
     except (BaselineError, ValueError) as exc:
         _err(str(exc))
@@ -311,12 +267,12 @@ def replay(
             return await run_replay(
                 check.rows,
                 tgt,
-                k=k,
+                k=cfg.k,
                 judge=judging,
-                concurrency=concurrency,
+                concurrency=cfg.concurrency,
                 baseline=base,
                 gate=cfg.gate,
-                intervals=interval_cfg,
+                intervals=cfg.intervals,
                 golden_sha256=check.sha256,
                 golden_path=str(golden),
                 config={"http": public} if target.startswith(("http://", "https://")) else None,
@@ -361,7 +317,7 @@ def replay(
         _write_json(write_baseline, result.baseline())
         console.print(f"baseline written to {write_baseline}")
     if push is not None:
-        failure = push.push(result)
+        failure = push.push(push_groups(result))
         if failure is None:
             console.print(f"results pushed to the {push.describe()}")
         else:

@@ -118,12 +118,26 @@ class GateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["threshold", "interval"] = "threshold"
-
-    max_drop: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.05, "faithfulness": 0.03})
-    floors: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.85, "faithfulness": 0.9})
-    slice_floor: dict[str, float] = Field(default_factory=lambda: {"recall_at_k": 0.75, "faithfulness": 0.75})
-    slice_floors: dict[str, dict[str, float]] = Field(default_factory=dict)
+    mode: Literal["threshold", "interval"] = Field(
+        "threshold",
+        description="threshold: a drop over its threshold fails; interval: only when its interval also "
+        "excludes no change",
+    )
+    max_drop: dict[str, float] = Field(
+        default_factory=lambda: {"recall_at_k": 0.05, "faithfulness": 0.03},
+        description="largest drop from the baseline per metric, absolute, paired on shared rows",
+    )
+    floors: dict[str, float] = Field(
+        default_factory=lambda: {"recall_at_k": 0.85, "faithfulness": 0.9},
+        description="lowest value per metric over all rows",
+    )
+    slice_floor: dict[str, float] = Field(
+        default_factory=lambda: {"recall_at_k": 0.75, "faithfulness": 0.75},
+        description="lowest value per metric in every query type",
+    )
+    slice_floors: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="per query type, floors that override slice_floor"
+    )
     max_judge_failure_share: float = Field(
         0.0,
         ge=0.0,

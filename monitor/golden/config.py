@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from monitor import replay_mark
 from monitor.golden.comparison import GateConfig
 from monitor.golden.intervals import IntervalConfig
+from monitor.outputs.config import PushgatewayConfig
 
 
 class ResponseMapping(BaseModel):
@@ -63,21 +64,29 @@ class HttpTargetConfig(BaseModel):
     backoff_seconds: float = Field(0.2, ge=0)
 
 
-class GoldenConfig(BaseModel):
-    """Scheduled golden replay inside `rag-monitor run`; off unless `file` and `target` are set."""
+class ReplayRunConfig(BaseModel):
+    """How a golden replay runs and is gated: one model for the sidecar's `golden` section and
+    `replay`'s `--config` file (where each flag given wins), so the two cannot drift apart."""
 
     model_config = ConfigDict(extra="forbid")
 
-    file: Path | None = None
-    target: str | None = Field(None, description="http(s) URL of the RAG service, or module:function")
-    interval_seconds: float = Field(3600.0, gt=0)
-    k: int = Field(5, gt=0)
-    baseline: Path | None = None
-    concurrency: int = Field(8, gt=0)
+    k: int = Field(5, gt=0, description="chunks asked for and scored (recall@k…)")
+    concurrency: int = Field(8, gt=0, description="requests in flight to the target")
     baselines: list[Literal["oracle", "no_context"]] = Field(
         default_factory=list,
         description="also replay with the labelled chunks as context (oracle) and with none (no_context)",
     )
+    gate: GateConfig = Field(default_factory=GateConfig)
+    intervals: IntervalConfig = Field(default_factory=IntervalConfig)
+
+
+class GoldenConfig(ReplayRunConfig):
+    """Scheduled golden replay inside `rag-monitor run`; off unless `file` and `target` are set."""
+
+    file: Path | None = None
+    target: str | None = Field(None, description="http(s) URL of the RAG service, or module:function")
+    interval_seconds: float = Field(3600.0, gt=0)
+    baseline: Path | None = None
     report_dir: Path | None = Field(None, description="write each replay's JSON report here")
     trigger_token_file: Path | None = Field(
         None, description="bearer token for POST /golden/replay on the metrics port (unset: no endpoint)"
@@ -101,42 +110,10 @@ class GoldenConfig(BaseModel):
         return self
 
 
-DEFAULT_PUSH_JOB = "rag-monitor-replay"
-
-
-class PushgatewayConfig(BaseModel):
-    """Where `replay` pushes its `ragmon_golden_*` gauges: a batch job (a CronJob pod) is gone
-    before Prometheus could scrape it, so its results go to a Pushgateway, which Prometheus scrapes
-    with `honor_labels: true` (the pushed `job` and `instance` labels are kept)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    url: str | None = Field(
-        None, description="Pushgateway base URL, e.g. http://pushgateway:9091 (unset: no push)"
-    )
-    job: str = Field(DEFAULT_PUSH_JOB, min_length=1, description="`job` label of the pushed group")
-    instance: str | None = Field(
-        None,
-        min_length=1,
-        description="`instance` label of the pushed group (default: the golden file's name)",
-    )
-    auth_env: str | None = Field(
-        None, min_length=1, description="environment variable holding basic auth as user:password"
-    )
-    timeout_seconds: float = Field(10.0, gt=0, description="seconds for the push request")
-
-
-class ReplayConfig(BaseModel):
-    """`--config` file of `replay`: how to talk to the target, the gate, the intervals, the
-    baselines, the judge's options (each flag given on the command line wins over the file)."""
-
-    model_config = ConfigDict(extra="forbid")
+class ReplayConfig(ReplayRunConfig):
+    """`--config` file of `replay`: the run as the sidecar's `golden` section has it, plus how to
+    talk to an HTTP target, the judge's options and where to push the results."""
 
     target: HttpTargetConfig = Field(default_factory=HttpTargetConfig)
-    gate: GateConfig = Field(default_factory=GateConfig)
-    intervals: IntervalConfig = Field(default_factory=IntervalConfig)
-    baselines: list[Literal["oracle", "no_context"]] = Field(
-        default_factory=list, description="as golden.baselines in the sidecar's config"
-    )
     judge_options: dict[str, Any] = Field(default_factory=dict)
     pushgateway: PushgatewayConfig = Field(default_factory=PushgatewayConfig)

@@ -10,8 +10,9 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from monitor.golden.change import CHANGE_KINDS
 from monitor.golden.report import ReplayReport
+from monitor.outputs.pushgateway import Group
 
-__all__ = ["GAUGE_METRICS", "GoldenGauges", "last_change_gauge"]
+__all__ = ["GAUGE_METRICS", "GoldenGauges", "last_change_gauge", "push_groups"]
 
 PREFIX = "ragmon_"
 # The `metric` label values docs/contract.md (Metrics) names for ragmon_golden_metric_ratio.
@@ -127,3 +128,17 @@ def last_change_gauge(registry: CollectorRegistry) -> Gauge:
         ["kind"],
         registry=registry,
     )
+
+
+def push_groups(report: ReplayReport) -> list[Group]:
+    """The report's gauges as Pushgateway groups. The change gauge is a group of its own per kind,
+    so that the next scheduled push (no change), which replaces the results' group, leaves it
+    standing."""
+    results = CollectorRegistry()
+    GoldenGauges(results, changes=False).publish(report)
+    groups: list[Group] = [({}, results)]
+    if report.change is not None:
+        change = CollectorRegistry()
+        last_change_gauge(change).labels(kind=report.change.kind).set(report.change.at)
+        groups.append(({"kind": report.change.kind}, change))
+    return groups

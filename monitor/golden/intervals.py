@@ -58,8 +58,8 @@ class IntervalConfig(BaseModel):
 
     resamples: int = Field(2000, ge=0, description="bootstrap resamples; 0 turns intervals off")
     seed: int = Field(0, description="the same seed and rows give the same intervals")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    method: Literal["bca", "percentile"] = "bca"
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="the intervals' coverage")
+    method: Literal["bca", "percentile"] = Field("bca", description="bootstrap interval: BCa or percentile")
 
     @property
     def enabled(self) -> bool:

@@ -125,6 +125,8 @@ class GoldenService:
                     judge=self._judge,
                     concurrency=cfg.concurrency,
                     baseline=baseline,
+                    gate=cfg.gate,
+                    intervals=cfg.intervals,
                     golden_sha256=check.sha256,
                     golden_path=str(cfg.file),
                     gauges=self.gauges,

@@ -101,3 +101,28 @@ class ResultsConfig(BaseModel):
     def _empty_is_off(cls, topic: str | None) -> str | None:
         """`RAGMON_RESULTS__TOPIC=` (an environment variable cannot be null) turns it off too."""
         return topic or None
+
+
+DEFAULT_PUSH_JOB = "rag-monitor-replay"
+
+
+class PushgatewayConfig(BaseModel):
+    """Where `replay` pushes its `ragmon_golden_*` gauges: a batch job (a CronJob pod) is gone
+    before Prometheus could scrape it, so its results go to a Pushgateway, which Prometheus scrapes
+    with `honor_labels: true` (the pushed `job` and `instance` labels are kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(
+        None, description="Pushgateway base URL, e.g. http://pushgateway:9091 (unset: no push)"
+    )
+    job: str = Field(DEFAULT_PUSH_JOB, min_length=1, description="`job` label of the pushed group")
+    instance: str | None = Field(
+        None,
+        min_length=1,
+        description="`instance` label of the pushed group (default: the golden file's name)",
+    )
+    auth_env: str | None = Field(
+        None, min_length=1, description="environment variable holding basic auth as user:password"
+    )
+    timeout_seconds: float = Field(10.0, gt=0, description="seconds for the push request")

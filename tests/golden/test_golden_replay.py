@@ -115,6 +115,25 @@ def test_baseline_made_with_another_k_is_bad_input(service: str, tmp_path: Path)
     assert r.exit_code == 2 and "not JSON" in r.output
 
 
+def test_the_config_file_sets_what_a_flag_sets_and_a_flag_wins(service: str, tmp_path: Path) -> None:
+    """`k` and `concurrency` are keys of the `--config` file as of the sidecar's `golden` section
+    (one model); a flag given wins; a bad value is exit 2 whichever way it came."""
+    config, baseline = tmp_path / "replay.yaml", tmp_path / "b.json"
+    config.write_text("k: 3\nconcurrency: 2\nintervals: {resamples: 0}\n")
+    target = f"{service}/query"
+    r = _replay("--target", target, "--config", str(config), "--write-baseline", str(baseline))
+    assert r.exit_code == 0, r.output
+    assert json.loads(baseline.read_text())["config"]["k"] == 3
+    r = _replay("--target", target, "--config", str(config), "--k", "4", "--write-baseline", str(baseline))
+    assert r.exit_code == 0, r.output
+    assert json.loads(baseline.read_text())["config"]["k"] == 4
+    config.write_text("k: 0\n")
+    r = _replay("--target", target, "--config", str(config))
+    assert r.exit_code == 2 and "k" in r.output
+    r = _replay("--target", target, "--baselines", "oracle,nope")
+    assert r.exit_code == 2 and "nope" in r.output
+
+
 # --------------------------------------------------------------------------------------------
 # A small local target that misbehaves on request
 
