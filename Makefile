@@ -12,7 +12,7 @@ DEMO_ARGS ?= --duration 60
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-compat compat-venvs lint debs bench clean sanitize fuzz docs image
+.PHONY: demo test test-quick test-compat compat-venvs lint debs bench clean sanitize fuzz docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,11 @@ test: $(STAMP) debs lint
 		tests/ingest/test_decode_fuzz.py tests/ingest/test_decode_compiled.py tests/ingest/test_decode_compiled_fuzz.py \
 		tests/ingest/test_decode_compiled_utf8.py tests/ingest/test_assemble.py tests/ingest/test_assemble_compiled.py \
 		tests/compat/test_captures.py
+
+# The inner loop: lint and the tests that need neither the broker nor processes, images or
+# installs (no apt-get either: tests that need a Debian tool skip without it). `make test` is the gate.
+test-quick: $(STAMP) lint
+	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile -m "not compat and not kafka and not slow"
 
 # The instrumentations users already run, for real (tests/compat, docs/instrument.md#compatibility):
 # one virtualenv per library family under .venv-compat/ (their pins clash: LangChain 1.x and 0.3,

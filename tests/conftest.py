@@ -1,5 +1,7 @@
 """Shared fixtures: one real embedded broker per test session, on a free loopback port; the fake
-Messages / Chat Completions API (test_judge_llm.FakeAPI), one per test module."""
+Messages / Chat Completions API (test_judge_llm.FakeAPI), one per test module. Markers for
+`make test-quick`: `kafka` on every test that uses the broker, `slow` on the end-to-end sets that
+build images, install packages or run the product as a user would."""
 
 from __future__ import annotations
 
@@ -15,6 +17,19 @@ from support import Webhook, alertmanager_process
 from monitor.demo.broker import EmbeddedBroker
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
+
+# Files whose tests each take tens of seconds to minutes: processes, images, installs.
+_SLOW = ("tests/demo/", "tests/deploy/test_image.py", "tests/deploy/test_light_install.py",
+         "tests/test_readme_path.py", "tests/test_process.py", "tests/test_hostile_traffic.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
+        if Path(item.fspath).resolve().relative_to(root).as_posix().startswith(_SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from monitor.config import ConfigError, Role, Settings, load_settings
+from monitor.cli.settings import load_or_exit
+from monitor.config import Role, Settings
 from monitor.errors import plural
 from monitor.kafka.config import Encoding
 from monitor.safe_text import log_text
@@ -115,14 +116,6 @@ def _hard_exit(seconds: float) -> None:
     os._exit(1)
 
 
-def _load(config: Path | None, overrides: dict[str, object]) -> Settings:
-    try:
-        return load_settings(config, overrides)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", help="YAML config file")] = None,
@@ -147,7 +140,7 @@ def run(
     results (judge stage), detect drift on the results and alert (drift stage); metrics on
     /metrics. SIGTERM drains and exits 0."""
     _setup_logging(log_level)
-    settings = _load(
+    settings = load_or_exit(
         config,
         {
             "kafka": {
@@ -247,7 +240,7 @@ def calibrate(
     )
 
     _setup_logging("WARNING")
-    settings = _load(config, {"judge": {"backend": judge}})
+    settings = load_or_exit(config, {"judge": {"backend": judge}})
     backend = settings.judge.backend
     if backend == "none":
         typer.echo("error: calibrate needs a judge backend", err=True)
@@ -372,7 +365,7 @@ def config_show(
 
     from monitor.drift.arming import expected_arming
 
-    settings = _load(config, {})
+    settings = load_or_exit(config, {})
     typer.echo(yaml.safe_dump(settings.redacted(), sort_keys=False), nl=False)
     if not settings.results.topic:
         return  # no results topic: no drift stage

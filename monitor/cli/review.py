@@ -32,7 +32,7 @@ def review_command(
     contradicted / not in context, answerable, refusal warranted, a note. Each saved record is a line
     of the labels file in the format `calibrate` reads; records already there are passed over, so a
     session can stop and resume. Exit 2 on bad arguments or an unreadable queue file."""
-    from monitor.cli import _load
+    from monitor.cli.settings import load_or_exit
     from monitor.errors import plural
     from monitor.review.app import Feed, ReviewApp
     from monitor.review.labels import LabelsFile
@@ -53,7 +53,7 @@ def review_command(
     elif topic is not None:
         from monitor.review.topic import topic_lines
 
-        settings = _load(config, {"kafka": {"bootstrap_servers": bootstrap_servers}})
+        settings = load_or_exit(config, {"kafka": {"bootstrap_servers": bootstrap_servers}})
         read, source = QueueRead(), f"topic {topic}"
         feed = functools.partial(topic_lines, settings.kafka, topic)
 

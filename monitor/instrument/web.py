@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from monitor.instrument.spans import _REPLAY, replay_scope
+from monitor.instrument.spans import replay_scope
 from monitor.replay_mark import MAX_AGE_SECONDS, body_digest, check, secret_from_env
 
 __all__ = ["REPLAY_HEADER", "ReplayMiddleware", "is_replay", "replay_scope"]
@@ -165,11 +165,8 @@ class ReplayMiddleware:
         if not flag:
             await self.app(scope, replayed, send)
             return
-        token = _REPLAY.set(True)
-        try:
+        with replay_scope():
             await self.app(scope, replayed, send)
-        finally:
-            _REPLAY.reset(token)
 
     async def _read_body(self, receive: Receive) -> tuple[list[Message], bytes, bool | None]:
         """The body's messages (to hand on), its SHA-256, and True when it was read whole (None:

@@ -221,7 +221,9 @@ def test_a_flood_stays_bounded_and_never_waits() -> None:
 
     seconds, grown, written = asyncio.run(go())
     assert written == 100  # what waited for the stuck sink: queue_size lines, then written
-    assert seconds < 5.0  # offers never wait (~160 µs a record here, building it and tracemalloc included)
+    # Offers never wait: a wait on the stuck sink would last for ever; ~80 µs a record on a quiet
+    # machine (building it and tracemalloc included), the bound allows a loaded one.
+    assert seconds < 60.0
     # The de-duplication set holds the queued ids only (100), not the flood's.
     assert grown < 1_000_000, grown
 
