@@ -30,6 +30,7 @@ from monitor.errors import error_line, yaml_error
 from monitor.estimate import EstimatePolicy
 from monitor.golden.config import GoldenConfig
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
+from monitor.judge.backends import LLM_BACKENDS
 from monitor.judge.config import JudgeConfig, JudgeQueue, ReviewConfig
 from monitor.kafka.config import KafkaConfig
 from monitor.outputs.config import MetricsConfig, ResultsConfig
@@ -195,7 +196,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _judge_labels_need_an_llm(self) -> Settings:
-        if self.slices.classify == "judge" and self.judge.backend not in ("anthropic", "openai"):
+        if self.slices.classify == "judge" and self.judge.backend not in LLM_BACKENDS:
             raise ValueError(
                 f"slices.classify=judge needs an LLM judge (judge.backend anthropic or openai), "
                 f"not {self.judge.backend!r}"

@@ -20,6 +20,7 @@ from monitor.drift.retrieval import RetrievalDriftMonitor
 from monitor.drift.stage import DriftStage
 from monitor.ingest.stage import IngestStage
 from monitor.judge import Judge, create_judge
+from monitor.judge.backends import LLM_BACKENDS
 from monitor.judge.review import ReviewQueue, alert_queue
 from monitor.judge.stage import JudgeStage
 from monitor.kafka.client import client_kwargs
@@ -47,7 +48,7 @@ def build_judge(settings: Settings) -> Judge | None:
     if jc.backend == "none":
         return None
     options = jc.options
-    if jc.backend in ("anthropic", "openai"):
+    if jc.backend in LLM_BACKENDS:
         # The workers are the in-flight bound; the backend's own semaphore must not halve it.
         options = {"max_concurrency": jc.workers, **options}
         if settings.slices.classify == "judge":  # `unknown` means "no label": not a choice for the judge

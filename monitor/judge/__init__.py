@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from monitor.judge.backends import LLM_BACKENDS, llm_backend
 from monitor.judge.lexical import LexicalJudge
 from monitor.judge.protocol import Judge, skip_reason
 
@@ -37,27 +38,14 @@ def create_judge(kind: JudgeKind | str, config: dict[str, Any] | None = None) ->
     config = config or {}
     if kind == "lexical":
         return LexicalJudge(**config)
-    if kind == "anthropic":
-        from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
-
-        return AnthropicJudge(AnthropicJudgeConfig.model_validate(config))
-    if kind == "openai":
-        from monitor.judge.openai_judge import OpenAIJudge, OpenAIJudgeConfig
-
-        return OpenAIJudge(OpenAIJudgeConfig.model_validate(config))
-    raise ValueError(f"unknown judge {kind!r}: expected lexical, anthropic or openai")
+    if kind not in LLM_BACKENDS:
+        raise ValueError(f"unknown judge {kind!r}: expected lexical, {' or '.join(LLM_BACKENDS)}")
+    backend = llm_backend(kind)
+    return backend.judge(backend.config.model_validate(config))
 
 
 def llm_judge_config(kind: str, options: Mapping[str, Any]) -> LLMJudgeConfig:
     """`options` validated as the LLM judge `kind` takes them (pydantic's ValidationError for a bad
     one), without creating the judge: for callers configured like the judge (``judge_options``)
     that build their own calls, such as the golden-set synthesizer."""
-    if kind == "anthropic":
-        from monitor.judge.anthropic_judge import AnthropicJudgeConfig
-
-        return AnthropicJudgeConfig.model_validate(dict(options))
-    if kind == "openai":
-        from monitor.judge.openai_judge import OpenAIJudgeConfig
-
-        return OpenAIJudgeConfig.model_validate(dict(options))
-    raise ValueError(f"no LLM judge {kind!r}: expected anthropic or openai")
+    return llm_backend(kind).config.model_validate(dict(options))

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from monitor.errors import error_line
+from monitor.judge.backends import LLM_BACKENDS, llm_backend
 from monitor.judge.budget import BudgetPolicy
 from monitor.judge.lexical import LexicalJudge
 from monitor.results import ReviewReason
@@ -68,7 +69,7 @@ class JudgeConfig(BaseModel):
         """An LLM judge with no USD limit configured gets the default daily cap, so a wrong
         sampling rate or a flood of traffic costs a bounded sum (`judge.budget.usd_per_day: null`
         lifts it)."""
-        if self.backend in ("anthropic", "openai"):
+        if self.backend in LLM_BACKENDS:
             self.budget = self.budget.with_default_cap()
         return self
 
@@ -109,14 +110,8 @@ def _option_problems(exc: ValidationError, owner: str, known: list[str]) -> str:
 def _judge_options_model(backend: str) -> type[BaseModel]:
     """The model `create_judge` validates `judge.options` with. The LLM modules are imported for
     their own backend only: they pull in their SDKs."""
-    if backend == "anthropic":
-        from monitor.judge.anthropic_judge import AnthropicJudgeConfig
-
-        return AnthropicJudgeConfig
-    if backend == "openai":
-        from monitor.judge.openai_judge import OpenAIJudgeConfig
-
-        return OpenAIJudgeConfig
+    if backend in LLM_BACKENDS:
+        return llm_backend(backend).config
     # The lexical judge takes its options as keyword arguments: the model is its signature.
     hints = get_type_hints(LexicalJudge.__init__)
     fields: dict[str, Any] = {
