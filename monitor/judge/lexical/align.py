@@ -5,19 +5,55 @@ from __future__ import annotations
 
 import dataclasses
 
-from monitor.judge.lexical.claims import (
-    ClaimWords,
-    Row,
-    Thresholds,
-    checked,
-    local,
-    near_its_words,
-    neighbours,
-    polarity,
-)
+from monitor.judge.lexical.claims import WINDOW, ClaimWords, Row, Thresholds, checked, polarity
 from monitor.judge.lexical.terse import terse_verdict
-from monitor.judge.lexical.text import Passage, Sentence
+from monitor.judge.lexical.text import EMPTY, Passage, Sentence, tokens
 from monitor.model import Claim, Quote, Verdict
+
+_NEIGHBOURS = 2  # content words on each side of a name that place it
+
+
+def _neighbours(text: str) -> dict[str, frozenset[str]]:
+    """Per name or number of a claim, the nearest `_NEIGHBOURS` other content words on each side."""
+    toks = [t for t in tokens(text) if t.stems]
+    out: dict[str, frozenset[str]] = {}
+    for i, t in enumerate(toks):
+        if not t.names:
+            continue
+        near: list[str] = []
+        for rng in (range(i - 1, -1, -1), range(i + 1, len(toks))):
+            k = 0
+            for j in rng:
+                if toks[j].names:
+                    continue
+                near.extend(toks[j].stems)
+                k += 1
+                if k == _NEIGHBOURS:
+                    break
+        for n in t.names:
+            out[n] = out.get(n, EMPTY) | frozenset(near)
+    return out
+
+
+def _local(near: dict[str, frozenset[str]], sent: Sentence, names: frozenset[str]) -> bool:
+    """Whether the sentence that supplies these names of the claim also holds a word next to each
+    (`near`: the claim's `_neighbours`)."""
+    return all(not near.get(n) or near[n] & sent.words for n in names)
+
+
+def _near_its_words(near: dict[str, frozenset[str]], sent: Sentence, names: frozenset[str]) -> bool:
+    """Whether each of these names stands in the sentence within `WINDOW` tokens of a word it
+    stands next to in the claim (`near`: the claim's `_neighbours`), where the sentence has any."""
+    for n in names:
+        words = near.get(n, EMPTY) & sent.words
+        if not words:
+            continue
+        at = [k for k, t in enumerate(sent.toks) if n in t.stems]
+        by = [k for k, t in enumerate(sent.toks) if not words.isdisjoint(t.stems)]
+        if at and by and min(abs(a - b) for a in at for b in by) > WINDOW:
+            return False
+    return True
+
 
 _PAIR_CANDIDATES = 6  # sentences (the best aligned) tried in pairs
 _PAIR_MIN_WORDS = 2
@@ -108,7 +144,7 @@ def _pair(
     best: tuple[int, list[tuple[Passage, Sentence]]] | None = None
     loose: tuple[int, list[tuple[Passage, Sentence]]] | None = None
     need = support_threshold * total
-    near: dict[str, frozenset[str]] | None = None  # the claim's `neighbours`, once it is needed
+    near: dict[str, frozenset[str]] | None = None  # the claim's `_neighbours`, once it is needed
     for i, (_, _, _, c1, s1, a1) in enumerate(top):
         w1 = claim.words & s1.words
         for _, _, _, c2, s2, a2 in top[i + 1 :]:
@@ -125,8 +161,8 @@ def _pair(
                 from2, from1 = claim.required - s1.words - a1, claim.required - s2.words - a2
                 if from2 or from1:
                     if near is None:
-                        near = neighbours(claim.text)
-                    if not (local(near, s2, from2) and local(near, s1, from1)):
+                        near = _neighbours(claim.text)
+                    if not (_local(near, s2, from2) and _local(near, s1, from1)):
                         named = False  # a name taken from the other sentence, away from its words
             if named and (best is None or hits > best[0]):
                 best = (hits, pair)
@@ -143,9 +179,9 @@ def _placed(claim: ClaimWords, aligned: list[tuple[Passage, Sentence]]) -> Claim
     claim is `uncertain` (`name_misplaced`)."""
     names = claim.required - claim.query
     if names:
-        near = neighbours(claim.text)
+        near = _neighbours(claim.text)
         for _, sent in aligned:
-            if not near_its_words(near, sent, names & sent.words):
+            if not _near_its_words(near, sent, names & sent.words):
                 quote = [Quote(c.id, t.text, True) for c, t in aligned]
                 flip = polarity(claim, [t for _, t in aligned])
                 if flip is not None:

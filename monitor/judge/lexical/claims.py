@@ -1,13 +1,12 @@
 """Claims as the lexical judge aligns them: the words an answer sentence claims and must have found
-(`make_claim`), where a claim's names stand, and its polarity against the aligned sentence(s)
-(`checked`)."""
+(`make_claim`), and its polarity against the aligned sentence(s) (`checked`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from monitor.judge.lexical.slots import CHOICE, OR, kind_of, slot_of
-from monitor.judge.lexical.text import EMPTY, Passage, Sentence, analyse, tokens
+from monitor.judge.lexical.text import EMPTY, Passage, Sentence, analyse
 from monitor.model import Claim, Quote, Verdict
 
 
@@ -49,50 +48,6 @@ class ClaimWords:
 # the claim's names and numbers are all there, its chunk, the sentence, the names it refers back to).
 Row = tuple[int, int, bool, Passage, Sentence, frozenset[str]]
 WINDOW = 5  # tokens either side of a word that stand near it
-
-_NEIGHBOURS = 2  # content words on each side of a name that place it
-
-
-def neighbours(text: str) -> dict[str, frozenset[str]]:
-    """Per name or number of a claim, the nearest `_NEIGHBOURS` other content words on each side."""
-    toks = [t for t in tokens(text) if t.stems]
-    out: dict[str, frozenset[str]] = {}
-    for i, t in enumerate(toks):
-        if not t.names:
-            continue
-        near: list[str] = []
-        for rng in (range(i - 1, -1, -1), range(i + 1, len(toks))):
-            k = 0
-            for j in rng:
-                if toks[j].names:
-                    continue
-                near.extend(toks[j].stems)
-                k += 1
-                if k == _NEIGHBOURS:
-                    break
-        for n in t.names:
-            out[n] = out.get(n, EMPTY) | frozenset(near)
-    return out
-
-
-def local(near: dict[str, frozenset[str]], sent: Sentence, names: frozenset[str]) -> bool:
-    """Whether the sentence that supplies these names of the claim also holds a word next to each
-    (`near`: the claim's `neighbours`)."""
-    return all(not near.get(n) or near[n] & sent.words for n in names)
-
-
-def near_its_words(near: dict[str, frozenset[str]], sent: Sentence, names: frozenset[str]) -> bool:
-    """Whether each of these names stands in the sentence within `WINDOW` tokens of a word it
-    stands next to in the claim (`near`: the claim's `neighbours`), where the sentence has any."""
-    for n in names:
-        words = near.get(n, EMPTY) & sent.words
-        if not words:
-            continue
-        at = [k for k, t in enumerate(sent.toks) if n in t.stems]
-        by = [k for k, t in enumerate(sent.toks) if not words.isdisjoint(t.stems)]
-        if at and by and min(abs(a - b) for a in at for b in by) > WINDOW:
-            return False
-    return True
 
 
 def _opposite(marker: str) -> str:
