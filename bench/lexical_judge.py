@@ -541,17 +541,27 @@ def evaluate(judge: Any, all_cases: list[Case], errors: int = 0) -> dict[str, An
     }
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout
+
+
 def judge_at(rev: str) -> Any:
-    """The lexical judge as committed at `rev` (read with `git show`, imported from a temp file)."""
-    text = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:monitor/judge/lexical.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / f"lexical_{rev.replace('/', '_')}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    """The lexical judge as committed at `rev`, read with `git show` and imported from a temp copy
+    under a name of its own: the package `monitor/judge/lexical/` (its imports of itself pointed at
+    the copy), or, before it was split, the module `monitor/judge/lexical.py`."""
+    name = "lexical_" + re.sub(r"\W", "_", rev)
+    tmp = Path(tempfile.mkdtemp())
+    listed = _git("ls-tree", "--name-only", rev, "monitor/judge/lexical/").split()
+    if listed:
+        (tmp / name).mkdir()
+        for path in (p for p in listed if p.endswith(".py")):
+            text = _git("show", f"{rev}:{path}").replace("monitor.judge.lexical", name)
+            (tmp / name / Path(path).name).write_text(text)
+        sys.path.insert(0, str(tmp))
+        return importlib.import_module(name).LexicalJudge()
+    path = tmp / f"{name}.py"
+    path.write_text(_git("show", f"{rev}:monitor/judge/lexical.py"))
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there while it loads
@@ -675,7 +685,7 @@ def lofo(all_cases: list[Case]) -> None:
 
     families = sorted({c.source for c in all_cases}, key=lambda f: FAMILIES.index(f))
     settings, per_setting, seconds, _ = run_grid(all_cases)
-    default = settings.index({k: getattr(LexicalJudge(), k) for k in GRID})
+    default = settings.index({k: getattr(LexicalJudge().thresholds, k) for k in GRID})
     print(
         f"\nleave-one-family-out: {len(settings)} settings ({'/'.join(GRID)}); chosen on the other families:"
         f" worst family's balanced accuracy on decided, deciding >= {MIN_DECIDED:.0%} of each"
@@ -749,7 +759,7 @@ def load_sample(path: Path = SAMPLE) -> list[Item]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rev", help="also evaluate monitor/judge/lexical.py as committed at this git revision")
+    p.add_argument("--rev", help="also evaluate the lexical judge as committed at this git revision")
     p.add_argument("--sample", action="store_true", help="evaluate the committed test sample instead")
     p.add_argument("--split", choices=("dev", "held-out"), help="only this split")
     p.add_argument(

@@ -492,13 +492,13 @@ def synthesize_cmd(
     With an LLM generator the cost is estimated before any request: the run stops there (exit 2)
     unless the estimate is within --max-usd or --yes is given. Exit 0 rows written, 1 none kept
     (the drops say why), 2 bad input or cost refused (nothing written)."""
+    from monitor.golden.render import render_synthesis
     from monitor.golden.synthesize import (
         LLM_GENERATORS,
         make_generator,
         plan,
         quotas_for,
         read_corpus,
-        render_report,
         synthesize,
         write_rows,
     )
@@ -568,7 +568,7 @@ def synthesize_cmd(
 
     result = asyncio.run(go())
     console = Console(width=None if sys.stdout.isatty() else 160)
-    render_report(result, console)
+    render_synthesis(result, console)
     actual = gen.actual()
     if est is not None and actual is not None:
         result.cost = {"estimate": est.to_json_dict(), "actual": actual.to_json_dict()}

@@ -12,7 +12,7 @@ has all of it, per query type too.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, JustifyMethod
 from rich.table import Table
@@ -24,7 +24,10 @@ from monitor.golden.intervals import Interval
 from monitor.golden.report import CORRECTNESS_METHOD, ReplayReport
 from monitor.golden.scores import ALL
 
-__all__ = ["render_report"]
+if TYPE_CHECKING:
+    from monitor.golden.synthesize import SynthesisReport
+
+__all__ = ["render_report", "render_synthesis"]
 
 _COLUMNS = (
     ("recall_at_k", "recall@k"),
@@ -323,3 +326,28 @@ def render_report(report: ReplayReport, console: Console) -> None:
             f"[bold red]REGRESSION[/]: {plural(len(report.regressions), 'finding')} — {real} real "
             f"(the interval excludes no change), {noise} could be row noise (gate {mode}: {why}) (exit 1)"
         )
+
+
+def render_synthesis(report: SynthesisReport, console: Console) -> None:
+    """`golden synthesize`: per type, wanted, generated, kept and the drops by reason; then the
+    totals."""
+    dropped = report.dropped_by_reason()
+    table = Table(title=f"golden synthesize ({report.generator} → {report.target}, top {report.k})")
+    for name in ("query type", "wanted", "generated", "kept", *dropped):
+        table.add_column(name, justify="left" if name == "query type" else "right")
+    for qtype, c in report.by_type.items():
+        short = "[yellow]" if c.kept < c.wanted else ""
+        table.add_row(
+            qtype, str(c.wanted), str(c.generated), f"{short}{c.kept}", *(str(c.dropped[r]) for r in dropped)
+        )
+    table.add_row(
+        "all",
+        str(sum(c.wanted for c in report.by_type.values())),
+        str(report.generated),
+        str(report.kept),
+        *(str(n) for n in dropped.values()),
+        style="bold",
+    )
+    console.print(table)
+    said = ", ".join(f"{r} {n}" for r, n in dropped.items()) or "none"
+    console.print(f"kept {report.kept} of {report.generated} generated; dropped: {said}")

@@ -22,12 +22,11 @@ from fake_llm import FakeAPI, Reply, anthropic_message, openai_completion
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
+from monitor.golden.cost import CostActual, CostEstimate
 from monitor.golden.schema import load_golden
 from monitor.golden.synthesize import (
     TOOL_NAME,
     UNANSWERABLE,
-    CostActual,
-    CostEstimate,
     Failure,
     Proposal,
     SourceChunk,

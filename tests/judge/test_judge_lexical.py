@@ -13,7 +13,8 @@ from support import python_child
 
 from monitor.demo.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
 from monitor.judge.calibrate import Labels, compare
-from monitor.judge.lexical import LexicalJudge, is_refusal, split_claims
+from monitor.judge.lexical import CACHES, LexicalJudge, is_refusal, split_claims
+from monitor.judge.lexical.text import Memo
 from monitor.model import Chunk, Judgement, RagRecord, Verdict
 
 CHUNKS = [
@@ -456,6 +457,19 @@ def test_judgement_does_not_depend_on_the_hash_seed() -> None:
     assert knapsack[0][0]["verdict"] == "supported"
     assert aristocats[0][0]["verdict"] == "uncertain", aristocats[0][0]
     assert aristocats[0][0]["evidence"][0]["chunk_id"] == "c0"
+
+
+def test_the_caches_change_no_verdict_are_bounded_and_clear() -> None:
+    """What is worked out per distinct text is kept for every judge (`CACHES`): a judgement is the
+    same with them warm or cleared, and a memo past its bound starts again."""
+    record = rec("Derek Cha founded Sweet Frog in 2009. He started in Richmond.")
+    warm = judge.judge_sync(record).claims
+    CACHES.clear()
+    assert len(CACHES.tokens) == len(CACHES.places) == len(CACHES.runs) == len(CACHES.types) == 0
+    assert judge.judge_sync(record).claims == warm and len(CACHES.tokens) > 0
+    small = Memo[str, int](2)
+    small.table().update(a=1, b=2, c=3)
+    assert small.table() == {} and len(small) == 0  # over its bound: a new table
 
 
 # -- terse answers as a class: located through the question's entities, weighed against alternatives --

@@ -490,7 +490,7 @@ def test_skip_reasons() -> None:
 def test_create_judge() -> None:
     j = create_judge("lexical")
     assert isinstance(j, LexicalJudge) and isinstance(j, Judge)
-    assert create_judge("lexical", {"support_threshold": 0.8}).support_threshold == 0.8  # type: ignore[attr-defined]
+    assert create_judge("lexical", {"support_threshold": 0.8}).thresholds.support_threshold == 0.8  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="unknown judge"):
         create_judge("gpt-judge")
     with pytest.raises(ValueError):
