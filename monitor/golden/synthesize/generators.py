@@ -8,10 +8,11 @@ from monitor.golden.synthesize.corpus import SourceChunk
 from monitor.golden.synthesize.llm import LLMGenerator
 from monitor.golden.synthesize.tasks import Generator
 from monitor.golden.synthesize.template import TemplateGenerator
+from monitor.judge.backends import LLM_BACKENDS
 from monitor.llm.chat import OpenAIClientConfig
 from monitor.llm.config import ClientConfig
 
-LLM_GENERATORS = ("anthropic", "openai")
+LLM_GENERATORS = LLM_BACKENDS  # a generator is configured as that judge is (`judge_options`)
 
 
 def make_generator(kind: str, chunks: Sequence[SourceChunk], llm: ClientConfig | None = None) -> Generator:
