@@ -70,7 +70,7 @@ class _Sample:
     ref: MessageRef
     partition: TopicPartition
     service: str  # the bounded label value
-    type_source: str  # where query_type came from: span, rules (the judge may relabel), none
+    type_source: str  # where query_type came from: span, rules, none; judge once it relabelled
     clipped: dict[str, int] | None  # what the sample left out of the record's text
     attempts: int = 0  # outage errors of this sample
     successes_before: int = -1  # the breaker's success count at this sample's first outage error
@@ -78,6 +78,7 @@ class _Sample:
     query_type: str = ""  # the line's: the judge may have relabelled the record
     nbytes: int = 0  # the sample message's size: what holding it costs, near enough
     stratum: str | None = None  # what the sampler sampled it as (absent in older samples)
+    record_query_type: str | None = None  # the record's own label, once the judge relabelled it
 
 
 class JudgeStage:
@@ -377,94 +378,124 @@ class JudgeStage:
 
     async def _judge_item(self, item: _Sample) -> bytes | None:
         """The results line of one sample, or None when the judge was down (judge it again)."""
-        record = item.record
+        record, judge = item.record, self.judge
         item.query_type = record.query_type
-        source: str = item.type_source
-        record_query_type: str | None = None
-
-        def line(
-            judgement: Judgement | None = None, skipped: str | None = None, repeat: list[str] | None = None
-        ) -> ResultLine:
-            return result_line(
-                record,
-                sampling_weight=item.weight,
-                query_type_source=source,
-                clipped=item.clipped,
-                judge_skipped=skipped,
-                record_query_type=record_query_type,
-                judgement=judgement,
-                repeat_disagreements=repeat,
-                stratum=item.stratum,
-            )
-
-        if self.judge is None:
-            return encode_result(line())
+        if judge is None:
+            return encode_result(self._line(item))
         # The judge reads the answer without its citation markers ("[2]" is neither a number of
         # a claim nor a word to cover); the citations are checked against its claims afterwards.
         judged, cited = read_citations(record)
         skip = skip_reason(judged)
         judgement: Judgement | None = None
         if skip is None:
-            probe = await self.breaker.admit()
-            judgement = await self.judge.try_judge(judged, sampling_weight=item.weight)
-            if judgement is not None and judgement.outcome in OUTAGE:
-                await self.breaker.failure(judgement.outcome, probe, judgement.error or "")
-                item.attempts += 1
-                if item.successes_before < 0:
-                    item.successes_before = self.breaker.successes
-                # Written failed only when the judge has worked for other samples since: then
-                # this sample, not the judge, is the trouble. In an outage nothing is given up.
-                served_others = self.breaker.successes > item.successes_before
-                spent = item.attempts >= self.config.breaker.max_attempts
-                if spent and not served_others:
-                    # No other sample since (a quiet topic, or this one came last): ask the judge
-                    # something it can answer rather than hold the partition until traffic comes.
-                    served_others = await self._canary()
-                if not spent or not served_others:
-                    self.metrics.judge_retries.inc()
-                    return None
-            elif judgement is not None:
-                await self.breaker.success()
-            elif probe:  # the budget said no before the probe could tell: let another probe
-                await self.breaker.abandon_probe()
+            judgement, again = await self._ask(judge, item, judged)
+            if again:
+                return None
         if judgement is None:
             skip = skip or "budget"
             self.metrics.judge.skipped.labels(
                 service=item.service, query_type=record.query_type, reason=skip
             ).inc()
-            return encode_result(line(skipped=skip))
-        if self._judge_labels and item.type_source == "rules" and judgement.judged_query_type:
-            # The judge read the query: its label beats the rules' for what it judged.
-            # Weights stay 1/p, so per-type estimates are domain estimates, still unbiased.
-            judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
-            item.query_type = judgement.query_type
-            source = "judge"
-            # The label the ingest stage watched it under (its retrieval drift, pinned from here).
-            record_query_type = record.query_type
+            return encode_result(self._line(item, skipped=skip))
+        self._relabel(item, judgement)
         if self.self_evaluation.check(record.model, judgement):
             self.self_judged_model = record.model
         if judgement.ok:
             judgement.citations = check_citations(record.chunks, cited, judgement)
-            self.metrics.judge.observe_verdicts(judgement, item.service)
-            release, _ = self.releases.bound(record.release)
-            self.metrics.estimates.observe(judgement, item.service, release, self.estimate_budget)
-            if self.events is not None:
-                self.events.emit(judgement, record)
-            self.estimator.observe(judgement)
-        differ: list[str] | None = None
-        if judgement.ok and self._repeat and blake2b_fraction(record.trace_id + ":repeat") < self._repeat:
-            # Same budget, and the first thing to give up when it runs short.
-            again = await self.judge.try_judge(judged, sampling_weight=item.weight)
-            if again is not None and again.ok:
-                differ = disagreements(judgement, again)
-                self.metrics.judge.repeats.inc()
-                for check in differ:
-                    self.metrics.judge.disagreements.labels(check=check).inc()
+            self._observe(item, judgement)
+        differ = await self._judge_again(judge, item, judged, judgement)
         self.judged_seen += 1
-        result = line(judgement, repeat=differ)
+        result = self._line(item, judgement, repeat=differ)
         if self.review is not None:
             self.review.offer(result)  # never waits: a full queue or budget drops (counted)
         return encode_result(result)
+
+    async def _ask(
+        self, judge: MeteredJudge, item: _Sample, judged: RagRecord
+    ) -> tuple[Judgement | None, bool]:
+        """The judge's judgement (None: the budget said no), and whether to judge the sample
+        again later instead (the judge is down), through the circuit breaker."""
+        probe = await self.breaker.admit()
+        judgement = await judge.try_judge(judged, sampling_weight=item.weight)
+        if judgement is None:
+            if probe:  # the budget said no before the probe could tell: let another probe
+                await self.breaker.abandon_probe()
+            return None, False
+        if judgement.outcome not in OUTAGE:
+            await self.breaker.success()
+            return judgement, False
+        await self.breaker.failure(judgement.outcome, probe, judgement.error or "")
+        item.attempts += 1
+        if item.successes_before < 0:
+            item.successes_before = self.breaker.successes
+        # Written failed only when the judge has worked for other samples since: then this
+        # sample, not the judge, is the trouble. In an outage nothing is given up.
+        served_others = self.breaker.successes > item.successes_before
+        spent = item.attempts >= self.config.breaker.max_attempts
+        if spent and not served_others:
+            # No other sample since (a quiet topic, or this one came last): ask the judge
+            # something it can answer rather than hold the partition until traffic comes.
+            served_others = await self._canary()
+        if not spent or not served_others:
+            self.metrics.judge_retries.inc()
+            return judgement, True
+        return judgement, False
+
+    def _relabel(self, item: _Sample, judgement: Judgement) -> None:
+        """The judge read the query: its label beats the rules' for what it judged. Weights stay
+        1/p, so per-type estimates are domain estimates, still unbiased."""
+        if not (self._judge_labels and item.type_source == "rules" and judgement.judged_query_type):
+            return
+        judgement.query_type, _ = self.query_types.bound(judgement.judged_query_type)
+        item.query_type = judgement.query_type
+        item.type_source = "judge"
+        # The label the ingest stage watched it under (its retrieval drift, pinned from here).
+        item.record_query_type = item.record.query_type
+
+    def _observe(self, item: _Sample, judgement: Judgement) -> None:
+        """A judgement that holds, into the verdict counters, the estimates and the events."""
+        self.metrics.judge.observe_verdicts(judgement, item.service)
+        release, _ = self.releases.bound(item.record.release)
+        self.metrics.estimates.observe(judgement, item.service, release, self.estimate_budget)
+        if self.events is not None:
+            self.events.emit(judgement, item.record)
+        self.estimator.observe(judgement)
+
+    async def _judge_again(
+        self, judge: MeteredJudge, item: _Sample, judged: RagRecord, judgement: Judgement
+    ) -> list[str] | None:
+        """For a share of judged records, the checks a second judgement disagrees on (None: not
+        repeated). Same budget, and the first thing to give up when it runs short."""
+        trace_id = item.record.trace_id
+        if not (judgement.ok and self._repeat and blake2b_fraction(trace_id + ":repeat") < self._repeat):
+            return None
+        again = await judge.try_judge(judged, sampling_weight=item.weight)
+        if again is None or not again.ok:
+            return None
+        differ = disagreements(judgement, again)
+        self.metrics.judge.repeats.inc()
+        for check in differ:
+            self.metrics.judge.disagreements.labels(check=check).inc()
+        return differ
+
+    def _line(
+        self,
+        item: _Sample,
+        judgement: Judgement | None = None,
+        skipped: str | None = None,
+        repeat: list[str] | None = None,
+    ) -> ResultLine:
+        return result_line(
+            item.record,
+            sampling_weight=item.weight,
+            query_type_source=item.type_source,
+            clipped=item.clipped,
+            judge_skipped=skipped,
+            record_query_type=item.record_query_type,
+            judgement=judgement,
+            repeat_disagreements=repeat,
+            stratum=item.stratum,
+        )
 
     async def _write_loop(self) -> None:
         while True:
