@@ -89,3 +89,14 @@ def chat_text(text: str | None, limit: int | None = None) -> str:
     """`text` for a chat message or an alert annotation (Slack, Markdown, HTML receivers): one line
     (`one_line`, `limit` characters of it), its markup shown as the characters it is."""
     return _MENTION.sub("\uff20", one_line(text, limit).translate(_CHAT))
+
+
+_TAG = re.compile(r"<[^<>]*>")
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def trace_text(text: str | None, limit: int) -> str:
+    """`text` for another telemetry backend (a span attribute, a Phoenix annotation), which its UI
+    may render as Markdown or HTML: one line (`one_line`), HTML tags removed and Markdown links and
+    images reduced to their label, at most `limit` characters."""
+    return one_line(_MD_LINK.sub(r"\1", _TAG.sub("", one_line(text))), limit)

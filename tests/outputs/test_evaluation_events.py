@@ -26,10 +26,10 @@ from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.llm.outcome import JudgeOutcome
 from monitor.model import Chunk, Claim, Judgement, RagRecord
+from monitor.outputs.config import EventsConfig
 from monitor.outputs.evaluation_events import (
     EVENT_NAME,
     EvaluationEventSink,
-    EventsConfig,
     evaluation_events,
 )
 
@@ -345,7 +345,7 @@ def test_events_arrive_on_the_judged_span(receiver: Receiver, caplog: pytest.Log
     # The secret header and user text never reach our own logs (DEBUG included: urllib3 too).
     assert "SECRETMARKER" not in caplog.text
     assert not [m for m in MARKERS if m in caplog.text]
-    assert "exporting to http://127.0.0.1" in caplog.text and "Authorization" in caplog.text
+    assert "exporting over OTLP/http to http://127.0.0.1" in caplog.text and "Authorization" in caplog.text
 
 
 def test_invalid_ids_skip_the_record(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
@@ -426,5 +426,5 @@ async def test_sidecar_sends_an_event_set_per_judged_trace(
     assert anchors == {(t, r["span_id"]) for t, r in lines.items()}
     names = [attrs(lr)["gen_ai.evaluation.name"] for _, lr in receiver.records()]
     assert names.count("answer_relevance") == 12  # one per judgement, whatever else applied
-    exported = sample(sidecar, "ragmon_evaluation_events_total", outcome="exported")
+    exported = sample(sidecar, "ragmon_evaluation_events_total", sink="logs", outcome="exported")
     assert exported == len(receiver.records()) > 12
