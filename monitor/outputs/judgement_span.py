@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind
 
 from monitor.model import Judgement, RagRecord
@@ -133,8 +134,18 @@ class JudgementSpanSink(OtlpVerdictSink):
 
     def _start(self, config: EventsConfig, url: str) -> Settling:
         exporter = SettlingSpanExporter(otlp_exporter("traces", url, config), self.budget, _span_size)
+        # Always sampled and limits of its own: the environment's OTEL_TRACES_SAMPLER or span
+        # limits are the application's choice, not a reason to lose or clip a verdict.
         self._provider = TracerProvider(
-            resource=Resource.create(dict(config.resource_attributes)), shutdown_on_exit=False
+            sampler=ALWAYS_ON,
+            resource=Resource.create(dict(config.resource_attributes)),
+            shutdown_on_exit=False,
+            span_limits=SpanLimits(
+                max_span_attributes=64,
+                max_events=config.max_claims + 8,
+                max_event_attributes=32,
+                max_attribute_length=None,
+            ),
         )
         self._provider.add_span_processor(
             BatchSpanProcessor(
