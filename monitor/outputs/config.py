@@ -120,6 +120,7 @@ class PhoenixConfig(BaseModel):
     span_wait_seconds: float = Field(
         300.0, ge=0, description="how long an annotation waits for Phoenix to have its span (404)"
     )
+    span_retry_seconds: float = Field(5.0, gt=0, description="between tries of an annotation waiting so")
 
     @field_validator("url")
     @classmethod

@@ -9,7 +9,7 @@ Phoenix's REST API (checked against arize-phoenix 20.26's /openapi.json): ``POST
 the request is stored). Unsynced requests (the default) are queued inside Phoenix and retried there
 for ten minutes, so their outcome is never known; synced ones are, and a 404 is expected here: the
 service sends its traces to Phoenix on its own, and they may land after the judge is done. So the
-annotations of unknown spans wait and are retried every few seconds, for at most
+annotations of unknown spans wait and are retried every `span_retry_seconds`, for at most
 `span_wait_seconds`; the rest of their request is sent again at once. The ``identifier`` makes a
 resend (or a re-judged record) an update, never a duplicate.
 
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 PATH = "/v1/span_annotations"
 IDENTIFIER = "rag-monitor"
 CODE_JUDGES = frozenset({"lexical"})  # judged by code, not by a model
-_SPAN_RETRY_SECONDS = 5.0
 _MAX_BACKOFF = 30.0
 _HEX16 = re.compile(r"\b[0-9a-f]{16}\b")
 
@@ -251,7 +250,7 @@ class PhoenixAnnotationSink:
             if now >= item.gave_up_at or self.budget.closed:  # closing: that was the last try
                 expired.append(item)
             else:
-                item.due = now + _SPAN_RETRY_SECONDS
+                item.due = now + self._config.span_retry_seconds
                 self._waiting.append(item)
         if expired:
             log.warning("phoenix annotations: %d for spans Phoenix never had, dropped", len(expired))
