@@ -12,7 +12,9 @@ the device that shows it:
 - a chat message or alert annotation (`chat_text`): one line, controls as spaces, then Slack's and
   HTML's `& < >` as entities (no `<!channel>`, `<url|label>` or `<img>`), Markdown's `[ ]` escaped
   (no disguised link) and `@channel`-style mentions shown with a full-width ＠ (no ping);
-- a log line (`log_text`): one line, everything the terminal rule escapes escaped, newlines too.
+- a log line (`log_text`): one line, everything the terminal rule escapes escaped, newlines too;
+- another telemetry backend (`trace_text`: a span attribute, a Phoenix annotation, shown by a web
+  UI that may render Markdown or HTML): one plain line, tags and Markdown links gone, clipped.
 
 The terminal rule works character by character, so a text may be escaped in pieces (the review
 UI marks quotes inside a chunk) with the same result as whole.

@@ -150,8 +150,10 @@ class EventsConfig(BaseModel):
     # Often credentials (Authorization, API keys): kept out of repr, and only names are ever logged.
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     timeout_seconds: float = Field(10.0, gt=0, description="per export request, retries included")
-    max_queue_size: int = Field(2048, gt=0, description="events waiting for export; beyond: dropped")
-    max_queue_bytes: int = Field(8 << 20, gt=0, description="their bytes; beyond: dropped")
+    max_queue_size: int = Field(
+        2048, gt=0, description="log events, or spans, waiting for export (each exporter); beyond: dropped"
+    )
+    max_queue_bytes: int = Field(8 << 20, gt=0, description="their bytes (each exporter); beyond: dropped")
     export_interval_seconds: float = Field(1.0, gt=0, description="longest wait before a batch is sent")
     compression: Literal["none", "gzip"] = "none"
     resource_attributes: dict[str, str] = Field(default_factory=lambda: {"service.name": "rag-monitor"})
