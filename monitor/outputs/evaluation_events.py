@@ -68,6 +68,7 @@ from monitor.outputs.export_queue import attributes_size
 from monitor.outputs.otlp_export import (
     MAX_EXPORT_BATCH,
     OtlpVerdictSink,
+    Provider,
     Settling,
     SettlingLogExporter,
     otlp_exporter,
@@ -195,16 +196,16 @@ class EvaluationEventSink(OtlpVerdictSink):
             raise ValueError("EvaluationEventSink needs events.endpoint")
         super().__init__(config, config.endpoint)
 
-    def _start(self, config: EventsConfig, url: str) -> Settling:
+    def _start(self, config: EventsConfig, url: str) -> tuple[Provider, Settling]:
         exporter = SettlingLogExporter(
             otlp_exporter("logs", url, config),
             self.budget,
             lambda r: attributes_size(r.log_record.attributes),
         )
-        self._provider = LoggerProvider(
+        provider = LoggerProvider(
             resource=Resource.create(dict(config.resource_attributes)), shutdown_on_exit=False
         )
-        self._provider.add_log_record_processor(
+        provider.add_log_record_processor(
             BatchLogRecordProcessor(
                 exporter,
                 schedule_delay_millis=config.export_interval_seconds * 1000,
@@ -212,8 +213,8 @@ class EvaluationEventSink(OtlpVerdictSink):
                 max_queue_size=config.max_queue_size,
             )
         )
-        self._logger = self._provider.get_logger("monitor.outputs.evaluation_events")
-        return exporter
+        self._logger = provider.get_logger("monitor.outputs.evaluation_events")
+        return provider, exporter
 
     @classmethod
     def from_config(cls, config: EventsConfig) -> EvaluationEventSink | None:
@@ -237,6 +238,3 @@ class EvaluationEventSink(OtlpVerdictSink):
                     event_name=EVENT_NAME,
                 )
             )
-
-    def _provider_shutdown(self) -> None:
-        self._provider.shutdown()

@@ -52,6 +52,7 @@ from monitor.outputs.export_queue import attributes_size
 from monitor.outputs.otlp_export import (
     MAX_EXPORT_BATCH,
     OtlpVerdictSink,
+    Provider,
     Settling,
     SettlingSpanExporter,
     otlp_exporter,
@@ -132,11 +133,11 @@ class JudgementSpanSink(OtlpVerdictSink):
         """The sink, or None when the span is off (`mode: logs`)."""
         return cls(config) if config.span_on else None
 
-    def _start(self, config: EventsConfig, url: str) -> Settling:
+    def _start(self, config: EventsConfig, url: str) -> tuple[Provider, Settling]:
         exporter = SettlingSpanExporter(otlp_exporter("traces", url, config), self.budget, _span_size)
         # Always sampled and limits of its own: the environment's OTEL_TRACES_SAMPLER or span
         # limits are the application's choice, not a reason to lose or clip a verdict.
-        self._provider = TracerProvider(
+        provider = TracerProvider(
             sampler=ALWAYS_ON,
             resource=Resource.create(dict(config.resource_attributes)),
             shutdown_on_exit=False,
@@ -147,7 +148,7 @@ class JudgementSpanSink(OtlpVerdictSink):
                 max_attribute_length=None,
             ),
         )
-        self._provider.add_span_processor(
+        provider.add_span_processor(
             BatchSpanProcessor(
                 exporter,
                 schedule_delay_millis=config.export_interval_seconds * 1000,
@@ -155,8 +156,8 @@ class JudgementSpanSink(OtlpVerdictSink):
                 max_queue_size=config.max_queue_size,
             )
         )
-        self._tracer = self._provider.get_tracer("monitor.outputs.judgement_span")
-        return exporter
+        self._tracer = provider.get_tracer("monitor.outputs.judgement_span")
+        return provider, exporter
 
     def _emit(self, judgement: Judgement, record: RagRecord, context: Context) -> None:
         if not judgement.ok:
@@ -177,9 +178,6 @@ class JudgementSpanSink(OtlpVerdictSink):
         for name, attributes in plan.events:
             span.add_event(name, attributes, timestamp=end)
         span.end(end_time=end)
-
-    def _provider_shutdown(self) -> None:
-        self._provider.shutdown()
 
 
 def _span_size(span: ReadableSpan) -> int:

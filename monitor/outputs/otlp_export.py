@@ -14,7 +14,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -29,7 +29,7 @@ from monitor.model import Judgement, RagRecord
 from monitor.outputs.config import EventsConfig, safe_url
 from monitor.outputs.export_queue import PendingBudget, SinkStats
 
-__all__ = ["OtlpVerdictSink", "Settling", "anchor", "id_problem", "otlp_exporter"]
+__all__ = ["OtlpVerdictSink", "Provider", "Settling", "anchor", "id_problem", "otlp_exporter"]
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,12 @@ class SettlingSpanExporter(Settling, SpanExporter):
         return result
 
 
+class Provider(Protocol):
+    """The SDK's LoggerProvider or TracerProvider, as far as the sink uses it."""
+
+    def shutdown(self) -> object: ...
+
+
 class OtlpVerdictSink(ABC):
     """One OTLP verdict exporter: its own provider (never the global one: the application's
     telemetry is not exported, and shutdown is ours to time), a batch processor, a budget.
@@ -154,7 +160,7 @@ class OtlpVerdictSink(ABC):
         self.budget = PendingBudget(self.sink, config.max_queue_size, config.max_queue_bytes)
         self._text_limit = config.text_limit
         self._shutdown_result: bool | None = None
-        self._exporter: Settling = self._start(config, url)
+        self._provider, self._exporter = self._start(config, url)
         shown = config.redacted()
         log.info(
             "%s: exporting over OTLP/%s to %s (headers: %s)",
@@ -165,16 +171,13 @@ class OtlpVerdictSink(ABC):
         )
 
     @abstractmethod
-    def _start(self, config: EventsConfig, url: str) -> Settling:
-        """Build the provider and its batch processor; the settling exporter they send through."""
+    def _start(self, config: EventsConfig, url: str) -> tuple[Provider, Settling]:
+        """Build the provider and its batch processor; it, and the settling exporter it sends
+        through."""
 
     @abstractmethod
     def _emit(self, judgement: Judgement, record: RagRecord, context: Context) -> None:
         """Queue the items of one judgement (each admitted through `self.budget`)."""
-
-    @abstractmethod
-    def _provider_shutdown(self) -> None:
-        """Flush and stop the provider (blocking, may take the SDK's 30 s)."""
 
     def emit(self, judgement: Judgement, record: RagRecord) -> None:
         """Queue the verdicts of one judgement of `record`. Never blocks, never raises: past the
@@ -229,7 +232,8 @@ class OtlpVerdictSink(ABC):
         return ok
 
     def _stop_provider(self) -> None:
+        """Flush and stop the provider (blocking: the SDK's may take 30 s)."""
         try:
-            self._provider_shutdown()
+            self._provider.shutdown()
         except Exception as exc:
             log.warning("%s: shutdown failed: %r", self.sink, exc)
