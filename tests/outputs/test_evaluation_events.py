@@ -38,6 +38,7 @@ from tests.outputs.verdict_cases import (
     by_name,
     claims,
     closed_port,
+    grpc_receiver,
     hung_url,
     judged,
     otlp_receiver,
@@ -199,6 +200,23 @@ def test_events_arrive_on_the_judged_span(receiver: Receiver, caplog: pytest.Log
     assert "SECRETMARKER" not in caplog.text
     assert not [m for m in MARKERS if m in caplog.text]
     assert "exporting over OTLP/http to http://127.0.0.1" in caplog.text and "Authorization" in caplog.text
+
+
+def test_events_over_grpc() -> None:
+    with grpc_receiver("logs") as (url, received):
+        sink = sink_for(url, protocol="grpc", headers={"Authorization": SECRET})
+        sink.emit(ONE_UNSUPPORTED, record())
+        assert sink.shutdown(5.0) is True
+    assert sink.stats().exported == len(evaluation_events(ONE_UNSUPPORTED))
+    ((request, metadata),) = received
+    assert metadata["authorization"] == SECRET
+    logs = [lr for rl in request.resource_logs for sl in rl.scope_logs for lr in sl.log_records]
+    assert {attrs(lr)["gen_ai.evaluation.name"] for lr in logs} == {
+        "faithfulness",
+        "false_refusal",
+        "answer_relevance",
+    }
+    assert all(lr.span_id == bytes.fromhex(SPAN) for lr in logs)
 
 
 def test_invalid_ids_skip_the_record(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:

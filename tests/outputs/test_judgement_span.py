@@ -4,16 +4,11 @@ HTTP and gRPC (a real grpcio server; no mock of the SDK or of the transport)."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Any
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from pydantic import ValidationError
 
@@ -31,6 +26,7 @@ from tests.outputs.verdict_cases import (
     TRACE,
     Receiver,
     attrs,
+    grpc_receiver,
     judged,
     otlp_receiver,
     record,
@@ -181,33 +177,11 @@ def test_spans_over_http(traces: Receiver, caplog: pytest.LogCaptureFixture) -> 
     assert "SECRETMARKER" not in caplog.text
 
 
-@pytest.fixture
-def grpc_receiver() -> Iterator[tuple[str, list[tuple[Any, dict[str, str]]]]]:
-    """A real OTLP/gRPC traces receiver (grpcio): its URL, and (request, metadata) received."""
-    received: list[tuple[Any, dict[str, str]]] = []
-    lock = threading.Lock()
-
-    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request: Any, context: Any) -> ExportTraceServiceResponse:
-            with lock:
-                received.append((request, dict(context.invocation_metadata())))
-            return ExportTraceServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}", received
-    finally:
-        server.stop(0)
-
-
-def test_spans_over_grpc(grpc_receiver: tuple[str, list[tuple[Any, dict[str, str]]]]) -> None:
-    url, received = grpc_receiver
-    sink = span_sink(url, protocol="grpc", headers={"Authorization": SECRET}, include_text=True)
-    sink.emit(ONE_UNSUPPORTED, record())
-    assert sink.shutdown(5.0) is True
+def test_spans_over_grpc() -> None:
+    with grpc_receiver("traces") as (url, received):
+        sink = span_sink(url, protocol="grpc", headers={"Authorization": SECRET}, include_text=True)
+        sink.emit(ONE_UNSUPPORTED, record())
+        assert sink.shutdown(5.0) is True
     assert sink.stats().exported == 1
     ((request, metadata),) = received
     assert metadata["authorization"] == SECRET

@@ -9,15 +9,19 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -130,6 +134,38 @@ def otlp_receiver(path: str) -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@contextmanager
+def grpc_receiver(signal: str) -> Iterator[tuple[str, list[tuple[Any, dict[str, str]]]]]:
+    """A real OTLP/gRPC receiver of `signal` (logs, traces) on loopback (grpcio): its URL, and the
+    (request, metadata) pairs it received."""
+    received: list[tuple[Any, dict[str, str]]] = []
+    lock = threading.Lock()
+
+    def export(request: Any, context: Any) -> Any:
+        with lock:
+            received.append((request, dict(context.invocation_metadata())))
+        return (ExportLogsServiceResponse if signal == "logs" else ExportTraceServiceResponse)()
+
+    if signal == "logs":
+        servicer: Any = type(
+            "Logs", (logs_service_pb2_grpc.LogsServiceServicer,), {"Export": staticmethod(export)}
+        )
+        add: Any = logs_service_pb2_grpc.add_LogsServiceServicer_to_server
+    else:
+        servicer = type(
+            "Traces", (trace_service_pb2_grpc.TraceServiceServicer,), {"Export": staticmethod(export)}
+        )
+        add = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    add(servicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", received
+    finally:
+        server.stop(0)
 
 
 def closed_port() -> int:
