@@ -81,6 +81,7 @@ __all__ = [
     "AttrValue",
     "EvaluationEventSink",
     "evaluation_events",
+    "judged_record",
 ]
 
 log = logging.getLogger(__name__)
@@ -109,15 +110,10 @@ _RELEVANCE: dict[int, tuple[str, str]] = {
 # -- mapping: pure, so it is tested without an exporter --------------------------------------------
 
 
-def evaluation_events(
-    judgement: Judgement, *, replay: bool = False, text_limit: int | None = None
-) -> list[dict[str, AttrValue]]:
-    """The attributes of each `gen_ai.evaluation.result` event for one judgement (table above).
-
-    Only verdicts, counts and closed label sets, unless `text_limit` is set (`events.include_text`):
-    then faithfulness's explanation names the unsupported claims, each cleaned and clipped.
-    """
-    common: dict[str, AttrValue] = {
+def judged_record(judgement: Judgement, *, replay: bool) -> dict[str, AttrValue]:
+    """The ``rag.*`` attributes every verdict carries, whichever way it leaves: the slice, the
+    judge, the weight, and the marks of a replay and of a self-judged answer."""
+    return {
         "rag.service": judgement.service,
         "rag.query_type": judgement.query_type,
         "rag.judge.backend": judgement.backend,
@@ -126,6 +122,17 @@ def evaluation_events(
         "rag.replay": replay,
         "rag.self_judged": judgement.self_judged,
     }
+
+
+def evaluation_events(
+    judgement: Judgement, *, replay: bool = False, text_limit: int | None = None
+) -> list[dict[str, AttrValue]]:
+    """The attributes of each `gen_ai.evaluation.result` event for one judgement (table above).
+
+    Only verdicts, counts and closed label sets, unless `text_limit` is set (`events.include_text`):
+    then faithfulness's explanation names the unsupported claims, each cleaned and clipped.
+    """
+    common = judged_record(judgement, replay=replay)
     if not judgement.ok:
         return [{ATTR_NAME: FAILED_EVALUATION_NAME, ATTR_ERROR_TYPE: judgement.outcome.value, **common}]
 

@@ -47,6 +47,7 @@ from monitor.outputs.evaluation_events import (
     EVENT_NAME,
     AttrValue,
     evaluation_events,
+    judged_record,
 )
 from monitor.outputs.export_queue import attributes_size
 from monitor.outputs.otlp_export import (
@@ -86,8 +87,10 @@ def judgement_span(
 ) -> JudgementSpan:
     """The span of one successful judgement (module docstring)."""
     checks = evaluation_events(judgement, replay=replay, text_limit=text_limit)
-    common = {k: v for k, v in checks[0].items() if k.startswith("rag.")} if checks else {}
-    attributes: dict[str, SpanAttrValue] = {"openinference.span.kind": "EVALUATOR", **common}
+    attributes: dict[str, SpanAttrValue] = {
+        "openinference.span.kind": "EVALUATOR",
+        **judged_record(judgement, replay=replay),
+    }
     lines = []
     for check in checks:
         name = str(check[ATTR_NAME])

@@ -40,6 +40,7 @@ from monitor.outputs.evaluation_events import (
     ATTR_NAME,
     ATTR_SCORE,
     evaluation_events,
+    judged_record,
 )
 from monitor.outputs.export_queue import PendingBudget, SinkStats
 from monitor.outputs.otlp_export import id_problem
@@ -59,9 +60,10 @@ def span_annotations(
     judgement: Judgement, span_id: str, *, replay: bool = False, text_limit: int | None = None
 ) -> list[dict[str, Any]]:
     """The annotation of each check of a successful judgement (the log events' mapping)."""
+    context = judged_record(judgement, replay=replay)
+    metadata = {"source": IDENTIFIER, **{k.removeprefix("rag."): v for k, v in context.items()}}
     out = []
     for check in evaluation_events(judgement, replay=replay, text_limit=text_limit):
-        metadata = {k.removeprefix("rag."): v for k, v in check.items() if k.startswith("rag.")}
         out.append(
             {
                 "span_id": span_id.lower(),
@@ -72,7 +74,7 @@ def span_annotations(
                     "score": check[ATTR_SCORE],
                     "explanation": check[ATTR_EXPLANATION],
                 },
-                "metadata": {"source": IDENTIFIER, **metadata},
+                "metadata": metadata,
                 "identifier": IDENTIFIER,
             }
         )
