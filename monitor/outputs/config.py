@@ -83,27 +83,6 @@ class MetricsConfig(BaseModel):
     )
 
 
-class ResultsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    file: Path | None = None
-    file_max_bytes: int = Field(
-        100 * 1024 * 1024, ge=0, description="rotate the results file past this size (0: never)"
-    )
-    file_keep: int = Field(5, ge=0, description="rotated results files kept: file.1 (newest) .. file.N")
-    topic: str | None = Field(
-        "rag-monitor-judgements",
-        description="keyed by query type; the drift stage reads it. Unset: <kafka.group_id>-judgements; "
-        'null or "": no results topic (and no drift)',
-    )
-
-    @field_validator("topic")
-    @classmethod
-    def _empty_is_off(cls, topic: str | None) -> str | None:
-        """`RAGMON_RESULTS__TOPIC=` (an environment variable cannot be null) turns it off too."""
-        return topic or None
-
-
 class PhoenixConfig(BaseModel):
     """`events.phoenix`: each check also posted to Phoenix as an annotation on the judged root span
     (`monitor/outputs/phoenix_annotations.py`). Off unless `url` is set."""
@@ -223,3 +202,24 @@ def safe_url(url: str) -> str:
         host = f"[{host}]"
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+class ResultsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    file: Path | None = None
+    file_max_bytes: int = Field(
+        100 * 1024 * 1024, ge=0, description="rotate the results file past this size (0: never)"
+    )
+    file_keep: int = Field(5, ge=0, description="rotated results files kept: file.1 (newest) .. file.N")
+    topic: str | None = Field(
+        "rag-monitor-judgements",
+        description="keyed by query type; the drift stage reads it. Unset: <kafka.group_id>-judgements; "
+        'null or "": no results topic (and no drift)',
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _empty_is_off(cls, topic: str | None) -> str | None:
+        """`RAGMON_RESULTS__TOPIC=` (an environment variable cannot be null) turns it off too."""
+        return topic or None
