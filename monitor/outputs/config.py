@@ -90,7 +90,12 @@ class PhoenixConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str | None = Field(None, description="Phoenix base URL, e.g. http://phoenix:6006; None = off")
-    token: SecretStr | None = Field(None, description="Phoenix API key, sent as a bearer token")
+    token_file: Path | None = Field(
+        None, description="Phoenix API key, sent as a bearer token: a file (e.g. a mounted Kubernetes secret)"
+    )
+    token: SecretStr | None = Field(
+        None, description="the key itself, for RAGMON_EVENTS__PHOENIX__TOKEN (prefer the file)"
+    )
     batch_size: int = Field(100, gt=0, le=1000, description="annotations a request")
     max_queue_size: int = Field(4096, gt=0, description="annotations pending; beyond: dropped")
     max_queue_bytes: int = Field(4 << 20, gt=0, description="their bytes; beyond: dropped")
@@ -105,6 +110,25 @@ class PhoenixConfig(BaseModel):
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         return _check_url(v, "http://phoenix:6006")
+
+    @model_validator(mode="after")
+    def _one_token(self) -> PhoenixConfig:
+        if self.token_file is not None and self.token is not None:
+            raise ValueError("give token_file or token, not both")
+        return self
+
+    def bearer(self) -> str | None:
+        """The API key (the file's content, whitespace stripped), None without one. ValueError,
+        naming the file but never its content, when it cannot be read."""
+        if self.token is not None:
+            return self.token.get_secret_value()
+        if self.token_file is None:
+            return None
+        try:
+            return self.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+            raise ValueError(f"cannot read events.phoenix.token_file {self.token_file}: {reason}") from None
 
 
 class EventsConfig(BaseModel):

@@ -108,7 +108,8 @@ class PhoenixAnnotationSink:
         self._waiting: list[_Pending] = []  # for a span Phoenix does not have yet
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        headers = {"Authorization": f"Bearer {config.token.get_secret_value()}"} if config.token else {}
+        token = config.bearer()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(
             base_url=config.url.rstrip("/"), headers=headers, timeout=config.timeout_seconds
         )

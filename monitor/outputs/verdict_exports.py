@@ -29,10 +29,11 @@ class VerdictExports:
     @classmethod
     def from_config(cls, config: EventsConfig) -> VerdictExports | None:
         """The exporters `config` turns on; None when it turns on none."""
+        # Phoenix first: it may refuse to start (an unreadable token file) before any thread runs.
+        phoenix = PhoenixAnnotationSink.from_config(config.phoenix, config.text_limit)
         otlp: list[OtlpVerdictSink] = [
             s for s in (EvaluationEventSink.from_config(config), JudgementSpanSink.from_config(config)) if s
         ]
-        phoenix = PhoenixAnnotationSink.from_config(config.phoenix, config.text_limit)
         return cls(otlp, phoenix) if otlp or phoenix else None
 
     def start(self) -> None:

@@ -13,9 +13,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from support import eventually
 
 from monitor.config import load_settings
@@ -144,6 +146,21 @@ async def test_annotations_are_stored_with_the_token(
     assert path == "/v1/span_annotations?sync=true"  # synced: a 404 tells a span Phoenix lacks
     assert headers["authorization"] == f"Bearer {TOKEN}"
     assert "TOKENMARKER" not in caplog.text and "TOKENMARKER" not in repr(sink.stats())
+
+
+async def test_the_token_comes_from_a_file(phoenix: FakePhoenix, tmp_path: Path) -> None:
+    secret = tmp_path / "phoenix-token"
+    secret.write_text(f"{TOKEN}\n")
+    sink = sink_for(phoenix.url, token_file=str(secret))
+    sink.emit(GROUNDED, record())
+    await eventually(lambda: len(phoenix.stored) == 3, within=10, what="annotations stored")
+    await sink.close(1.0)
+    assert phoenix.requests[0][1]["authorization"] == f"Bearer {TOKEN}"
+    with pytest.raises(ValueError, match="phoenix-token-missing") as caught:
+        PhoenixConfig(url=phoenix.url, token_file=tmp_path / "phoenix-token-missing").bearer()
+    assert "TOKENMARKER" not in str(caught.value)
+    with pytest.raises(ValidationError, match="not both"):
+        PhoenixConfig(url=phoenix.url, token_file=secret, token=TOKEN)
 
 
 async def test_a_span_phoenix_does_not_have_yet_waits_and_lands(phoenix: FakePhoenix) -> None:
