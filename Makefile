@@ -12,7 +12,7 @@ DEMO_ARGS ?= --duration 60
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-compat test-phoenix compat-venvs lint debs bench clean sanitize fuzz docs image
+.PHONY: demo test test-compat compat-venvs lint debs bench clean sanitize fuzz docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,7 @@ test-compat: $(STAMP) debs compat-venvs
 
 # The verdicts in a real Phoenix server and on its trace page in headless Chromium (~1 min; the
 # first run installs Phoenix into .venv-compat/phoenix). Part of test-compat too.
+.PHONY: test-phoenix
 test-phoenix: $(STAMP) debs .venv-compat/phoenix/.installed
 	$(BIN)/pytest -q -p no:cacheprovider -m compat tests/compat/test_phoenix_live.py
 
