@@ -25,8 +25,8 @@ $(STAMP): pyproject.toml
 # Pushgateway receives `replay --pushgateway`, stunnel puts TLS in front of the embedded broker, and
 # podman, buildah, mmdebstrap and runc build and run the image (tests/deploy/test_image.py, `make image`;
 # runc: crun refuses hosts with cgroup v1/v2 hybrid hierarchies); `rag-monitor review` runs in a real
-# tmux pane (tests/review/test_review_tmux.py).
-# apt runs only for what is missing.
+# tmux pane (tests/review/test_review_tmux.py); headless chromium reads Phoenix's trace page
+# (tests/compat/test_phoenix_live.py). apt runs only for what is missing.
 debs:
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
@@ -38,6 +38,7 @@ debs:
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	command -v runc >/dev/null || missing="$$missing runc"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 
@@ -89,8 +90,9 @@ test-quick: $(STAMP) lint
 # one virtualenv per library family under .venv-compat/ (their pins clash: LangChain 1.x and 0.3,
 # Haystack 3 and 2), rebuilt when its requirements file changes; the apps run there, the broker
 # and the sidecar in .venv. Too heavy for `make test` (LlamaIndex, LangChain, Haystack, DSPy and
-# their dependencies are ~2 GB); .ci/run runs both.
-COMPAT_LIBS := llamaindex langchain langchain-040 haystack haystack2 dspy
+# their dependencies are ~2 GB); .ci/run runs both. `phoenix` is no instrumentation but the Phoenix
+# server the verdicts are sent to (tests/compat/test_phoenix_live.py), run from its venv.
+COMPAT_LIBS := llamaindex langchain langchain-040 haystack haystack2 dspy phoenix
 COMPAT_STAMPS := $(foreach l,$(COMPAT_LIBS),.venv-compat/$(l)/.installed)
 
 .venv-compat/%/.installed: tests/compat/requirements-%.txt
@@ -104,6 +106,12 @@ compat-venvs: $(COMPAT_STAMPS)
 
 test-compat: $(STAMP) debs compat-venvs
 	$(BIN)/pytest -q -p no:cacheprovider -m compat tests/compat
+
+# The verdicts in a real Phoenix server and on its trace page in headless Chromium (~1 min; the
+# first run installs Phoenix into .venv-compat/phoenix). Part of test-compat too.
+.PHONY: test-phoenix
+test-phoenix: $(STAMP) debs .venv-compat/phoenix/.installed
+	$(BIN)/pytest -q -p no:cacheprovider -m compat tests/compat/test_phoenix_live.py
 
 # The three extensions built with AddressSanitizer and UndefinedBehaviorSanitizer into $(SAN_DIR),
 # beside a link farm of the package, so that PYTHONPATH=$(SAN_DIR) imports them in place of the

@@ -73,9 +73,9 @@ NOTES = {
     "estimates.confidence": "the bounds' confidence level",
     "metrics.port": "serves /metrics, /healthz and /readyz (0: any free port)",
     "results.file": "the results JSONL file (none: no file)",
-    "events.headers": "HTTP headers sent with the events (values masked in config show)",
-    "events.compression": "compression of the OTLP/HTTP requests",
-    "events.resource_attributes": "the OpenTelemetry resource the events carry",
+    "events.headers": "HTTP headers (gRPC metadata) of the events and spans (values masked in config show)",
+    "events.compression": "compression of the OTLP requests",
+    "events.resource_attributes": "the OpenTelemetry resource the events and spans carry",
     "alerts.resend_seconds": "how often Alertmanager is told every alert's state",
     "alerts.timeout_seconds": "timeout of one send to a sink",
 }

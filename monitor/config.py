@@ -33,8 +33,7 @@ from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
 from monitor.judge.backends import LLM_BACKENDS
 from monitor.judge.config import JudgeConfig, JudgeQueue, ReviewConfig
 from monitor.kafka.config import KafkaConfig
-from monitor.outputs.config import MetricsConfig, ResultsConfig
-from monitor.outputs.evaluation_events import EventsConfig
+from monitor.outputs.config import EventsConfig, MetricsConfig, ResultsConfig
 from monitor.slices import SlicesConfig
 
 # The CLI flags of the `load_settings` call under way: the source that beats the environment.

@@ -479,8 +479,9 @@ class Metrics:
         )
         self.evaluation_events = Counter(
             f"{PREFIX}evaluation_events",
-            "OTel gen_ai.evaluation.result events, by outcome (exported, failed, dropped)",
-            ["outcome"],
+            "Verdicts sent to tracing UIs, by sink (logs: gen_ai.evaluation.result log events; span: "
+            "rag.judgement spans; phoenix: span annotations) and outcome (exported, failed, dropped)",
+            ["sink", "outcome"],
             registry=r,
         )
         self.budget_remaining = Gauge(

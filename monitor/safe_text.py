@@ -12,7 +12,9 @@ the device that shows it:
 - a chat message or alert annotation (`chat_text`): one line, controls as spaces, then Slack's and
   HTML's `& < >` as entities (no `<!channel>`, `<url|label>` or `<img>`), Markdown's `[ ]` escaped
   (no disguised link) and `@channel`-style mentions shown with a full-width ＠ (no ping);
-- a log line (`log_text`): one line, everything the terminal rule escapes escaped, newlines too.
+- a log line (`log_text`): one line, everything the terminal rule escapes escaped, newlines too;
+- another telemetry backend (`trace_text`: a span attribute, a Phoenix annotation, shown by a web
+  UI that may render Markdown or HTML): one plain line, tags and Markdown links gone, clipped.
 
 The terminal rule works character by character, so a text may be escaped in pieces (the review
 UI marks quotes inside a chunk) with the same result as whole.
@@ -89,3 +91,14 @@ def chat_text(text: str | None, limit: int | None = None) -> str:
     """`text` for a chat message or an alert annotation (Slack, Markdown, HTML receivers): one line
     (`one_line`, `limit` characters of it), its markup shown as the characters it is."""
     return _MENTION.sub("\uff20", one_line(text, limit).translate(_CHAT))
+
+
+_TAG = re.compile(r"<[^<>]*>")
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def trace_text(text: str | None, limit: int) -> str:
+    """`text` for another telemetry backend (a span attribute, a Phoenix annotation), which its UI
+    may render as Markdown or HTML: one line (`one_line`), HTML tags removed and Markdown links and
+    images reduced to their label, at most `limit` characters."""
+    return one_line(_MD_LINK.sub(r"\1", _TAG.sub("", one_line(text))), limit)

@@ -388,3 +388,23 @@ def test_every_command_line_default_the_prose_quotes_is_the_codes() -> None:
     text = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
     assert _OPTION.search(text) and "`--bad-every N` (default" in text, "demo.md explains --bad-every"
     assert checked >= 4, f"only {checked} quoted option defaults found: is the pattern still matching?"
+
+
+def test_the_tracing_ui_pages_settings_load() -> None:
+    """Every YAML block of tracing-ui.md that configures the sidecar loads as it is printed (the
+    trace URL templates are checked at load), and the page names each UI's template."""
+    import yaml
+
+    from monitor.config import load_settings
+
+    text = (ROOT / "docs" / "tracing-ui.md").read_text(encoding="utf-8")
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)]
+    ours = [b for b in blocks if "events" in b]
+    assert len(ours) == 3
+    templates = []
+    for block in ours:
+        settings = load_settings(None, block)
+        templates.append(settings.alerts.trace_url_template)
+    assert all("{trace_id}" in str(t) for t in templates)
+    assert any("phoenix" in str(t) for t in templates) and any("jaeger" in str(t) for t in templates)
+    assert any("grafana" in str(t) and "tempo" in str(t) for t in templates)

@@ -4,7 +4,8 @@ OSC 52 clipboard write, a clear screen, a spoofed hyperlink, a C1 CSI, bidi over
 Slack's `<!channel>` and disguised links, a Markdown link, an HTML `<img onerror>`), sent through
 each sink: the review UI's screen (textual's pilot), `golden add`'s and `compare`'s output, the
 webhook body a real local receiver gets, the annotations a real Alertmanager holds, and a log line
-of a process set up as `rag-monitor run` sets up its logging."""
+of a process set up as `rag-monitor run` sets up its logging; and the text a tracing UI gets
+(`events.include_text`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from monitor.model import Chunk, RagRecord
 from monitor.outputs.alerts import AlertDispatcher, Attribution, Example, Suspect
 from monitor.outputs.config import AlertSinksConfig
 from monitor.results import ReviewLine, encode_result, result_line
-from monitor.safe_text import chat_text, log_text, terminal_line, terminal_text
+from monitor.safe_text import chat_text, log_text, terminal_line, terminal_text, trace_text
 
 TITLE = "\x1b]0;pwned\x07"
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4K\x07"
@@ -110,6 +111,21 @@ def test_the_log_rule_is_one_line_with_controls_escaped() -> None:
     shown = log_text(f"{HOSTILE}\nforged 2025-01-01 ERROR monitor: fake")
     assert not raw_controls(shown) and "\n" not in shown
     assert "\\nforged" in shown
+
+
+@pytest.mark.parametrize("hostile", [*TERMINAL, *CHAT, RICH])
+def test_the_trace_rule_is_one_plain_line(hostile: str) -> None:
+    """What a tracing UI gets with events.include_text (a span attribute, a Phoenix annotation)."""
+    shown = trace_text(f"claim: {hostile}\nnext line", 60)
+    assert not raw_controls(shown) and "\n" not in shown and len(shown) <= 60
+    assert not [m for m in chat_markup(shown) if m != "@here"]  # no tag, no Markdown link
+    assert shown.startswith("claim: ") and shown.endswith("next line")
+
+
+def test_the_trace_rule_keeps_the_words() -> None:
+    assert trace_text(MARKDOWN, 100) == "docs"
+    assert trace_text(f"refunds {HTML}within <b>30</b> days", 100) == "refunds within 30 days"
+    assert trace_text("x" * 300, 10) == "x" * 9 + "…"
 
 
 # -- the review UI ---------------------------------------------------------------------------------

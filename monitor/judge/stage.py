@@ -37,9 +37,10 @@ from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
 from monitor.model import Chunk, Judgement, RagRecord
-from monitor.outputs.config import ResultsConfig
-from monitor.outputs.evaluation_events import EvaluationEventSink, EventsConfig
+from monitor.outputs.config import EventsConfig, ResultsConfig
+from monitor.outputs.export_queue import OUTCOMES
 from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, reopen_on_sighup
+from monitor.outputs.verdict_exports import VerdictExports
 from monitor.progress import Progress, StageProgress
 from monitor.results import ResultLine, encode_result, result_line
 from monitor.samples import BadSample, blake2b_fraction, decode_sample
@@ -167,8 +168,9 @@ class JudgeStage:
         self._writes = Progress("judgements")
         self.progress = StageProgress("judge", (self.source.input, self._writes))
         self._sinks: list[ResultSink] = []
-        self.events: EvaluationEventSink | None = None
-        self._events_seen = (0, 0, 0)  # exported, failed, dropped: already counted in metrics
+        self.events: VerdictExports | None = None
+        # Per sink: (exported, failed, dropped) already counted in metrics.
+        self._events_seen: dict[str, tuple[int, int, int]] = {}
         self.judged_seen = 0
         self.written = 0  # samples whose results are written (judged, skipped or failed)
         # Judged records for people: `monitor.judge.review`.
@@ -265,7 +267,9 @@ class JudgeStage:
                     self.metrics.produce_dropped,
                 )
             )
-        self.events = EvaluationEventSink.from_config(self._events_config)
+        self.events = VerdictExports.from_config(self._events_config)
+        if self.events is not None:
+            self.events.start()
         if self.review is not None:
             self.review.open_sinks(self._output, self.queue.max_message_bytes, self.metrics.produce_dropped)
 
@@ -275,7 +279,7 @@ class JudgeStage:
         if self.review is not None:
             await self.review.close()
         if self.events is not None:
-            await asyncio.to_thread(self.events.shutdown, 5.0)
+            await self.events.close(5.0)
             self._count_events()
 
     # -- reading samples -------------------------------------------------------------------
@@ -549,12 +553,13 @@ class JudgeStage:
     def _count_events(self) -> None:
         if self.events is None:
             return
-        s = self.events.stats()
-        now = (s.exported, s.failed, s.dropped)
-        for outcome, new, old in zip(("exported", "failed", "dropped"), now, self._events_seen, strict=True):
-            if new > old:
-                self.metrics.evaluation_events.labels(outcome=outcome).inc(new - old)
-        self._events_seen = now
+        for sink, stats in self.events.stats().items():
+            now = stats.outcomes()
+            seen = self._events_seen.get(sink, (0, 0, 0))
+            for outcome, new, old in zip(OUTCOMES, now, seen, strict=True):
+                if new > old:
+                    self.metrics.evaluation_events.labels(sink=sink, outcome=outcome).inc(new - old)
+            self._events_seen[sink] = now
 
     def _export_estimates(self) -> None:
         m = self.metrics

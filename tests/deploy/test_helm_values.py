@@ -52,6 +52,30 @@ def test_chart_secret_is_mounted_as_files_the_config_reads() -> None:
     assert after["checksum/config"] == before["checksum/config"]
 
 
+def test_phoenix_token_reaches_only_the_judging_pods() -> None:
+    values = {
+        "config": {"events": {"phoenix": {"url": "http://phoenix.obs:6006"}}},
+        "secrets": {"phoenixToken": "px-token-0123456789"},
+    }
+    objects = render(copy.deepcopy(values))
+    (secret,) = of_kind(objects, "Secret").values()
+    assert set(secret["data"]) == {"phoenix-token"}
+    judge = pod_config(objects, pod_spec(deployment(objects, "judge")))
+    assert judge["events"]["phoenix"]["token_file"] == "/var/run/secrets/rag-monitor/phoenix-token"
+    assert "token" not in judge["events"]["phoenix"]
+    ingest = pod_spec(deployment(objects, "ingest"))
+    assert "token_file" not in pod_config(objects, ingest).get("events", {}).get("phoenix", {})
+    assert not [v for v in ingest["volumes"] if v["name"] == "ragmon-secrets"]
+    # Without a key (Phoenix without authentication) nothing is wired, and the install goes on.
+    plain = render({"config": values["config"]})
+    assert not of_kind(plain, "Secret")
+    assert "token_file" not in pod_config(plain, pod_spec(deployment(plain, "judge")))["events"]["phoenix"]
+    # The key itself never goes into the config: the schema has no place for it.
+    assert "token" in render_error(
+        {"config": {"events": {"phoenix": {"url": "http://p:6006", "token": "x"}}}}
+    )
+
+
 def test_existing_secret_is_referenced_not_created() -> None:
     values, _ = CASES["existing-secret"]
     objects = render(copy.deepcopy(values))

@@ -3,192 +3,48 @@ OTLP/HTTP receiver (no mock of the SDK or of HTTP)."""
 
 from __future__ import annotations
 
-import gzip
 import logging
-import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
 from pydantic import ValidationError
 from support import eventually, result_lines, running, sample, settings_for
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Chunk, Claim, Judgement, RagRecord
+from monitor.outputs.config import EventsConfig
 from monitor.outputs.evaluation_events import (
     EVENT_NAME,
     EvaluationEventSink,
-    EventsConfig,
     evaluation_events,
 )
-
-# Distinctive markers in every piece of user text: none may reach the exported bytes or the logs.
-QUERY = "QUERYMARKER-q7 what is the refund window?"
-ANSWER = "ANSWERMARKER-a7 thirty days"
-CHUNK = "CHUNKMARKER-c7 refunds are accepted within 30 days"
-CLAIM = "CLAIMMARKER-k7"
-ERROR = "ERRORMARKER-e7 upstream said no"
-MARKERS = ("QUERYMARKER", "ANSWERMARKER", "CHUNKMARKER", "CLAIMMARKER", "ERRORMARKER")
-SECRET = "Bearer SECRETMARKER-s7"
-
-TRACE = "0af7651916cd43dd8448eb211c80319c"
-SPAN = "b7ad6b7169203331"
-
-
-# -- a real OTLP/HTTP logs receiver ------------------------------------------------------------------
-
-
-@dataclass
-class Captured:
-    path: str
-    headers: dict[str, str]
-    body: bytes  # decompressed protobuf
-    request: Any  # ExportLogsServiceRequest
-
-
-@dataclass
-class Receiver:
-    url: str
-    requests: list[Captured] = field(default_factory=list)
-
-    def records(self) -> list[tuple[Any, Any]]:
-        """(resource, log record) of every exported record."""
-        out: list[tuple[Any, Any]] = []
-        for cap in self.requests:
-            for rl in cap.request.resource_logs:
-                for sl in rl.scope_logs:
-                    out.extend((rl.resource, lr) for lr in sl.log_records)
-        return out
-
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[tuple[Any, Any]]:
-        deadline = time.monotonic() + timeout
-        while len(self.records()) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.records()
-
-
-def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.headers.get("Content-Encoding") == "gzip":
-                raw = gzip.decompress(raw)
-            request = ExportLogsServiceRequest()
-            request.ParseFromString(raw)
-            receiver.requests.append(
-                Captured(self.path, {k.lower(): v for k, v in self.headers.items()}, raw, request)
-            )
-            reply = ExportLogsServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    rec = Receiver(url="")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
-    rec.url = f"http://127.0.0.1:{server.server_address[1]}/v1/logs"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# -- records and judgements ------------------------------------------------------------------------
-
-
-META: dict[str, Any] = {
-    "query_type": "lookup",
-    "service": "shop-rag",
-    "backend": "anthropic",
-    "model": "claude-judge-x",
-    "sampling_weight": 4.0,
-}
-
-
-def record(trace_id: str = TRACE, span_id: str = SPAN) -> RagRecord:
-    return RagRecord(
-        trace_id=trace_id,
-        span_id=span_id,
-        service="shop-rag",
-        query=QUERY,
-        query_type="lookup",
-        chunks=[Chunk("c1", CHUNK, 0.9)],
-        answer=ANSWER,
-        model="gpt-x",
-    )
-
-
-def claims(supported: int, unsupported: int = 0) -> list[Claim]:
-    return [Claim(f"{CLAIM} {i}", True, "c1") for i in range(supported)] + [
-        Claim(f"{CLAIM} u{i}", False) for i in range(unsupported)
-    ]
-
-
-def judged(
-    claim_list: list[Claim], *, answerable: bool, admits: bool, relevance: Any, trace_id: str = TRACE
-) -> Judgement:
-    return Judgement.from_verdicts(
-        claim_list,
-        answerable_from_context=answerable,
-        answer_admits_uncertainty=admits,
-        answer_relevance=relevance,
-        trace_id=trace_id,
-        raw={"claims": [c.text for c in claim_list], "query": QUERY},
-        **META,
-    )
-
-
-GROUNDED = judged(claims(3), answerable=True, admits=False, relevance=3)
-ONE_UNSUPPORTED = judged(claims(3, 1), answerable=True, admits=False, relevance=2)
-HALLUCINATED = judged(claims(0, 2), answerable=False, admits=False, relevance=3)
-ADMITTED = judged([], answerable=False, admits=True, relevance=1)
-FALSE_REFUSAL = judged([], answerable=True, admits=True, relevance=1)
-FAILED = Judgement.failed(JudgeOutcome.TIMEOUT, ERROR, trace_id=TRACE, raw=ERROR, **META)
-
-
-def by_name(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out = {str(e["gen_ai.evaluation.name"]): e for e in events}
-    assert len(out) == len(events), "one event per check"
-    return out
-
-
-def verdict(event: dict[str, Any]) -> tuple[Any, Any, Any]:
-    return (
-        event.get("gen_ai.evaluation.score.value"),
-        event.get("gen_ai.evaluation.score.label"),
-        event.get("gen_ai.evaluation.explanation"),
-    )
-
+from tests.outputs.verdict_cases import (
+    ADMITTED,
+    ERROR,
+    FAILED,
+    FALSE_REFUSAL,
+    GROUNDED,
+    HALLUCINATED,
+    MARKERS,
+    ONE_UNSUPPORTED,
+    SECRET,
+    SPAN,
+    TRACE,
+    Receiver,
+    attrs,
+    by_name,
+    claims,
+    closed_port,
+    grpc_receiver,
+    hung_url,
+    judged,
+    otlp_receiver,
+    record,
+    verdict,
+)
 
 # -- the mapping -----------------------------------------------------------------------------------
 
@@ -266,19 +122,17 @@ def test_config() -> None:
 # -- the real pipeline -----------------------------------------------------------------------------
 
 
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with otlp_receiver("/v1/logs") as rec:
+        yield rec
+
+
 def sink_for(url: str, **overrides: Any) -> EvaluationEventSink:
     cfg: dict[str, Any] = {"endpoint": url, "export_interval_seconds": 0.05, **overrides}
     sink = EvaluationEventSink.from_config(EventsConfig(**cfg))
     assert sink is not None
     return sink
-
-
-def attrs(log_record: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in log_record.attributes:
-        kind = kv.value.WhichOneof("value")
-        out[kv.key] = getattr(kv.value, kind)
-    return out
 
 
 def test_events_arrive_on_the_judged_span(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
@@ -345,7 +199,24 @@ def test_events_arrive_on_the_judged_span(receiver: Receiver, caplog: pytest.Log
     # The secret header and user text never reach our own logs (DEBUG included: urllib3 too).
     assert "SECRETMARKER" not in caplog.text
     assert not [m for m in MARKERS if m in caplog.text]
-    assert "exporting to http://127.0.0.1" in caplog.text and "Authorization" in caplog.text
+    assert "exporting over OTLP/http to http://127.0.0.1" in caplog.text and "Authorization" in caplog.text
+
+
+def test_events_over_grpc() -> None:
+    with grpc_receiver("logs") as (url, received):
+        sink = sink_for(url, protocol="grpc", headers={"Authorization": SECRET})
+        sink.emit(ONE_UNSUPPORTED, record())
+        assert sink.shutdown(5.0) is True
+    assert sink.stats().exported == len(evaluation_events(ONE_UNSUPPORTED))
+    ((request, metadata),) = received
+    assert metadata["authorization"] == SECRET
+    logs = [lr for rl in request.resource_logs for sl in rl.scope_logs for lr in sl.log_records]
+    assert {attrs(lr)["gen_ai.evaluation.name"] for lr in logs} == {
+        "faithfulness",
+        "false_refusal",
+        "answer_relevance",
+    }
+    assert all(lr.span_id == bytes.fromhex(SPAN) for lr in logs)
 
 
 def test_invalid_ids_skip_the_record(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
@@ -370,7 +241,7 @@ def test_invalid_ids_skip_the_record(receiver: Receiver, caplog: pytest.LogCaptu
 
 def test_receiver_down_neither_raises_nor_hangs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    url = f"http://127.0.0.1:{_closed_port()}/v1/logs"
+    url = f"http://127.0.0.1:{closed_port()}/v1/logs"
     sink = sink_for(url, headers={"Authorization": SECRET}, timeout_seconds=10)
     for _ in range(5):
         sink.emit(GROUNDED, record())
@@ -388,10 +259,7 @@ def test_receiver_down_neither_raises_nor_hangs(caplog: pytest.LogCaptureFixture
 
 def test_hung_receiver_full_queue_drops_and_bounded_shutdown() -> None:
     # Accepts TCP connections (kernel backlog) but never answers: the exporter's request hangs.
-    with socket.socket() as hung:
-        hung.bind(("127.0.0.1", 0))
-        hung.listen(16)
-        url = f"http://127.0.0.1:{hung.getsockname()[1]}/v1/logs"
+    with hung_url("/v1/logs") as url:
         sink = sink_for(url, timeout_seconds=30, max_queue_size=4)
         started = time.perf_counter()
         for _ in range(100):
@@ -426,5 +294,5 @@ async def test_sidecar_sends_an_event_set_per_judged_trace(
     assert anchors == {(t, r["span_id"]) for t, r in lines.items()}
     names = [attrs(lr)["gen_ai.evaluation.name"] for _, lr in receiver.records()]
     assert names.count("answer_relevance") == 12  # one per judgement, whatever else applied
-    exported = sample(sidecar, "ragmon_evaluation_events_total", outcome="exported")
+    exported = sample(sidecar, "ragmon_evaluation_events_total", sink="logs", outcome="exported")
     assert exported == len(receiver.records()) > 12

@@ -106,7 +106,9 @@ the config key that gets the mounted file's path. `judge` (bool) says whether th
 A credential the configuration needs but nobody gives is an install-time error. `replay` (a config
 path, or empty) is where a process that replays the golden set against the RAG service reads the
 shared replay secret signing its X-RAG-Replay mark; that one is optional (the product replays
-unmarked with a warning, and NOTES.txt warns: see rag-monitor.unsignedReplays).
+unmarked with a warning, and NOTES.txt warns: see rag-monitor.unsignedReplays). Phoenix's API key
+goes to a judging component (`kafka` and `judge`) when config.events.phoenix.url is set and a key
+is given; optional too (Phoenix without authentication needs none).
 */}}
 {{- define "rag-monitor.credentials" -}}
 {{- $v := .root.Values -}}
@@ -144,6 +146,10 @@ unmarked with a warning, and NOTES.txt warns: see rag-monitor.unsignedReplays).
 {{- end }}
 {{- if and .replay (not (include "rag-monitor.replaySecretElsewhere" (dict "root" .root "setting" .replay))) $s.keys.replaySecret (or $existing $s.replaySecret) }}
 {{- $_ := set $out "replaySecret" (dict "key" $s.keys.replaySecret "setting" .replay) }}
+{{- end }}
+{{- $phoenix := dig "events" "phoenix" dict $config }}
+{{- if and .kafka .judge $phoenix.url (not (hasKey $phoenix "token_file")) $s.keys.phoenixToken (or $existing $s.phoenixToken) }}
+{{- $_ := set $out "phoenixToken" (dict "key" $s.keys.phoenixToken "setting" (list "events" "phoenix" "token_file")) }}
 {{- end }}
 {{- toYaml $out }}
 {{- end }}
@@ -266,7 +272,7 @@ checksum/golden: {{ printf "%s%s" .root.Values.golden.data .root.Values.golden.b
 {{- if and $s.replaySecret (lt (len (trim $s.replaySecret)) 16) }}
 {{- fail "secrets.replaySecret is shorter than 16 bytes: the RAG service would refuse it (e.g. --set-file secrets.replaySecret=<(openssl rand -hex 32))" }}
 {{- end }}
-{{- range $field := list "judgeApiKey" "kafkaSaslPassword" "kafkaSslKeyPassword" "replaySecret" }}
+{{- range $field := list "judgeApiKey" "kafkaSaslPassword" "kafkaSslKeyPassword" "replaySecret" "phoenixToken" }}
 {{- $key := get $s.keys $field }}
 {{- $value := get $s $field }}
 {{- if and $key $value }}
