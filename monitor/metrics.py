@@ -18,6 +18,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor.estimate import estimate_values, usable_weight
+from monitor.kafka.consumer import ConsumerMetrics
 from monitor.model import DECIDABLE_CHECKS, Judgement, RagRecord, Reject, Undecided, Verdict
 from monitor.results import ReviewReason
 
@@ -411,17 +412,20 @@ class Metrics:
         self.open_traces = Gauge(
             f"{PREFIX}open_traces", "Traces waiting for spans in the assembler", registry=r
         )
-        self.consumer_lag = Gauge(
-            f"{PREFIX}consumer_lag_messages",
-            "Messages between the group's committed offset and the partition's end, per owned partition",
-            ["topic", "partition"],
-            registry=r,
-        )
-        self.consumer_restarts = Counter(
-            f"{PREFIX}consumer_restarts",
-            "Consumers restarted by the fetch watchdog (no fetch returned while assigned)",
-            ["topic"],
-            registry=r,
+        # Every stage's consumer reports into these (`KafkaSource`), labelled by its topic.
+        self.consumer = ConsumerMetrics(
+            lag=Gauge(
+                f"{PREFIX}consumer_lag_messages",
+                "Messages between the group's committed offset and the partition's end, per owned partition",
+                ["topic", "partition"],
+                registry=r,
+            ),
+            restarts=Counter(
+                f"{PREFIX}consumer_restarts",
+                "Consumers restarted by the fetch watchdog (no fetch returned while assigned)",
+                ["topic"],
+                registry=r,
+            ),
         )
         self.produce_errors = Counter(
             f"{PREFIX}produce_errors",

@@ -32,7 +32,7 @@ from monitor.drift.detector import Detector, DriftMonitor
 from monitor.drift.examples import ExampleBuffers
 from monitor.drift.reference import DriftBaseline, drift_values
 from monitor.kafka.config import KafkaConfig
-from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
@@ -92,7 +92,7 @@ class DriftStage:
             kafka,
             spec,
             self.tracker,
-            ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+            metrics.consumer,
             self._on_revoked,
             self._on_assigned,
         )

@@ -26,7 +26,7 @@ from monitor.ingest.sampler import Sampler
 from monitor.ingest.unreadable import REASONS as UNREADABLE_REASONS
 from monitor.ingest.unreadable import UnreadableTraces
 from monitor.kafka.config import Encoding, KafkaConfig
-from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
@@ -86,7 +86,7 @@ class IngestStage:
             kafka,
             spec,
             self.tracker,
-            ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+            metrics.consumer,
             self._on_revoked,
             self._on_assigned,
         )

@@ -32,7 +32,7 @@ from monitor.judge.metered import MeteredJudge
 from monitor.judge.model import SelfEvaluationGuard
 from monitor.judge.review import ReviewQueue, review_queue
 from monitor.kafka.config import KafkaConfig
-from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
@@ -121,7 +121,7 @@ class JudgeStage:
             kafka,
             spec,
             self.tracker,
-            ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+            metrics.consumer,
             self._on_revoked,
             self._on_assigned,
         )

@@ -35,7 +35,7 @@ from monitor.config import ConfigError, Settings, load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.kafka.client import client_kwargs, ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.kafka.consumer import ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.consumer import KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput
 from monitor.metrics import Metrics
@@ -412,7 +412,7 @@ async def test_extra_settings_the_sidecar_sets_or_no_client_takes_are_refused(
         config,
         spec,
         OffsetTracker(),
-        ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+        metrics.consumer,
         revoked,
     )
     with pytest.raises(ValueError, match=message):

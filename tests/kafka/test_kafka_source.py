@@ -13,7 +13,7 @@ from aiokafka.conn import AIOKafkaConnection
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.kafka.config import KafkaConfig
-from monitor.kafka.consumer import Batch, ConsumerMetrics, KafkaSource, SourceSpec
+from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.metrics import Metrics
 
@@ -57,7 +57,7 @@ def _source(bootstrap: str, topic: str, tracker: OffsetTracker, max_poll_records
         KafkaConfig(bootstrap_servers=bootstrap, max_message_bytes=1024),
         SourceSpec(topic, f"g-{topic}", "earliest", max_poll_records),
         tracker,
-        ConsumerMetrics(metrics.consumer_lag, metrics.consumer_restarts),
+        metrics.consumer,
         revoked,
     )
 
