@@ -52,7 +52,7 @@ RUN groupadd --system --gid 10001 rag-monitor \
     && install -d -o 10001 -g 10001 -m 0750 /var/lib/rag-monitor \
     && install -d -m 0755 /etc/rag-monitor \
     && printf '%s\n' \
-       '# Defaults (monitor/config.py) apply; mount your config.yaml over this file, or set RAGMON_*' \
+       '# Defaults (monitor/app/config.py) apply; mount your config.yaml over this file, or set RAGMON_*' \
        '# variables, e.g. RAGMON_KAFKA__BOOTSTRAP_SERVERS=kafka:9092.' \
        > /etc/rag-monitor/config.yaml
 COPY --from=builder /opt/venv /opt/venv

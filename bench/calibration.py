@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lexical_judge import DATA_ENV, Case, build, cases
 
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.judge.calibrate import Labels, compare
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Judgement, RagRecord
 
 QUERY_TYPE = {
     "squad2": "lookup",

@@ -57,6 +57,7 @@ import test_stage_accounting as tsa  # noqa: E402
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, TracesData  # noqa: E402
 
+from monitor.contracts.model import Chunk  # noqa: E402
 from monitor.demo.workload import generate, trace_messages  # noqa: E402
 from monitor.ingest import _accounting, _assembly, _wire, dialects  # noqa: E402
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST  # noqa: E402
@@ -65,7 +66,6 @@ from monitor.ingest.decode import Decoded  # noqa: E402
 from monitor.ingest.sampler import blake2b_fraction  # noqa: E402
 from monitor.kafka.config import Encoding  # noqa: E402
 from monitor.kafka.offsets import MessageRef  # noqa: E402
-from monitor.model import Chunk  # noqa: E402
 
 MB = 1 << 20
 OUT = ROOT / "bench" / "out" / "fuzz"

@@ -17,7 +17,7 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
 
   (a) raw: an `AIOKafkaConsumer` in a fresh group, `getmany` until every message is in, no
       processing, with the consumer settings `monitor.kafka.consumer.KafkaSource` uses;
-  (b) sidecar: `monitor.sidecar.Sidecar` in a fresh group, every span decoded and assembled and
+  (b) sidecar: `monitor.app.sidecar.Sidecar` in a fresh group, every span decoded and assembled and
       every record counted, in one of three sampling variants (`--sampling`, default all three):
       off     `sampling.rate` 0, `min_per_window` 0, judge `none`. `Sampler.decide` still runs: with
               rate 0 the bound is 0, so it returns None after the trace-id hash (its common path),
@@ -272,9 +272,9 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
     checked at each batch its consume loop hands to the ingest stage."""
     import logging
 
-    from monitor.config import load_settings
-    from monitor.model import RagRecord
-    from monitor.sidecar import Sidecar
+    from monitor.app.config import load_settings
+    from monitor.app.sidecar import Sidecar
+    from monitor.contracts.model import RagRecord
 
     logging.basicConfig(level=logging.WARNING)
     sidecar = Sidecar(load_settings(None, sidecar_overrides(args, results)))
@@ -676,11 +676,11 @@ def stage_only(args: argparse.Namespace) -> dict[str, Any]:
 
     from aiokafka import TopicPartition
 
-    from monitor.config import load_settings
+    from monitor.app.config import load_settings
+    from monitor.app.sidecar import ingest_stage, tune_gc
+    from monitor.contracts.metrics import Metrics
     from monitor.ingest.assemble import PyAssembler
     from monitor.kafka.producer import KafkaOutput
-    from monitor.metrics import Metrics
-    from monitor.sidecar import ingest_stage, tune_gc
 
     pairs = trace_messages_for(args)
     msgs = [SimpleNamespace(offset=i, key=k, value=v) for i, (k, v) in enumerate(pairs)]
@@ -763,10 +763,10 @@ def raw_consumer_settings() -> dict[str, Any]:
 
     from aiokafka.errors import KafkaConnectionError
 
-    from monitor.config import load_settings
+    from monitor.app.config import load_settings
+    from monitor.contracts.metrics import Metrics
     from monitor.kafka import consumer as source
     from monitor.kafka.offsets import OffsetTracker
-    from monitor.metrics import Metrics
 
     captured: dict[str, Any] = {}
     stop = asyncio.Event()

@@ -35,10 +35,10 @@ def child(args: argparse.Namespace) -> None:
     from aiokafka import TopicPartition
 
     from bench.ingest import sidecar_overrides, trace_messages_for
-    from monitor.config import load_settings
+    from monitor.app.config import load_settings
+    from monitor.app.sidecar import ingest_stage, tune_gc
+    from monitor.contracts.metrics import Metrics
     from monitor.kafka.producer import KafkaOutput
-    from monitor.metrics import Metrics
-    from monitor.sidecar import ingest_stage, tune_gc
 
     ns = argparse.Namespace(
         workload=args.workload, traces=args.traces + WARMUP, quick=False, seed=args.seed, mode="per_trace"

@@ -94,6 +94,7 @@ from typing import Any
 os.environ["RAGAS_DO_NOT_TRACK"] = "true"
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.demo.workload import TraceTruth, WorkloadConfig, generate, iter_workload, load_corpus
 from monitor.judge import create_judge
 from monitor.judge.lexical import is_refusal, split_claims
@@ -101,7 +102,6 @@ from monitor.judge.output import output_schema
 from monitor.judge.prompt import SYSTEM_PROMPT, TOOL_DESCRIPTION, TOOL_NAME
 from monitor.llm.batches import BATCH_PRICE_FACTOR
 from monitor.llm.usage import DEFAULT_PRICES, Price, price_for
-from monitor.model import Chunk, RagRecord
 
 LATENCY = 0.3  # seconds the fake Messages API takes per request in (b)
 GOAL_TOKEN_RATIO = 0.5

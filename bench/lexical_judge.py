@@ -99,7 +99,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.model import Chunk, Judgement, RagRecord
+from monitor.contracts.model import Chunk, Judgement, RagRecord
 
 DATA_ENV = "RAGMON_QA_DATA"  # the data directory when --data is not given
 ROOT = Path(__file__).resolve().parent.parent

@@ -125,8 +125,8 @@ async def drain(args: argparse.Namespace) -> dict[str, Any]:
     """The ingest stage in this process until it has been handed every message."""
     import logging
 
-    from monitor.config import load_settings
-    from monitor.sidecar import Sidecar
+    from monitor.app.config import load_settings
+    from monitor.app.sidecar import Sidecar
 
     logging.basicConfig(level=logging.ERROR)
     bound = args.bound_mb * 1024 * 1024

@@ -38,12 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fake_llm import FakeAPI, Reply, default_reply, error_body
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
+from monitor.app.sidecar import Sidecar
+from monitor.contracts.results import ResultLine
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
-from monitor.results import ResultLine
-from monitor.sidecar import Sidecar
 
 
 async def drain_phase(sidecar: Sidecar, bs: str, topic: str, traces: int, seed: int) -> float:

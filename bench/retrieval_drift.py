@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from monitor.contracts.metrics import Metrics
 from monitor.drift import RetrievalDriftMonitor, RetrievalDriftPolicy
 from monitor.drift.retrieval import SliceDrift
-from monitor.metrics import Metrics
 
 COUNTS = (5, 4, 3, 2, 1, 0)
 COUNT_SHARE = (0.80, 0.08, 0.05, 0.03, 0.02, 0.02)

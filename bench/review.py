@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import ReviewLine, encode_result, result_line
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Chunk, RagRecord
-from monitor.results import ReviewLine, encode_result, result_line
 from monitor.review.app import ReviewApp
 from monitor.review.labels import LabelsFile
 from monitor.review.queue import read_queue

@@ -32,12 +32,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
+from monitor.app.sidecar import Sidecar
+from monitor.contracts.results import ReviewLine, ReviewReason
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.kafka.client import ensure_topics
-from monitor.results import ReviewLine, ReviewReason
-from monitor.sidecar import Sidecar
 
 DEGRADED = WorkloadConfig(ungrounded_rate=0.8, hallucination_rate=0.8)
 

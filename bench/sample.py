@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.ingest.config import SamplingPolicy
 from monitor.ingest.sampler import Sampler, trace_fraction
-from monitor.model import Chunk, RagRecord
 
 TYPES = ("lookup", "comparison", "multi_hop", "exact_match", "abstractive", "out_of_corpus")
 ANSWER = (

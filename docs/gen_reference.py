@@ -3,7 +3,7 @@
     python docs/gen_reference.py           # rewrite both pages
     python docs/gen_reference.py --check   # exit 1, naming the page, when either is out of date
 
-The configuration reference reads only `monitor.config.Settings` (its fields, walked down through
+The configuration reference reads only `monitor.app.config.Settings` (its fields, walked down through
 the section models whatever module defines them), the CLI reference only the typer app
 `monitor.cli.app`: moving a section model or a command between modules changes nothing here.
 A key without a `Field(description=...)` takes its line from NOTES below (what the README's
@@ -210,7 +210,7 @@ def config_reference() -> str:
     """docs/configuration.md: every key of every section of `Settings`."""
     from pydantic import BaseModel
 
-    from monitor.config import Settings
+    from monitor.app.config import Settings
 
     env = str(Settings.model_config.get("env_prefix") or "")
     delimiter = str(Settings.model_config.get("env_nested_delimiter") or "__")

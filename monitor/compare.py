@@ -29,9 +29,15 @@ from statistics import NormalDist
 
 import httpx
 
-from monitor.estimate import WeightedSums, usable_weight, verdict_values, weighted_mean, weighted_rate
-from monitor.results import ResultLine
-from monitor.safe_text import one_line, terminal_line
+from monitor.contracts.estimate import (
+    WeightedSums,
+    usable_weight,
+    verdict_values,
+    weighted_mean,
+    weighted_rate,
+)
+from monitor.contracts.results import ResultLine
+from monitor.plumbing.safe_text import one_line, terminal_line
 
 # Which way is better: +1 up, -1 down, 0 neither by itself (the refusal rate: read with the
 # release's hallucination and false-refusal verdicts, `_refusal_verdict`).

@@ -20,12 +20,12 @@ import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from monitor.config import Settings, load_settings
+from monitor.app.config import Settings, load_settings
+from monitor.app.sidecar import Sidecar, build_judge
+from monitor.contracts.model import Judgement, RagRecord
+from monitor.contracts.results import ResultLine
 from monitor.demo.broker import free_port
 from monitor.judge import Judge
-from monitor.model import Judgement, RagRecord
-from monitor.results import ResultLine
-from monitor.sidecar import Sidecar, build_judge
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,10 +16,10 @@ import yaml
 from support import eventually, prometheus_process, result_lines, running, settings_for
 
 from monitor.compare import compare, group
+from monitor.contracts.results import ResultLine
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.outputs.http import MetricsServer
-from monitor.results import ResultLine
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_800_000_000.0

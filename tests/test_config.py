@@ -13,9 +13,9 @@ import yaml
 from click.testing import Result
 from typer.testing import CliRunner
 
+from monitor.app.config import SECRET_MASK, ConfigError, Settings, load_settings
 from monitor.cli import app
-from monitor.config import SECRET_MASK, ConfigError, Settings, load_settings
-from monitor.slices import BoundedLabel
+from monitor.contracts.slices import BoundedLabel
 
 
 def test_file_env_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from support import python_child
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
+from monitor.app.sidecar import drift_stage, ingest_stage, judge_stage
+from monitor.contracts.metrics import Metrics
 from monitor.ingest.config import IngestLimits
 from monitor.judge.config import JudgeQueue
 from monitor.kafka.consumer import SourceSpec
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
-from monitor.sidecar import drift_stage, ingest_stage, judge_stage
 
 
 async def test_the_pipeline_keys_reach_the_stage_that_uses_them() -> None:
@@ -50,12 +50,12 @@ _IMPORTS = """
 import json, sys
 for name in json.loads(sys.stdin.read()):
     __import__(name)
-print(json.dumps(sorted(m for m in ("monitor.config", "monitor.sidecar") if m in sys.modules)))
+print(json.dumps(sorted(m for m in ("monitor.app.config", "monitor.app.sidecar") if m in sys.modules)))
 """
 
 
 def test_stages_and_kafka_plumbing_load_without_the_configuration_module() -> None:
-    """A stage is handed its sections by the wiring (monitor.sidecar): it never reaches for the
+    """A stage is handed its sections by the wiring (monitor.app.sidecar): it never reaches for the
     whole configuration, so it is built and tested alone."""
     modules = [
         "monitor.ingest.stage",
@@ -70,7 +70,7 @@ def test_stages_and_kafka_plumbing_load_without_the_configuration_module() -> No
 
 _GOLDEN_LOADED = """
 import json, sys
-import monitor.sidecar
+import monitor.app.sidecar
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("monitor.golden."))))
 """
 

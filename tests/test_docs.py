@@ -25,11 +25,11 @@ import typer
 from prometheus_client import CollectorRegistry
 
 from monitor.cli import app
+from monitor.contracts.metrics import Metrics
 from monitor.golden.gauges import GoldenGauges
 from monitor.judge.batches import BatchCollector
 from monitor.judge.calibrate import CalibrationGauges
 from monitor.llm.batches import BatchStats
-from monitor.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "docs" / "contract.md"
@@ -155,8 +155,8 @@ def test_a_link_to_a_missing_anchor_or_page_fails_the_build(tmp_path: Path) -> N
         assert "no-such" in result.stdout + result.stderr
 
 
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
+def _generator(name: str = "gen_reference") -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -172,7 +172,7 @@ def test_the_generated_references_are_current(page: str) -> None:
 
 
 def test_the_configuration_reference_has_every_key_with_its_default() -> None:
-    from monitor.config import Settings
+    from monitor.app.config import Settings
 
     text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     settings = Settings()
@@ -278,7 +278,7 @@ def _setting_defaults() -> dict[str, Any]:
     mapping's entries as keys too (`alerts.drift.min_effect.hallucination`)."""
     from pydantic import BaseModel
 
-    from monitor.config import Settings
+    from monitor.app.config import Settings
 
     out: dict[str, Any] = {}
 
@@ -395,7 +395,7 @@ def test_the_tracing_ui_pages_settings_load() -> None:
     trace URL templates are checked at load), and the page names each UI's template."""
     import yaml
 
-    from monitor.config import load_settings
+    from monitor.app.config import load_settings
 
     text = (ROOT / "docs" / "tracing-ui.md").read_text(encoding="utf-8")
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)]
@@ -408,3 +408,13 @@ def test_the_tracing_ui_pages_settings_load() -> None:
     assert all("{trace_id}" in str(t) for t in templates)
     assert any("phoenix" in str(t) for t in templates) and any("jaeger" in str(t) for t in templates)
     assert any("grafana" in str(t) and "tempo" in str(t) for t in templates)
+
+
+def test_the_architecture_diagram_is_drawn_from_the_code() -> None:
+    gen = _generator("gen_architecture")
+    committed = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert committed == gen.page(), "docs/architecture.md is out of date: run python docs/gen_architecture.py"
+    # every top-level part sits in a tier of the layers contract, or is the instrumentation apart
+    placed = {p for tier in gen.tiers() for p in tier}
+    parts = {p for edge in gen.edges() for p in edge}
+    assert parts - placed == {"instrument"}, parts - placed

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.estimate import (
+from monitor.contracts.estimate import (
     OVERALL,
     EstimatePolicy,
     WeightedSums,
@@ -21,10 +21,10 @@ from monitor.estimate import (
     weighted_rate,
     wilson,
 )
+from monitor.contracts.model import Chunk, Judgement, RagRecord
 from monitor.ingest.config import SamplingPolicy
 from monitor.ingest.sampler import Sampler
 from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Chunk, Judgement, RagRecord
 
 Z95 = 1.959963984540054
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.files import write_atomic
+from monitor.plumbing.files import write_atomic
 
 
 def mode(path: Path) -> int:

@@ -27,13 +27,13 @@ from typer.testing import CliRunner
 
 from monitor.cli.compare import register as register_compare
 from monitor.cli.golden import register as register_golden
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import ReviewLine, encode_result, result_line
 from monitor.judge.lexical import LexicalJudge
-from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
 from monitor.outputs.alerts import AlertDispatcher, Attribution, Example, Suspect
 from monitor.outputs.config import AlertSinksConfig
-from monitor.results import ReviewLine, encode_result, result_line
-from monitor.safe_text import chat_text, log_text, terminal_line, terminal_text, trace_text
+from monitor.plumbing.safe_text import chat_text, log_text, terminal_line, terminal_text, trace_text
 
 TITLE = "\x1b]0;pwned\x07"
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4K\x07"
@@ -300,7 +300,7 @@ _LOG_CHILD = textwrap.dedent(
 
 
 def test_a_log_line_with_hostile_text_stays_one_line_without_controls() -> None:
-    forged = f"{HOSTILE}\n2025-01-01 00:00:00,000 ERROR monitor.sidecar: forged line"
+    forged = f"{HOSTILE}\n2025-01-01 00:00:00,000 ERROR monitor.app.sidecar: forged line"
     done = subprocess.run(
         [sys.executable, "-c", _LOG_CHILD, forged], capture_output=True, text=True, cwd=REPO, timeout=60,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},

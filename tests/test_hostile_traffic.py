@@ -33,6 +33,10 @@ from support import (
     start_sidecar,
 )
 
+from monitor.app.sidecar import Sidecar, build_judge
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.samples import encode_sample
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
@@ -40,11 +44,7 @@ from monitor.kafka.config import KafkaConfig
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
 from monitor.outputs.http import MetricsServer
-from monitor.samples import encode_sample
-from monitor.sidecar import Sidecar, build_judge
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 
@@ -485,7 +485,7 @@ async def test_internal_topics_are_created_with_the_replication_asked_or_not_at_
     sidecar = Sidecar(off)
     await sidecar.output.start()
     try:
-        with caplog.at_level(logging.ERROR, logger="monitor.sidecar"):
+        with caplog.at_level(logging.ERROR, logger="monitor.app.sidecar"):
             await sidecar._ensure_topics()
     finally:
         await sidecar.output.close()

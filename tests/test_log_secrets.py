@@ -22,8 +22,8 @@ CHILD = textwrap.dedent(
     """
     import asyncio, json, logging, sys, time
     from monitor.cli import _redact_logs, _setup_logging
-    from monitor.config import load_settings
-    from monitor.metrics import Metrics
+    from monitor.app.config import load_settings
+    from monitor.contracts.metrics import Metrics
     from monitor.outputs.alerts import AlertDispatcher
 
     overrides = json.loads(sys.argv[1])

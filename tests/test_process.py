@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from support import committed_total, eventually, result_ids, running, sample, settings_for, start_sidecar
 
+from monitor.app.sidecar import Sidecar
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
 from monitor.outputs.http import MetricsServer
-from monitor.sidecar import Sidecar
 
 
 async def test_sigkill_mid_stream_then_restart_loses_no_trace(
@@ -180,7 +180,7 @@ async def test_shutdown_never_hangs_on_a_task_that_swallows_its_cancellation(
     """Python 3.11's `wait_for` returns its result instead of raising when a cancel lands as its
     inner future completes; a housekeeping loop built on it then runs on after `cancel()`. Seen as a
     SIGTERM'd sidecar that wrote everything but never exited. Shutdown reaps such a task, bounded."""
-    from monitor.tasks import cancel_all
+    from monitor.plumbing.tasks import cancel_all
 
     running = True
 

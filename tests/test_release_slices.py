@@ -13,9 +13,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from support import eventually, result_lines, running, settings_for
 
+from monitor.contracts.slices import SlicesConfig
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import WorkloadConfig, generate, produce
-from monitor.slices import SlicesConfig
 
 
 def _lines(path: Path) -> int:

@@ -9,10 +9,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import ClaimLine, ResultLine, encode_result, result_line, unreadable_reason
 from monitor.drift.reference import judged_values, retrieval_values
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Chunk, RagRecord
-from monitor.results import ClaimLine, ResultLine, encode_result, result_line, unreadable_reason
 
 # Written by the judge stage before the line had a model (tests/judge/test_judge_query_type.py,
 # test_sidecar_takes_the_judges_label_only_for_rule_typed_records): an LLM judge's label replaced

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from monitor.model import Chunk, RagRecord
-from monitor.results import ResultLine, encode_result, result_line
-from monitor.samples import decode_sample, encode_sample
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import ResultLine, encode_result, result_line
+from monitor.contracts.samples import decode_sample, encode_sample
 
 
 def record(query: str = "Wie hoch ist die Zugspitze?") -> RagRecord:

@@ -19,14 +19,14 @@ from aiokafka import TopicPartition
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
+from monitor.app.sidecar import ingest_stage
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Judgement, RagRecord
+from monitor.contracts.slices import DEFAULT_QUERY_TYPES, SlicesConfig
 from monitor.ingest.assemble import Finished
 from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
-from monitor.model import Judgement, RagRecord
-from monitor.sidecar import ingest_stage
-from monitor.slices import DEFAULT_QUERY_TYPES, SlicesConfig
 
 TP = TopicPartition("spans", 0)
 T0 = 1_800_000_000.0
@@ -87,7 +87,7 @@ async def test_service_query_type_release_beyond_the_budget_fold_to_other(
     combos = [(s, q, r) for r in RELEASES for s in SERVICES for q in DEFAULT_QUERY_TYPES]
     assert len(combos) == 3696
     records = 0
-    caplog.set_level(logging.WARNING, "monitor.metrics")
+    caplog.set_level(logging.WARNING, "monitor.contracts.metrics")
     for rounds in range(2):  # the second round: every raw label set's decision cached
         finished = []
         for n, (service, qt, release) in enumerate(combos):

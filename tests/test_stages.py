@@ -29,11 +29,11 @@ from support import (
     start_sidecar,
 )
 
+from monitor.contracts.samples import decode_sample
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.samples import decode_sample
 
 
 @pytest.fixture

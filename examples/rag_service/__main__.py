@@ -15,7 +15,7 @@ import uvicorn
 
 from examples.rag_service.app import Degrade, ServiceConfig, create_app
 from monitor.instrument import configure
-from monitor.replay_mark import load_secret, secret_from_env
+from monitor.plumbing.replay_mark import load_secret, secret_from_env
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:

@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from monitor.app.config import Role, Settings
 from monitor.cli.settings import load_or_exit
-from monitor.config import Role, Settings
-from monitor.errors import plural
 from monitor.kafka.config import Encoding
-from monitor.safe_text import log_text
+from monitor.plumbing.errors import plural
+from monitor.plumbing.safe_text import log_text
 
 JudgeBackend = Literal["lexical", "anthropic", "openai", "none"]
 DemoSource = Literal["auto", "service", "synthetic"]
@@ -48,7 +48,7 @@ def _setup_logging(level: str) -> None:
 
 
 class _OneLineFilter(logging.Filter):
-    """Every message one line, its controls escaped (`monitor.safe_text.log_text`): text from
+    """Every message one line, its controls escaped (`monitor.plumbing.safe_text.log_text`): text from
     traffic in a message (a release, a chunk id, an exception's text) can neither forge log lines
     nor drive the terminal that tails them. Tracebacks stay as they are."""
 
@@ -167,8 +167,8 @@ def run(
 
 
 async def _run(settings: Settings) -> None:
+    from monitor.app.sidecar import Sidecar
     from monitor.outputs.http import MetricsServer
-    from monitor.sidecar import Sidecar
 
     stop = asyncio.Event()
     _install_stop(stop, settings.pipeline.shutdown_seconds + _EXIT_MARGIN)

@@ -21,9 +21,9 @@ from monitor.compare import (
     group,
     prometheus_groups,
 )
-from monitor.errors import plural
-from monitor.results import read_results
-from monitor.safe_text import terminal_line
+from monitor.contracts.results import read_results
+from monitor.plumbing.errors import plural
+from monitor.plumbing.safe_text import terminal_line
 
 By = Literal["release", "query_type", "service"]
 

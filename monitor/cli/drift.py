@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from monitor.contracts.results import ResultLine, read_results
 from monitor.drift.config import RetrievalDriftPolicy
 from monitor.drift.reference import (
     BaselineFileError,
@@ -24,9 +25,8 @@ from monitor.drift.reference import (
     pin,
     retrieval_from_results,
 )
-from monitor.errors import plural
-from monitor.files import write_atomic
-from monitor.results import ResultLine, read_results
+from monitor.plumbing.errors import plural
+from monitor.plumbing.files import write_atomic
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Pin the references drift detectors compare with.")
 

@@ -27,8 +27,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from monitor.errors import plural, yaml_error
-from monitor.files import write_atomic
+from monitor.contracts.model import RagRecord
 from monitor.golden.baselines import parse_modes
 from monitor.golden.change import Change, parse_change
 from monitor.golden.comparison import BaselineError, load_baseline
@@ -48,10 +47,11 @@ from monitor.golden.report import ReplayReport
 from monitor.golden.schema import GoldenCheck, load_golden
 from monitor.golden.targets import make_target
 from monitor.judge import Judge
-from monitor.model import RagRecord
 from monitor.outputs.config import DEFAULT_PUSH_JOB
 from monitor.outputs.pushgateway import Pushgateway
-from monitor.safe_text import terminal_line
+from monitor.plumbing.errors import plural, yaml_error
+from monitor.plumbing.files import write_atomic
+from monitor.plumbing.safe_text import terminal_line
 
 __all__ = ["register"]
 

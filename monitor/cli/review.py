@@ -33,7 +33,7 @@ def review_command(
     of the labels file in the format `calibrate` reads; records already there are passed over, so a
     session can stop and resume. Exit 2 on bad arguments or an unreadable queue file."""
     from monitor.cli.settings import load_or_exit
-    from monitor.errors import plural
+    from monitor.plumbing.errors import plural
     from monitor.review.app import Feed, ReviewApp
     from monitor.review.labels import LabelsFile
     from monitor.review.queue import QueueRead, read_queue

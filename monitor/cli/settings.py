@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from monitor.config import ConfigError, Settings, load_settings
+from monitor.app.config import ConfigError, Settings, load_settings
 
 __all__ = ["load_or_exit"]
 

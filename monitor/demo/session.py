@@ -29,7 +29,8 @@ from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.live import Live
 
-from monitor.config import Settings, load_settings
+from monitor.app.config import Settings, load_settings
+from monitor.app.sidecar import Sidecar
 from monitor.demo.broker import EmbeddedBroker, die_with_parent, free_port
 from monitor.demo.scene import Deploy, Scene, SceneConfig
 from monitor.demo.sink import ReceivedAlert, WebhookReceiver
@@ -45,7 +46,6 @@ from monitor.demo.workload import (
 from monitor.drift import DriftPolicy
 from monitor.kafka.client import ensure_topics
 from monitor.outputs.http import MetricsServer
-from monitor.sidecar import Sidecar
 
 log = logging.getLogger(__name__)
 

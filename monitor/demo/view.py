@@ -14,9 +14,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from monitor.contracts.estimate import ESTIMATE_METRICS
 from monitor.demo.scene import Scene
 from monitor.demo.sink import ReceivedAlert, WebhookReceiver
-from monitor.estimate import ESTIMATE_METRICS
 
 _JUDGED = {
     "ragmon_claims_total": "claims",

@@ -22,9 +22,9 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
+from monitor.contracts.metrics import DriftMetrics
 from monitor.drift.config import DRIFT_METRICS, DriftPolicy
 from monitor.drift.detector import Detector, Reference
-from monitor.metrics import DriftMetrics
 
 log = logging.getLogger(__name__)
 

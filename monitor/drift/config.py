@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from monitor.estimate import ESTIMATE_METRICS
+from monitor.contracts.estimate import ESTIMATE_METRICS
 from monitor.outputs.config import AlertSinksConfig
 
 

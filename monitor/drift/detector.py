@@ -52,8 +52,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from monitor.contracts.metrics import DriftMetrics
 from monitor.drift.config import DriftPolicy
-from monitor.metrics import DriftMetrics
 
 Direction = Literal[1, -1]
 
@@ -379,7 +379,7 @@ class StratifiedDetector(Detector):
     """Stratified GLR of one (query type, metric): the weights' design effect is paid only where
     production's composition is tested, and a change in what the sampler oversamples is no change.
 
-    Strata are what the sampler sampled a record as (`monitor.model.Stratum`: the priority signal
+    Strata are what the sampler sampled a record as (`monitor.contracts.model.Stratum`: the priority signal
     that raised its p, or the plain rate), carried on the samples and results lines. Two
     statistics, an alarm when either crosses its threshold:
 

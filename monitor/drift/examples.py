@@ -14,11 +14,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from monitor.contracts.model import Verdict
+from monitor.contracts.results import ResultLine
 from monitor.drift.detector import BAD_DIRECTION, Detector
-from monitor.model import Verdict
 from monitor.outputs.alerts import MAX_EXAMPLES, REASON_CHARS, Example
-from monitor.results import ResultLine
-from monitor.safe_text import one_line
+from monitor.plumbing.safe_text import one_line
 
 _UNSUPPORTED = (Verdict.CONTRADICTED, Verdict.NOT_IN_CONTEXT)
 

@@ -36,10 +36,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from monitor.contracts.estimate import usable_weight, verdict_values
+from monitor.contracts.results import ResultLine
 from monitor.drift.detector import POOLED, Reference, StratifiedReference, StratumSums
 from monitor.drift.retrieval import MAX_COUNT_BIN, RetrievalReference
-from monitor.estimate import usable_weight, verdict_values
-from monitor.results import ResultLine
 
 KIND = "rag-monitor-drift-baseline"
 SHARES_TOLERANCE = 1e-6  # |Σ shares − 1| allowed (JSON round trips are exact; hand edits are not)

@@ -62,8 +62,8 @@ from typing import Literal, Protocol
 
 from prometheus_client import Counter, Gauge
 
+from monitor.contracts.metrics import RetrievalDriftMetrics
 from monitor.drift.config import RetrievalDriftPolicy
-from monitor.metrics import RetrievalDriftMetrics
 
 
 class PinnedBaseline(Protocol):

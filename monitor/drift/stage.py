@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.results import ResultLine, unreadable_reason
+from monitor.contracts.slices import BoundedLabel, RecentLabel, SlicesConfig
 from monitor.drift.arming import Arming
 from monitor.drift.attribution import ChangeAttribution
 from monitor.drift.config import AlertsConfig
@@ -34,12 +37,9 @@ from monitor.drift.reference import DriftBaseline, drift_values
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
-from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
-from monitor.progress import StageProgress
-from monitor.results import ResultLine, unreadable_reason
-from monitor.slices import BoundedLabel, RecentLabel, SlicesConfig
-from monitor.tasks import cancel_all
+from monitor.plumbing.progress import StageProgress
+from monitor.plumbing.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 

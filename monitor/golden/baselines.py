@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.golden.intervals import Interval, IntervalConfig, drop_intervals, mean_intervals
 from monitor.golden.schema import GoldenRow
 from monitor.golden.targets import ContextChunk, Target, TargetError
 from monitor.judge import skip_reason
-from monitor.model import Chunk, RagRecord
 
 __all__ = [
     "BASELINE_MODES",

@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monitor.errors import plural
 from monitor.golden.intervals import Interval, IntervalConfig, drop_intervals
 from monitor.golden.scores import (
     ALL,
@@ -36,6 +35,7 @@ from monitor.golden.scores import (
     mean,
     worse,
 )
+from monitor.plumbing.errors import plural
 
 __all__ = [
     "BASELINE_SCHEMA_VERSION",

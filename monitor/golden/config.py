@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from monitor import replay_mark
 from monitor.golden.comparison import GateConfig
 from monitor.golden.intervals import IntervalConfig
 from monitor.outputs.config import PushgatewayConfig
+from monitor.plumbing import replay_mark
 
 
 class ResponseMapping(BaseModel):

@@ -25,13 +25,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.metrics import JudgeMetrics
+from monitor.contracts.model import RagRecord
 from monitor.judge import Judge
 from monitor.judge.llm_judge import LLMJudgeBase
 from monitor.judge.metered import MeteredJudge
 from monitor.llm.config import ClientConfig
 from monitor.llm.usage import Price, input_bound, price_for, usd_bound
-from monitor.metrics import JudgeMetrics
-from monitor.model import RagRecord
 
 __all__ = [
     "CostActual",

@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from monitor.files import locked, write_atomic
+from monitor.contracts.results import ResultLine
+from monitor.contracts.slices import DEFAULT_QUERY_TYPES
 from monitor.golden.schema import (
     ChunkText,
     GoldenCheck,
@@ -33,8 +34,7 @@ from monitor.golden.schema import (
     parse_golden,
     validate,
 )
-from monitor.results import ResultLine
-from monitor.slices import DEFAULT_QUERY_TYPES
+from monitor.plumbing.files import locked, write_atomic
 
 __all__ = [
     "PRODUCTION",
@@ -257,7 +257,7 @@ def append_production_row(
     query_types: Sequence[str] = DEFAULT_QUERY_TYPES,
 ) -> GoldenAdd:
     """`add_production_row`, saying what the file held before and what was written. Read, check
-    and rename happen under the golden file's lock (`monitor.files.locked`): two writers at once
+    and rename happen under the golden file's lock (`monitor.plumbing.files.locked`): two writers at once
     (two `golden add`s, a reviewer's `g`) each add their row, none overwrites the other's."""
     try:
         with locked(golden):

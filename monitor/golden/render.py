@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-from monitor.errors import plural
 from monitor.golden.baselines import Baselines
 from monitor.golden.comparison import MetricChange, Regression
 from monitor.golden.intervals import Interval
 from monitor.golden.report import CORRECTNESS_METHOD, ReplayReport
 from monitor.golden.scores import ALL
+from monitor.plumbing.errors import plural
 
 if TYPE_CHECKING:
     from monitor.golden.synthesize import SynthesisReport

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.contracts.model import RagRecord
 from monitor.golden.baselines import (
     REPLAY_SERVICE,
     BaselineMode,
@@ -42,7 +43,6 @@ from monitor.golden.scores import RowResult, rating_ratio
 from monitor.golden.targets import Target, TargetError, make_target
 from monitor.judge import Judge, create_judge, skip_reason
 from monitor.judge.citations import check_citations, read_citations
-from monitor.model import RagRecord
 
 __all__ = ["ReplayFailed", "run_replay"]
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from monitor.errors import plural
 from monitor.golden.baselines import (
     MATCH_SHARE,
     BaselineMode,
@@ -49,6 +48,7 @@ from monitor.golden.intervals import Interval, IntervalConfig
 from monitor.golden.scores import ALL, RowResult, aggregate, metric_intervals
 from monitor.judge import Judge
 from monitor.judge.model import is_self_judged
+from monitor.plumbing.errors import plural
 
 __all__ = ["CORRECTNESS_METHOD", "Hint", "ReplayReport", "build_report", "diagnose"]
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from monitor.errors import plural, yaml_error
-from monitor.slices import DEFAULT_QUERY_TYPES
+from monitor.contracts.slices import DEFAULT_QUERY_TYPES
+from monitor.plumbing.errors import plural, yaml_error
 
 __all__ = [
     "ChunkText",

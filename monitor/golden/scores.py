@@ -11,7 +11,7 @@ terminal shows "–").
 
 Relevance and correctness (answerable rows only: an unanswerable row expects a refusal, which
 refusal accuracy scores): `answer_relevance` and `context_relevance` are the judge's 1-3 ratings
-(`monitor.model.Judgement`; context relevance is the mean over the shown chunks) mapped onto [0, 1]
+(`monitor.contracts.model.Judgement`; context relevance is the mean over the shown chunks) mapped onto [0, 1]
 as (rating − 1) / 2, so that they average, bootstrap and export like every other golden ratio;
 None when the judge gives none (the lexical judge rates no chunks). `correctness` is the answer
 against the row's `reference_answer`: no judge here can be asked that yet, so it is the lexical
@@ -87,7 +87,7 @@ class RowResult:
     context_relevance: float | None = None  # mean chunk rating on [0, 1]; None: no ratings
     correctness: float | None = None  # answer match against the reference (answerable rows)
     difficulty: str | None = None  # the golden row's optional tag (easy, hard, adversarial)
-    # Why the judge could not decide the row's faithfulness (a `monitor.model.Undecided` value);
+    # Why the judge could not decide the row's faithfulness (a `monitor.contracts.model.Undecided` value);
     # None: decided, or nothing to decide (a refusal, not judged). An undecided row has no
     # faithfulness: it is out of the mean and its interval, and counted in `decided_share`.
     undecided: str | None = None

@@ -2,7 +2,7 @@
 
 `GoldenService` replays the configured golden set (`golden.*`) every `interval_seconds` and, with
 a trigger token, serves `POST /golden/replay` (`trigger`) for replays out of schedule; both go
-through one `GoldenRunner`, so they never overlap. The wiring (`monitor.sidecar`) gives it:
+through one `GoldenRunner`, so they never overlap. The wiring (`monitor.app.sidecar`) gives it:
 
 - the judge the judge stage judges with (budget, metering: a replay's calls count in the judge
   cost metrics like any other, never in its verdict metrics), or None (retrieval only);
@@ -30,8 +30,8 @@ from monitor.golden.targets import make_target
 from monitor.golden.trigger import PATH, GoldenRunner, TriggerEndpoint, load_token
 from monitor.judge import Judge
 from monitor.outputs.http import Route
-from monitor.replay_mark import load_secret, secret_from_env
-from monitor.tasks import cancel_all
+from monitor.plumbing.replay_mark import load_secret, secret_from_env
+from monitor.plumbing.tasks import cancel_all
 
 __all__ = ["GoldenService", "load_replay_secret"]
 

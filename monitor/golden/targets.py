@@ -7,7 +7,7 @@ wrong half of the pipeline.
 
 HTTP default (docs/contract.md, Replay HTTP contract): ``POST {url}`` with ``{"query": str, "k":
 int}`` → ``{"answer": str, "chunks": [{"id", "content", "score"}]}``, header ``X-RAG-Replay:
-t=…,sig=…`` (an HMAC with the shared replay secret, `monitor.replay_mark`) so that the instrumented
+t=…,sig=…`` (an HMAC with the shared replay secret, `monitor.plumbing.replay_mark`) so that the instrumented
 service marks its spans ``rag.replay=true`` and production metrics exclude them; with no secret the
 requests go unmarked (counted as production, and a warning says so). Other shapes:
 `request_template` (a JSON value whose strings may hold ``{query}``, ``{k}``, ``{query_type}``,
@@ -39,9 +39,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from monitor import replay_mark
+from monitor.contracts.model import Chunk
 from monitor.golden.config import ContextMapping, HttpTargetConfig, ResponseMapping
-from monitor.model import Chunk
+from monitor.plumbing import replay_mark
 
 __all__ = [
     "REPLAY_HEADER",

@@ -38,11 +38,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from monitor.errors import plural
-from monitor.files import write_atomic
 from monitor.golden.change import Change, parse_change
 from monitor.golden.report import ReplayReport
 from monitor.outputs.http import Request, Response
+from monitor.plumbing.errors import plural
+from monitor.plumbing.files import write_atomic
 
 __all__ = [
     "MIN_TOKEN_BYTES",

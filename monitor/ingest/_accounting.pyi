@@ -3,11 +3,11 @@
 from collections.abc import Callable
 from typing import Any
 
+from monitor.contracts.metrics import HistogramTally, RecordSeries, ServiceSeries
+from monitor.contracts.model import RagRecord
 from monitor.ingest.accounting import Labels, PriceBook, RetrievalObserver
 from monitor.ingest.assemble import Finished
 from monitor.ingest.sampler import Sampler
-from monitor.metrics import HistogramTally, RecordSeries, ServiceSeries
-from monitor.model import RagRecord
 
 def init(
     record: type,

@@ -2,10 +2,10 @@
 
 from collections.abc import Callable, Mapping, Sequence
 
+from monitor.contracts.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 from monitor.ingest.assemble import Finished
 from monitor.ingest.config import AssemblyConfig
 from monitor.kafka.offsets import MessageRef
-from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 
 def setup(
     span_facts: type[SpanFacts],

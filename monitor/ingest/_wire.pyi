@@ -3,8 +3,8 @@
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from monitor.contracts.model import Chunk, Reject, SpanFacts, SpanRole
 from monitor.ingest.decode import Decoded
-from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 
 def init(
     schema: Sequence[Sequence[tuple[int, int, int]]],

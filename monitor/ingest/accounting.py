@@ -15,7 +15,7 @@ drift slice that neither completes its reference nor is due a check, a sampling 
 not roll and leaves the record unsampled — and stops at the first it leaves to the stage; the
 reference's counts none. The twin writes only what `count` would write, through the attributes the
 owning classes declare public as their C seam (each says so in its docstring): `RecordSeries`,
-`ServiceSeries` and `HistogramTally` (monitor.metrics), `PriceBook.cache` (here),
+`ServiceSeries` and `HistogramTally` (monitor.contracts.metrics), `PriceBook.cache` (here),
 `Sampler.slices`, `SliceState` and `FrozenWindow` (read only)
 (monitor.ingest.sampler), the retrieval observer's `slices` and their class's fields (the drift
 stage's `SliceDrift`, learnt from the first slice met: the ingest stage does not import the drift
@@ -28,13 +28,13 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Protocol, cast
 
+from monitor.contracts.metrics import HistogramTally, RecordSeries, ServiceSeries
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.ingest.assemble import Finished
 from monitor.ingest.compiled import choose
 from monitor.ingest.sampler import FrozenWindow, Sampler, SliceState, looks_like_refusal
 from monitor.kafka.offsets import MessageRef, RefMaker, new_refs
 from monitor.llm.usage import Price, price_for
-from monitor.metrics import HistogramTally, RecordSeries, ServiceSeries
-from monitor.model import Chunk, RagRecord
 
 # A raw (service, query_type, release)'s bounded labels: service, query type, whether the raw
 # query type was outside the allow-list, the series of the bounded pair and the RED series of the

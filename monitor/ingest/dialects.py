@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from monitor.model import Chunk, Reject, SpanFacts, SpanRole
+from monitor.contracts.model import Chunk, Reject, SpanFacts, SpanRole
 
 # Span events whose attributes are folded into the span's attributes (setdefault): GenAI semconv
 # before 1.37 put prompt and completion on events, 1.37+ may put the messages on an event too.

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from monitor.contracts.model import RagRecord, Stratum
+from monitor.contracts.samples import blake2b_fraction
 from monitor.ingest.compiled import choose
 from monitor.ingest.config import SamplingPolicy
-from monitor.model import RagRecord, Stratum
-from monitor.samples import blake2b_fraction
 
 __all__ = [
     "FrozenWindow",

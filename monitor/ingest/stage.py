@@ -17,11 +17,16 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from monitor.contracts.metrics import HistogramTally, Metrics, RecordSeries, ServiceSeries
+from monitor.contracts.model import Reject
+from monitor.contracts.samples import TextLimits, TypeSource, encode_sample
+from monitor.contracts.slices import BoundedLabel, SlicesConfig
 from monitor.ingest.accounting import ACCOUNTING, NEW_REFS, Accounting, Labels, PriceBook, RetrievalObserver
 from monitor.ingest.assemble import ASSEMBLER, Assembler, Finished
 from monitor.ingest.classify import QueryClassifier
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingPolicy
 from monitor.ingest.decode import OTLP_PROTO_DECODER, compiled_feed, decode, set_release_keys
+from monitor.ingest.rejects import Rejections
 from monitor.ingest.sampler import Sampler
 from monitor.ingest.unreadable import REASONS as UNREADABLE_REASONS
 from monitor.ingest.unreadable import UnreadableTraces
@@ -31,12 +36,7 @@ from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
 from monitor.llm.usage import DEFAULT_PRICES, Price
-from monitor.metrics import HistogramTally, Metrics, RecordSeries, ServiceSeries
-from monitor.model import Reject
-from monitor.progress import StageProgress
-from monitor.rejects import Rejections
-from monitor.samples import TextLimits, TypeSource, encode_sample
-from monitor.slices import BoundedLabel, SlicesConfig
+from monitor.plumbing.progress import StageProgress
 
 log = logging.getLogger(__name__)
 

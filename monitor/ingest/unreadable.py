@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from prometheus_client import Counter as PromCounter
 
-from monitor.model import Reject, SpanFacts
-from monitor.slices import BoundedLabel
+from monitor.contracts.model import Reject, SpanFacts
+from monitor.contracts.slices import BoundedLabel
 
 log = logging.getLogger("monitor.ingest.unreadable")
 

@@ -1,7 +1,7 @@
 """Replay marking for web services: requests with a valid ``X-RAG-Replay`` mark produce
 ``rag.replay=true`` spans, which the monitor keeps out of production metrics.
 
-The mark is an HMAC with a shared secret (`monitor.replay_mark`: timestamp, method, body), so an
+The mark is an HMAC with a shared secret (`monitor.plumbing.replay_mark`: timestamp, method, body), so an
 ordinary client cannot hide its traffic by sending ``X-RAG-Replay: 1``: a missing, forged, stale or
 unverifiable mark leaves the request counted as production. The secret is the ``secret`` argument,
 else ``RAGMON_REPLAY_SECRET_FILE`` / ``RAGMON_REPLAY_SECRET``; with none, nothing is marked.
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import Any
 
 from monitor.instrument.spans import replay_scope
-from monitor.replay_mark import MAX_AGE_SECONDS, body_digest, check, secret_from_env
+from monitor.plumbing.replay_mark import MAX_AGE_SECONDS, body_digest, check, secret_from_env
 
 __all__ = ["REPLAY_HEADER", "ReplayMiddleware", "is_replay", "replay_scope"]
 

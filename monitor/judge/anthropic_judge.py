@@ -26,6 +26,7 @@ import anthropic
 from anthropic.types import Message, MessageParam, ToolParam, ToolUseBlock
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig, count_request
 from monitor.judge.model import JudgeOutput
 from monitor.judge.output import output_schema, parse_output
@@ -43,7 +44,6 @@ from monitor.llm.messages import AnthropicClientConfig, error_outcome, messages_
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import TokenUsage, json_bytes
-from monitor.model import Judgement, RagRecord
 
 __all__ = ["AnthropicJudge", "AnthropicJudgeConfig"]
 

@@ -45,8 +45,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.judge.protocol import Judge
-from monitor.model import Judgement, RagRecord
 
 __all__ = [
     "DEFAULT_USD_PER_DAY",

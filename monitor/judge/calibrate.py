@@ -51,9 +51,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from monitor.contracts.model import Judgement, RagRecord
+from monitor.contracts.results import ReviewMeta
 from monitor.judge.protocol import Judge
-from monitor.model import Judgement, RagRecord
-from monitor.results import ReviewMeta
 
 __all__ = [
     "KAPPA_WARNING",

@@ -1,7 +1,7 @@
 """Citation accuracy: does each chunk an answer cites support what it is cited for?
 
 Judge-agnostic: the judges give per-claim verdicts with their supporting chunk ids
-(`monitor.model.Claim`); this module reads the answer's citation markers and checks each
+(`monitor.contracts.model.Claim`); this module reads the answer's citation markers and checks each
 against those verdicts, in code. No judge is asked anything more.
 
 Markers understood (each may list several references, separated by ``,``, ``;`` or "and"):
@@ -57,9 +57,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from monitor.contracts.model import NOTE_NOT_JUDGED, Chunk, Claim, Judgement, RagRecord, Verdict
 from monitor.judge.evidence import content_words, normalise
 from monitor.judge.lexical import SENTENCE_END
-from monitor.model import NOTE_NOT_JUDGED, Chunk, Claim, Judgement, RagRecord, Verdict
 
 __all__ = [
     "MAX_CITATIONS",

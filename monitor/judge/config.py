@@ -20,11 +20,11 @@ from pydantic import (
     model_validator,
 )
 
-from monitor.errors import error_line
+from monitor.contracts.results import ReviewReason
 from monitor.judge.backends import LLM_BACKENDS, llm_backend
 from monitor.judge.budget import BudgetPolicy
 from monitor.judge.lexical import LexicalJudge
-from monitor.results import ReviewReason
+from monitor.plumbing.errors import error_line
 
 
 class BreakerConfig(BaseModel):

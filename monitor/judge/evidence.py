@@ -9,7 +9,7 @@ check it cheaply:
   unrelated span ("Acme") cannot carry a fabricated claim ("Acme was founded in 1900"), nor a quote
   sharing no word with the claim carry it at all. What stays the judge's call: whether a real,
   related quote entails the claim (the quote is in the results line, for audit). A claim
-  whose evidence fails is not supported (`monitor.model.EvidenceFailure`): text injected into a
+  whose evidence fails is not supported (`monitor.contracts.model.EvidenceFailure`): text injected into a
   chunk or an answer ("mark every claim supported") can make a model *say* supported, not produce
   a quote.
 - coverage: the claims must cover the answer. Per answer sentence (hedges, refusals and sentences
@@ -30,7 +30,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from monitor.model import EvidenceFailure
+from monitor.contracts.model import EvidenceFailure
 
 __all__ = [
     "MIN_SENTENCE_WORDS",

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from monitor.contracts.model import NOTE_NOT_JUDGED, Claim, Judgement, RagRecord, Verdict
 from monitor.judge.budget import Cost
 from monitor.judge.evidence import coverage
 from monitor.judge.model import JudgeOutput, judgement_from_output
@@ -26,7 +27,6 @@ from monitor.llm.config import ClientConfig
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import MESSAGE_OVERHEAD_TOKENS, TokenUsage, cost_usd, input_bound, price_for, usd_bound
-from monitor.model import NOTE_NOT_JUDGED, Claim, Judgement, RagRecord, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 
+from monitor.contracts.metrics import JudgeMetrics
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.judge.budget import Cost, JudgeBudget, cost_bound
 from monitor.judge.protocol import Judge, RecordMeta
 from monitor.llm.outcome import JudgeOutcome
-from monitor.metrics import JudgeMetrics
-from monitor.model import Judgement, RagRecord
 
 __all__ = ["BUDGET_EXHAUSTED", "MeteredJudge"]
 

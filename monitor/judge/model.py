@@ -10,7 +10,7 @@ Two layers, on purpose:
 - `LabelledJudgeOutput`: the same plus the judge's own query-type label, asked for only when an
   allow-list is configured; `labelled_output_model` narrows the label to that list, so a label
   outside it fails validation like any other bad field.
-- `judgement_from_output`: a validated output as a `monitor.model.Judgement` (the internal
+- `judgement_from_output`: a validated output as a `monitor.contracts.model.Judgement` (the internal
   result, where the scores are derived), each claim's quotes checked against the chunk texts
   (`checked_claim`).
 """
@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from monitor.contracts.model import Claim, EvidenceFailure, Judgement, Quote, Undecided, Verdict
 from monitor.judge.evidence import check_evidence
-from monitor.model import Claim, EvidenceFailure, Judgement, Quote, Undecided, Verdict
 
 log = logging.getLogger(__name__)
 

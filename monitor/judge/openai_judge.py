@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig, count_request
 from monitor.judge.model import JudgeOutput
 from monitor.judge.output import output_schema, parse_output
@@ -33,7 +34,6 @@ from monitor.llm.chat import (
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import json_bytes
-from monitor.model import Judgement, RagRecord
 
 __all__ = ["OpenAIJudge", "OpenAIJudgeConfig"]
 

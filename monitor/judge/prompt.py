@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from monitor.contracts.model import RagRecord
 from monitor.judge.evidence import coverage
 from monitor.judge.model import MAX_CLAIMS, JudgeOutput
 from monitor.llm.fence import escape_data
 from monitor.llm.usage import MAX_UTF8_BYTES
-from monitor.model import RagRecord
 
 __all__ = [
     "MAX_CHUNKS",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from monitor.model import Judgement, RagRecord
+from monitor.contracts.model import Judgement, RagRecord
 
 __all__ = ["SKIP_NO_ANSWER", "SKIP_NO_CONTEXT_CONTENT", "Judge", "RecordMeta", "skip_reason"]
 

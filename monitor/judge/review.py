@@ -1,5 +1,5 @@
 """The review queue: which judged records a person should look at, and why (docs/judges.md, "The
-review queue"; the line is `monitor.results.ReviewLine`).
+review queue"; the line is `monitor.contracts.results.ReviewLine`).
 
 A judged record is queued for any of four reasons (`ReviewReason`):
 
@@ -36,14 +36,14 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from monitor.contracts.metrics import ReviewMetrics
+from monitor.contracts.model import NOTE_NOT_JUDGED, EvidenceFailure, Verdict
+from monitor.contracts.results import ResultLine, ReviewLine, ReviewReason, encode_result
+from monitor.contracts.samples import blake2b_fraction
 from monitor.judge.config import ReviewConfig
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import ReviewMetrics
-from monitor.model import NOTE_NOT_JUDGED, EvidenceFailure, Verdict
 from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink
-from monitor.results import ResultLine, ReviewLine, ReviewReason, encode_result
-from monitor.samples import blake2b_fraction
-from monitor.tasks import cancel_all
+from monitor.plumbing.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
-from monitor.estimate import EstimatePolicy, WindowEstimator
+from monitor.contracts.estimate import EstimatePolicy, WindowEstimator
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, Judgement, RagRecord
+from monitor.contracts.results import ResultLine, encode_result, result_line
+from monitor.contracts.samples import BadSample, blake2b_fraction, decode_sample
+from monitor.contracts.slices import BoundedLabel, SlicesConfig
 from monitor.judge import Judge, skip_reason
 from monitor.judge.breaker import OUTAGE, CircuitBreaker, State
 from monitor.judge.budget import JudgeBudget
@@ -35,17 +40,12 @@ from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.offsets import MessageRef, OffsetTracker
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
-from monitor.model import Chunk, Judgement, RagRecord
 from monitor.outputs.config import EventsConfig, ResultsConfig
 from monitor.outputs.export_queue import OUTCOMES
 from monitor.outputs.result_sinks import FileSink, ResultSink, TopicSink, reopen_on_sighup
 from monitor.outputs.verdict_exports import VerdictExports
-from monitor.progress import Progress, StageProgress
-from monitor.results import ResultLine, encode_result, result_line
-from monitor.samples import BadSample, blake2b_fraction, decode_sample
-from monitor.slices import BoundedLabel, SlicesConfig
-from monitor.tasks import cancel_all
+from monitor.plumbing.progress import Progress, StageProgress
+from monitor.plumbing.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 

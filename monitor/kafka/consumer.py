@@ -28,7 +28,7 @@ from prometheus_client import Counter, Gauge
 from monitor.kafka.client import client_kwargs
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.offsets import OffsetTracker
-from monitor.progress import Progress
+from monitor.plumbing.progress import Progress
 
 log = logging.getLogger(__name__)
 

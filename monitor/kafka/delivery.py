@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
-from monitor.progress import Progress
+from monitor.plumbing.progress import Progress
 
 log = logging.getLogger(__name__)
 

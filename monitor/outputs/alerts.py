@@ -11,7 +11,7 @@ is retried a bounded number of times with backoff; what still fails is counted
 
 A drift alert carries example traces (`Example`): up to `MAX_EXAMPLES` judged records that show
 what went wrong, each with its trace id, a link from `trace_url_template` and a short reason. They
-are span text, so data: made safe for a chat (`monitor.safe_text.chat_text`: one line, Slack,
+are span text, so data: made safe for a chat (`monitor.plumbing.safe_text.chat_text`: one line, Slack,
 Markdown and HTML markup shown as text) and each reason clipped; trace ids are hex or the example
 is not shown. Alertmanager gets them as string annotations
 (`example_trace_ids`, `trace_url`, `example_traces`), the webhook also as a structured `examples`
@@ -39,9 +39,9 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
-from monitor.errors import plural
 from monitor.outputs.config import TRACE_ID_PLACEHOLDER, AlertSinksConfig
-from monitor.safe_text import chat_text
+from monitor.plumbing.errors import plural
+from monitor.plumbing.safe_text import chat_text
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
-from monitor.model import Claim, Judgement, RagRecord
+from monitor.contracts.model import Claim, Judgement, RagRecord
 from monitor.outputs.config import EventsConfig
 from monitor.outputs.export_queue import attributes_size
 from monitor.outputs.otlp_export import (
@@ -73,7 +73,7 @@ from monitor.outputs.otlp_export import (
     SettlingLogExporter,
     otlp_exporter,
 )
-from monitor.safe_text import trace_text
+from monitor.plumbing.safe_text import trace_text
 
 __all__ = [
     "EVENT_NAME",

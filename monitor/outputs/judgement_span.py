@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind
 
-from monitor.model import Judgement, RagRecord
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.outputs.config import EventsConfig
 from monitor.outputs.evaluation_events import (
     ATTR_LABEL,
@@ -58,7 +58,7 @@ from monitor.outputs.otlp_export import (
     SettlingSpanExporter,
     otlp_exporter,
 )
-from monitor.safe_text import trace_text
+from monitor.plumbing.safe_text import trace_text
 
 __all__ = ["CLAIM_EVENT", "SPAN_NAME", "JudgementSpan", "JudgementSpanSink", "judgement_span"]
 

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from monitor.model import Judgement, RagRecord
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.outputs.config import EventsConfig, safe_url
 from monitor.outputs.export_queue import PendingBudget, SinkStats
 

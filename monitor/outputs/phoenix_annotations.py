@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from monitor.model import Judgement, RagRecord
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.outputs.config import PhoenixConfig, safe_url
 from monitor.outputs.evaluation_events import (
     ATTR_EXPLANATION,

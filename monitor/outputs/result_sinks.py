@@ -1,4 +1,4 @@
-"""The sinks of the results lines (`monitor.results`): the results file and topic (the HTTP
+"""The sinks of the results lines (`monitor.contracts.results`): the results file and topic (the HTTP
 endpoint is in `monitor.outputs.http`), and the review queue's file and topic, which carry results
 lines too.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from monitor.model import Judgement, RagRecord
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.outputs.config import EventsConfig
 from monitor.outputs.evaluation_events import EvaluationEventSink
 from monitor.outputs.export_queue import SinkStats

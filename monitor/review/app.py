@@ -17,12 +17,12 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Input, Static
 
-from monitor.errors import plural
-from monitor.results import RESULTS_VERSION
+from monitor.contracts.results import RESULTS_VERSION
+from monitor.plumbing.errors import plural
+from monitor.plumbing.safe_text import terminal_line, terminal_text
 from monitor.review.labels import ClaimLabel
 from monitor.review.render import form_text, record_text
 from monitor.review.session import CHUNK_KEYS, ReviewSession
-from monitor.safe_text import terminal_line, terminal_text
 
 # The key help; `{chunks}`: the chunks the number keys are on (`keys_help`).
 KEYS_HELP = (
@@ -37,7 +37,7 @@ def keys_help(first: int, last: int) -> str:
     return KEYS_HELP.format(chunks=f"chunks {first}-{last}" if last else "no chunks")
 
 
-# Reasons a queue line is passed over (`monitor.results.unreadable_reason`), short for one line.
+# Reasons a queue line is passed over (`monitor.contracts.results.unreadable_reason`), short for one line.
 _SHORT = {f"results line version other than {RESULTS_VERSION}": "another v", "not a JSON object": "not JSON"}
 
 # Where more queue lines come from while the reviewer works (a topic): raw values, as they come.

@@ -32,7 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from monitor.results import ReviewLine
+from monitor.contracts.results import ReviewLine
 
 # The RagRecord fields of a results line (`RagRecord.to_json_dict`): the record calibrate re-judges.
 RECORD_FIELDS = (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from monitor.results import ReviewLine, unreadable_reason
+from monitor.contracts.results import ReviewLine, unreadable_reason
 
 NO_TRACE_ID = "no trace id"
 

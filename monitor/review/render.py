@@ -2,18 +2,18 @@
 chunks with the judge's evidence quotes marked. Plain `rich` text, so that a test reads exactly what
 a reviewer would, and so that it reads in a monochrome terminal too: a quote is shown in colour
 *and* followed by the number of the claim that cites it (‹2›). Every text from traffic goes through
-`monitor.safe_text` (escape sequences, bidi overrides shown escaped) and into `Text` as it is,
+`monitor.plumbing.safe_text` (escape sequences, bidi overrides shown escaped) and into `Text` as it is,
 never parsed as markup."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from monitor.errors import plural
-from monitor.results import ChunkLine, ReviewLine
+from monitor.contracts.results import ChunkLine, ReviewLine
+from monitor.plumbing.errors import plural
+from monitor.plumbing.safe_text import terminal_line, terminal_text
 from monitor.review.labels import ClaimLabel, Labelling
 from monitor.review.session import CHUNK_KEYS, chunks_of, page_range
-from monitor.safe_text import terminal_line, terminal_text
 
 QUOTE_STYLE = "black on yellow"
 SELECTED_QUOTE_STYLE = "bold black on bright_green"

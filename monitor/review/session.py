@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from monitor.errors import plural
-from monitor.files import locked, write_atomic
+from monitor.contracts.results import ChunkLine, ReviewLine
 from monitor.golden.production import GoldenAdd, ProductionRowError, append_production_row, production_row
-from monitor.results import ChunkLine, ReviewLine
+from monitor.plumbing.errors import plural
+from monitor.plumbing.files import locked, write_atomic
 from monitor.review.labels import ClaimLabel, Labelling, LabelsFile
 from monitor.review.queue import QueueRead
 

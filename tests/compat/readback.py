@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monitor.contracts.model import RagRecord
 from monitor.ingest.assemble import Assembler
 from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.decode import Encoding, decode
 from monitor.kafka.offsets import MessageRef
-from monitor.model import RagRecord
 from tests.compat.apps.harness import read_capture
 from tests.compat.receiver import split_by_trace
 

@@ -19,7 +19,7 @@ from support import REPO, eventually, result_lines, running, sample, settings_fo
 
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import Message, generate, produce
-from monitor.safe_text import trace_text
+from monitor.plumbing.safe_text import trace_text
 from tests.compat.phoenix import Phoenix, browse, phoenix_server
 
 pytestmark = [pytest.mark.compat, pytest.mark.kafka]

@@ -23,8 +23,8 @@ import yaml
 from helm_python import _native
 from support import REPO
 
+from monitor.app.config import Settings, load_settings
 from monitor.cli import app
-from monitor.config import Settings, load_settings
 
 CHART = REPO / "helm" / "rag-monitor"
 KUBE_VERSION = kubernetes_validate.latest_version()  # the newest schemas it ships

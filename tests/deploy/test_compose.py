@@ -32,7 +32,7 @@ import pytest
 import yaml
 from support import REPO
 
-from monitor.config import Settings, load_settings
+from monitor.app.config import Settings, load_settings
 
 DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"

@@ -44,6 +44,10 @@ from support import (
     workload_labels,
 )
 
+from monitor.app.sidecar import Sidecar
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.slices import DEFAULT_QUERY_TYPES
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.drift.config import DRIFT_METRICS
@@ -52,11 +56,7 @@ from monitor.judge.calibrate import CalibrationGauges
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord
 from monitor.outputs.http import MetricsServer
-from monitor.sidecar import Sidecar
-from monitor.slices import DEFAULT_QUERY_TYPES
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"

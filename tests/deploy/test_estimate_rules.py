@@ -20,9 +20,9 @@ import yaml
 from aiokafka import TopicPartition
 from support import ESTIMATE_STATS, REPO, eventually, result_lines, running, settings_for
 
+from monitor.app.sidecar import Sidecar
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.sidecar import Sidecar
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 LEVEL = "service_query_type_metric"

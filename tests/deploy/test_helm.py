@@ -178,7 +178,7 @@ def _sync_module() -> ModuleType:
 
 def test_chart_copies_match_their_sources() -> None:
     """rules/*.yml are deploy/prometheus/'s, and values.schema.json's config part is the sidecar's
-    own models (monitor/config.py). Fix: `.venv/bin/python helm/rag-monitor/hack/sync.py`."""
+    own models (monitor/app/config.py). Fix: `.venv/bin/python helm/rag-monitor/hack/sync.py`."""
     for path, content in _sync_module().expected_files().items():
         assert path.read_text(encoding="utf-8") == content, f"{path} is stale: run hack/sync.py"
 

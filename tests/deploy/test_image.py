@@ -35,7 +35,7 @@ import yaml
 from helm_cases import pod_spec, render
 from support import REPO, eventually, result_lines
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import generate, produce
 from monitor.kafka.client import ensure_topics

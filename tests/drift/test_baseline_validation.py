@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from test_drift_baseline import cli
 
+from monitor.contracts.metrics import Metrics
 from monitor.drift import DriftMonitor, DriftPolicy
 from monitor.drift.reference import BaselineFileError, load_baseline
-from monitor.metrics import Metrics
 
 STRATA = {
     "rate": {"records": 100, "sum_w": 100.0, "sum_w2": 100.0, "sum_wy": 10.0, "sum_wy2": 10.0,

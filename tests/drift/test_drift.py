@@ -10,11 +10,11 @@ import statistics
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.estimate import estimate_values
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Judgement
 from monitor.drift import Detector, DriftMonitor, DriftPolicy
 from monitor.drift.detector import StratifiedDetector
-from monitor.estimate import estimate_values
-from monitor.metrics import Metrics
-from monitor.model import Judgement
 
 # The weighted CUSUM (`Detector`) as it was tuned, on 500-record references (the default moved to
 # 1,500 for the stratified detector, whose threshold is calibrated there).

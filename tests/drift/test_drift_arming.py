@@ -22,16 +22,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import eventually, running, sample, settings_for
 
 import monitor.drift.arming as arming
-from monitor.config import Settings
+from monitor.app.config import Settings
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.slices import DEFAULT_QUERY_TYPES
 from monitor.demo.workload import produce
 from monitor.drift.arming import Arming, duration
 from monitor.drift.config import DRIFT_METRICS, DriftPolicy
 from monitor.drift.detector import Reference, StratifiedDetector
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.metrics import Metrics
 from monitor.outputs.http import MetricsServer
-from monitor.slices import DEFAULT_QUERY_TYPES
 
 SERIES = ("ragmon_drift_armed", "ragmon_drift_reference_records", "ragmon_drift_reference_required_records")
 T0 = 1_790_000_000.0

@@ -17,15 +17,15 @@ from prometheus_client import CollectorRegistry
 from support import REPO, Webhook, eventually, running, settings_for
 from test_drift_stage import drifted, line
 
+from monitor.app.sidecar import Sidecar
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, Judgement, RagRecord
+from monitor.contracts.results import ResultLine
 from monitor.demo.workload import produce
 from monitor.drift import DriftMonitor, DriftPolicy, RetrievalDriftMonitor
 from monitor.drift.reference import BaselineFileError, load_baseline, retrieval_values
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.metrics import Metrics
-from monitor.model import Chunk, Judgement, RagRecord
-from monitor.results import ResultLine
-from monitor.sidecar import Sidecar
 
 T0 = 1_800_000_000.0
 

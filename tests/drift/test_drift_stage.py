@@ -14,12 +14,12 @@ import httpx
 import pytest
 from support import Webhook, eventually, read_topic, result_lines, running, sample, settings_for
 
-from monitor.config import Settings
+from monitor.app.config import Settings
+from monitor.contracts.results import ReviewLine
 from monitor.demo.workload import produce
 from monitor.judge.config import ReviewConfig
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.results import ReviewLine
 
 pytestmark = pytest.mark.kafka
 

@@ -11,11 +11,11 @@ import random
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.slices import RecentLabel, SlicesConfig
 from monitor.drift.config import AlertsConfig, DriftPolicy
 from monitor.drift.stage import DriftStage
 from monitor.kafka.config import KafkaConfig
-from monitor.metrics import Metrics
-from monitor.slices import RecentLabel, SlicesConfig
 
 T0 = 1_790_000_000.0
 TP = TopicPartition("results", 0)

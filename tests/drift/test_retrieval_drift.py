@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from support import eventually, running, sample, settings_for
 
-from monitor.config import ConfigError, load_settings
+from monitor.app.config import ConfigError, load_settings
+from monitor.contracts.metrics import Metrics
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
 from monitor.drift import RetrievalDriftMonitor, RetrievalDriftPolicy, RetrievalReference
 from monitor.drift.reference import RetrievalStats, pin
 from monitor.drift.retrieval import SliceDrift, score_edges, weighted_score_edges
-from monitor.metrics import Metrics
 
 POLICY = RetrievalDriftPolicy()
 Record = tuple[int, float | None]

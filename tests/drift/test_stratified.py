@@ -18,14 +18,14 @@ from support import eventually, running, sample
 from test_drift_baseline import OLD_FILE, T0, cli
 from test_drift_stage import drift_settings, trace_id
 
-from monitor.config import Settings
+from monitor.app.config import Settings
+from monitor.contracts.metrics import Metrics
 from monitor.demo.workload import produce
 from monitor.drift import Detector, DriftMonitor, DriftPolicy
 from monitor.drift.detector import StratifiedDetector
 from monitor.drift.reference import load_baseline
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.metrics import Metrics
 
 REFERENCE = 1000
 # (stratum, production share, inclusion probability, hallucination rate): a rare kind that fails

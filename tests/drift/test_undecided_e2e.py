@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from support import Webhook, eventually, running, settings_for
 
+from monitor.contracts.model import Claim, Judgement, RagRecord, Verdict
+from monitor.contracts.results import ResultLine, encode_result
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import WorkloadConfig, generate, produce
-from monitor.model import Claim, Judgement, RagRecord, Verdict
-from monitor.results import ResultLine, encode_result
 
 pytestmark = pytest.mark.kafka
 

@@ -14,10 +14,10 @@ import yaml
 from typer.testing import CliRunner
 
 from monitor.cli.golden import register
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import encode_result, result_line
 from monitor.golden import load_golden
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Chunk, RagRecord
-from monitor.results import encode_result, result_line
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -32,7 +32,7 @@ from monitor.golden import (
     make_target,
     run_replay,
 )
-from monitor.replay_mark import body_digest, check
+from monitor.plumbing.replay_mark import body_digest, check
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "examples" / "golden.jsonl"

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import result_line
 from monitor.golden import load_golden
 from monitor.golden.production import add_production_row, production_row
 from monitor.golden.synthesize import read_corpus
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Chunk, RagRecord
-from monitor.results import result_line
 
 # Each a line break to some reader (str.splitlines, YAML), none a line break in the text.
 BREAKS = ["\x85", "\u2028", "\u2029", "\x1c", "\x0b", "\x0c", "\t"]

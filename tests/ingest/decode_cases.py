@@ -26,9 +26,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
+from monitor.contracts.model import SpanFacts
 from monitor.ingest.decode import Decoded, decode
 from monitor.kafka.config import Encoding
-from monitor.model import SpanFacts
 
 
 class Spans:

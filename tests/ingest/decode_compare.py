@@ -23,12 +23,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind
 from support import sdk_trace
 
+from monitor.contracts.model import Chunk, SpanFacts
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.ingest.decode import Decoded
 from monitor.kafka.config import Encoding
-from monitor.model import Chunk, SpanFacts
 
 WIRE = decode_mod.compiled_decoder()
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")

@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, Reject, SpanFacts, SpanRole
 from monitor.ingest import assemble
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST, Assembler, Finished, build_record
 from monitor.ingest.config import AssemblyConfig
@@ -16,8 +18,6 @@ from monitor.ingest.decode import decode
 from monitor.ingest.stage import NEW_REFS
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import MessageRef, OffsetTracker, RefMaker, new_refs, release_all
-from monitor.metrics import Metrics
-from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 
 
 def span(tid: str, sid: str, parent: str = "", role: SpanRole = SpanRole.OTHER, **kw: object) -> SpanFacts:

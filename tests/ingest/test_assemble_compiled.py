@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import test_assemble as cases
 
+from monitor.contracts.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 from monitor.demo.workload import trace_messages
 from monitor.ingest import assemble as assemble_mod
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST, Finished, PyAssembler
@@ -34,7 +35,6 @@ from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.decode import decode
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import MessageRef, new_refs
-from monitor.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 from tests.compat.apps.harness import read_capture
 from tests.compat.readback import CAPTURES, capture_names
 from tests.compat.receiver import split_by_trace

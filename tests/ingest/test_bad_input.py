@@ -23,13 +23,13 @@ from support import (
     settings_for,
 )
 
+from monitor.app.sidecar import build_judge
+from monitor.contracts.model import RagRecord
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
 from monitor.judge.lexical import LexicalJudge
 from monitor.kafka.client import ensure_topics
 from monitor.kafka.config import KafkaConfig
-from monitor.model import RagRecord
-from monitor.sidecar import build_judge
 
 ROOT = {"openinference.span.kind": "CHAIN"}
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from monitor.contracts.slices import DEFAULT_QUERY_TYPES
 from monitor.ingest.classify import RULE_TYPES, QueryClassifier, classify_query
-from monitor.slices import DEFAULT_QUERY_TYPES
 
 
 @pytest.mark.parametrize(

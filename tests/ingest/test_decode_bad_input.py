@@ -24,9 +24,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from monitor.contracts.model import Reject, SpanRole
 from monitor.ingest.decode import decode
 from monitor.kafka.config import Encoding
-from monitor.model import Reject, SpanRole
 
 
 @pytest.mark.parametrize("encoding", list(Encoding))

@@ -44,6 +44,7 @@ from decode_compare import (
     taken,
 )
 
+from monitor.contracts.model import Chunk, Reject, SpanFacts, SpanRole
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
@@ -53,7 +54,6 @@ from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.decode import Decoded
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
-from monitor.model import Chunk, Reject, SpanFacts, SpanRole
 from tests.compat.apps.harness import read_capture
 from tests.compat.readback import CAPTURES, capture_names
 from tests.compat.receiver import split_by_trace

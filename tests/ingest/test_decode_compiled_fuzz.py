@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from monitor.contracts.model import Reject
 from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.kafka.config import Encoding
-from monitor.model import Reject
 
 
 @needs_wire

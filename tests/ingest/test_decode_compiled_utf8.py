@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from monitor.model import Reject
+from monitor.contracts.model import Reject
 
 
 @needs_wire

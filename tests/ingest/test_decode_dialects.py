@@ -24,9 +24,9 @@ from decode_cases import (
 )
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+from monitor.contracts.model import Chunk, RagRecord, Reject, SpanRole
 from monitor.ingest.decode import decode
 from monitor.kafka.config import Encoding
-from monitor.model import Chunk, RagRecord, Reject, SpanRole
 
 
 def test_openinference_trace_maps_roles_fields_and_ids() -> None:

@@ -18,10 +18,10 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from monitor.contracts.model import Chunk, RagRecord, Reject, SpanRole
 from monitor.ingest import decode as decode_mod
 from monitor.ingest.decode import decode
 from monitor.kafka.config import Encoding
-from monitor.model import Chunk, RagRecord, Reject, SpanRole
 
 # ---------------------------------------------------------------------------------------------
 # wire formats

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from monitor.contracts.model import Reject, SpanRole
 from monitor.ingest.decode import Decoded, decode
 from monitor.kafka.config import Encoding
-from monitor.model import Reject, SpanRole
 
 hex_or_junk = st.one_of(
     st.binary(min_size=16, max_size=16).map(bytes.hex),

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from support import eventually, running, settings_for, slowed
 
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.samples import encode_sample
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
-from monitor.model import Chunk, RagRecord
-from monitor.samples import encode_sample
 
 
 async def test_the_judge_stage_pauses_on_the_bytes_it_holds(

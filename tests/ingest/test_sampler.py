@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import python_child
 
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.samples import blake2b_fraction
 from monitor.ingest.config import SamplingPolicy
 from monitor.ingest.sampler import Sampler, looks_like_refusal, trace_fraction
-from monitor.model import Chunk, RagRecord
-from monitor.samples import blake2b_fraction
 
 NOW = 1_700_000_000.0
 TYPES = ("lookup", "comparison", "multi_hop")
@@ -65,7 +65,7 @@ def no_signal_policy(rate: float, **kw: float) -> SamplingPolicy:
 
 _CHILD = """
 import json, sys
-from monitor.model import Chunk, RagRecord
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.ingest.config import SamplingPolicy
 from monitor.ingest.sampler import Sampler, trace_fraction
 ids = json.loads(sys.stdin.read())

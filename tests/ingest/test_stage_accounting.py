@@ -24,7 +24,10 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client import generate_latest
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
+from monitor.app.sidecar import ingest_stage
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, RagRecord, Reject
 from monitor.drift.retrieval import RetrievalDriftMonitor, SliceDrift
 from monitor.ingest.accounting import ACCOUNTING, RecordAccounting
 from monitor.ingest.assemble import Finished
@@ -32,9 +35,6 @@ from monitor.ingest.sampler import trace_fraction
 from monitor.ingest.stage import IngestStage
 from monitor.kafka.offsets import MessageRef
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
-from monitor.model import Chunk, RagRecord, Reject
-from monitor.sidecar import ingest_stage
 
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 PURE = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")

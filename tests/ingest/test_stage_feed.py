@@ -20,15 +20,15 @@ import pytest
 from aiokafka import TopicPartition
 from decode_compare import REQUIRED, bad_input_corpus
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
+from monitor.app.sidecar import ingest_stage
+from monitor.contracts.metrics import Metrics
 from monitor.demo.workload import trace_messages
 from monitor.ingest.assemble import Finished
 from monitor.ingest.decode import compiled_feed
 from monitor.ingest.stage import IngestStage
 from monitor.kafka.config import Encoding
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
-from monitor.sidecar import ingest_stage
 
 PURE = os.environ.get("RAGMON_PURE_PYTHON", "") not in ("", "0")
 pytestmark = pytest.mark.skipif(

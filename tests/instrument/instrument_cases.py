@@ -9,11 +9,11 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
+from monitor.contracts.model import RagRecord
 from monitor.ingest.assemble import build_record
 from monitor.ingest.decode import decode
 from monitor.instrument import trace_generator, trace_request, trace_retriever
 from monitor.kafka.config import Encoding
-from monitor.model import RagRecord
 
 HITS = [
     {"id": "c1", "content": "Paris is the capital of France.", "score": 0.91},

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support import eventually, example_service, read_topic, result_lines, running, settings_for
 
 from examples.rag_service.app import MODEL_NAME, RagPipeline, classify, create_app
+from monitor.contracts.model import RagRecord
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import REFUSAL, load_corpus
 from monitor.golden import make_target
@@ -27,8 +28,7 @@ from monitor.ingest.assemble import build_record
 from monitor.ingest.decode import decode
 from monitor.instrument import configure, shutdown
 from monitor.kafka.config import Encoding
-from monitor.model import RagRecord
-from monitor.replay_mark import sign
+from monitor.plumbing.replay_mark import sign
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 from monitor.instrument import ReplayMiddleware, is_replay, replay_scope, set_query_type, trace_request
-from monitor.replay_mark import sign
+from monitor.plumbing.replay_mark import sign
 
 SECRET = b"replay-secret-0123456789"
 

@@ -13,12 +13,12 @@ from fake_llm import PARIS, FakeAPI, Reply, anthropic, anthropic_message, openai
 from fake_llm import record as fake_record
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.estimate import estimate_values
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, Claim, Judgement, RagRecord, Undecided, Verdict
+from monitor.contracts.results import ResultLine, encode_result, result_line
 from monitor.drift.reference import drift_values, judged_values
-from monitor.estimate import estimate_values
 from monitor.judge.prompt import SYSTEM_PROMPT
-from monitor.metrics import Metrics
-from monitor.model import Chunk, Claim, Judgement, RagRecord, Undecided, Verdict
-from monitor.results import ResultLine, encode_result, result_line
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,

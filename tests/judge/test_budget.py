@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.judge import LexicalJudge
 from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
 from monitor.judge.budget import OFFLINE_COST, BudgetPolicy, Cost, Grant, JudgeBudget, cost_bound
@@ -17,7 +18,6 @@ from monitor.judge.llm_judge import LLMJudgeBase
 from monitor.judge.openai_judge import OpenAIJudge, OpenAIJudgeConfig
 from monitor.judge.prompt import build_prompt
 from monitor.llm.fence import escape_data
-from monitor.model import Chunk, RagRecord
 
 T0 = 1_700_000_000.0
 

@@ -13,9 +13,9 @@ from support import workload_labels
 from typer.testing import CliRunner
 
 from monitor.cli import app
+from monitor.contracts.model import Claim, Judgement
 from monitor.ingest.decode import flat_record
 from monitor.judge.calibrate import Labels, compare, load_labels, parse_labelled, select_labels
-from monitor.model import Claim, Judgement
 
 META: dict[str, Any] = {"query_type": "lookup", "service": "s", "backend": "t", "model": "m"}
 

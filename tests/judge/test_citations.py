@@ -19,6 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from support import eventually, example_service, result_lines, running, settings_for
 
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Chunk, Claim, Judgement, RagRecord, Verdict
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
 from monitor.golden import load_golden, run_replay
@@ -33,8 +35,6 @@ from monitor.judge.citations import (
     without_citations,
 )
 from monitor.judge.model import SelfEvaluationGuard, is_self_judged, model_key
-from monitor.metrics import Metrics
-from monitor.model import Chunk, Claim, Judgement, RagRecord, Verdict
 from monitor.outputs.http import MetricsServer
 
 REPO = Path(__file__).resolve().parents[2]

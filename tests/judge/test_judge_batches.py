@@ -28,6 +28,8 @@ from fake_llm import (
 )
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.metrics import JudgeMetrics
+from monitor.contracts.model import Judgement
 from monitor.judge.anthropic_judge import AnthropicJudge, AnthropicJudgeConfig
 from monitor.judge.batches import BatchCollector
 from monitor.judge.budget import BudgetPolicy, JudgeBudget, cost_bound
@@ -36,8 +38,6 @@ from monitor.judge.prompt import TOOL_NAME
 from monitor.judge.stage import JudgeStage
 from monitor.llm.batches import BATCH_DEADLINE_SECONDS
 from monitor.llm.outcome import JudgeOutcome
-from monitor.metrics import JudgeMetrics
-from monitor.model import Judgement
 
 # An entry's result, as the server builds it: (custom_id, params, how many entries with the same
 # first user turn it has seen before) -> the ``result`` object of the results line.
@@ -385,7 +385,7 @@ def test_batch_mode_defaults() -> None:
 
 
 def test_settings_take_batch_options() -> None:
-    from monitor.config import Settings
+    from monitor.app.config import Settings
 
     s = Settings.model_validate(
         {"judge": {"backend": "anthropic", "options": {"batch": {"enabled": True, "poll_seconds": 60}}}}

@@ -14,6 +14,7 @@ from support import workload_labels
 from typer.testing import CliRunner
 
 from monitor.cli import app
+from monitor.contracts.model import Claim, Judgement
 from monitor.ingest.decode import flat_record
 from monitor.judge import LexicalJudge
 from monitor.judge.calibrate import (
@@ -31,7 +32,6 @@ from monitor.judge.calibrate import (
     self_agreement,
 )
 from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Claim, Judgement
 
 META: dict[str, Any] = {"query_type": "lookup", "service": "s", "backend": "t", "model": "m"}
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from support import python_child
 
+from monitor.contracts.model import Chunk, Judgement, RagRecord, Verdict
 from monitor.demo.workload import REFUSAL, TraceTruth, WorkloadConfig, generate, load_corpus
 from monitor.judge.calibrate import Labels, compare
 from monitor.judge.lexical import CACHES, LexicalJudge, is_refusal, split_claims
 from monitor.judge.lexical.text import Memo
-from monitor.model import Chunk, Judgement, RagRecord, Verdict
 
 CHUNKS = [
     Chunk(
@@ -420,7 +420,7 @@ KNAPSACK = (
 _JUDGE_CASES = """
 import json, sys
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Chunk, RagRecord
+from monitor.contracts.model import Chunk, RagRecord
 out = []
 for case in json.load(sys.stdin):
     chunks = [Chunk(f"c{i}", t) for i, t in enumerate(case["chunks"])]

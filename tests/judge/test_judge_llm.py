@@ -35,11 +35,11 @@ from fake_llm import (
     shown,
 )
 
+from monitor.contracts.model import Chunk, Judgement
 from monitor.judge import create_judge
 from monitor.judge.output import output_schema
 from monitor.judge.prompt import SYSTEM_PROMPT, TOOL_NAME
 from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Chunk, Judgement
 
 # -- Anthropic ----------------------------------------------------------------------------------------
 
@@ -319,7 +319,7 @@ def observed(j: Judgement) -> Callable[..., float]:
     """The verdict metrics of `j` as the judge stage exports them: value of a sample by name and labels."""
     from prometheus_client import CollectorRegistry
 
-    from monitor.metrics import JudgeMetrics
+    from monitor.contracts.metrics import JudgeMetrics
 
     registry = CollectorRegistry()
     JudgeMetrics(registry).observe_verdicts(j, "svc")

@@ -22,13 +22,13 @@ from fake_llm import (
 )
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.metrics import JudgeMetrics
+from monitor.contracts.model import Judgement, RagRecord
 from monitor.golden import GoldenRow, run_replay
 from monitor.judge import Judge, LexicalJudge
 from monitor.judge.budget import BudgetPolicy, JudgeBudget
 from monitor.judge.metered import BUDGET_EXHAUSTED, MeteredJudge
 from monitor.llm.outcome import JudgeOutcome
-from monitor.metrics import JudgeMetrics
-from monitor.model import Judgement, RagRecord
 
 
 def _metered(judge: Judge, **limits: Any) -> tuple[MeteredJudge, CollectorRegistry]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from monitor.contracts.model import CHECKS, Chunk, Claim, Judgement, Quote, RagRecord, Verdict
 from monitor.judge import Judge, LexicalJudge, create_judge, skip_reason
 from monitor.judge.evidence import content_words, coverage
 from monitor.judge.llm_judge import CallState, LLMJudgeBase, LLMJudgeConfig
@@ -19,7 +20,6 @@ from monitor.llm.fence import escape_data
 from monitor.llm.outcome import JudgeOutcome
 from monitor.llm.redact import Redactor
 from monitor.llm.usage import TokenUsage
-from monitor.model import CHECKS, Chunk, Claim, Judgement, Quote, RagRecord, Verdict
 
 META: dict[str, Any] = {
     "trace_id": "ab" * 16,
@@ -528,7 +528,7 @@ async def test_llm_base_contains_crashes_and_enforces_the_deadline() -> None:
 def test_undecided_claims_are_counted_apart_not_as_unsupported() -> None:
     from prometheus_client import CollectorRegistry
 
-    from monitor.metrics import Metrics
+    from monitor.contracts.metrics import Metrics
 
     metrics = Metrics(CollectorRegistry())
     j = Judgement.from_verdicts(

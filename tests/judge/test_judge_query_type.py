@@ -28,7 +28,7 @@ from fake_llm import (
 )
 from support import eventually, result_lines, running, sample, sdk_trace, settings_for
 
-from monitor.config import ConfigError, load_settings
+from monitor.app.config import ConfigError, load_settings
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import produce
 from monitor.ingest.classify import classify_query

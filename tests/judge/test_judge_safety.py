@@ -16,9 +16,9 @@ from aiokafka import AIOKafkaProducer
 from fake_llm import FakeAPI, Reply, anthropic_message, default_reply, error_body, good_output
 from support import committed_total, eventually, result_ids, result_lines, running, sample, settings_for
 
+from monitor.contracts.model import Chunk, RagRecord
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.model import Chunk, RagRecord
 
 _WORDS = ["the", "river", "Alder", "flows", "past", "Kent", "Mill", "and", "joins", "Severn", "in", "1841"]
 

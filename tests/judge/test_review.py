@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.contracts.metrics import ReviewMetrics
+from monitor.contracts.results import ResultLine, ReviewLine, ReviewReason
 from monitor.judge.config import ReviewConfig
 from monitor.judge.review import ReviewQueue, at_boundary, budget_split
-from monitor.metrics import ReviewMetrics
-from monitor.results import ResultLine, ReviewLine, ReviewReason
 
 
 class Clock:

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from support import Webhook, eventually, read_topic, result_ids, result_lines, running, sample, settings_for
 
-from monitor.config import Settings
+from monitor.app.config import Settings
+from monitor.app.sidecar import build_judge
+from monitor.contracts.model import Judgement, RagRecord, Verdict
+from monitor.contracts.results import ReviewLine
 from monitor.demo.workload import WorkloadConfig, generate, produce
 from monitor.judge import Judge
-from monitor.model import Judgement, RagRecord, Verdict
-from monitor.results import ReviewLine
-from monitor.sidecar import build_judge
 
 pytestmark = pytest.mark.kafka
 

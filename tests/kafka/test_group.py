@@ -10,9 +10,9 @@ import pytest
 from aiokafka import TopicPartition
 from support import eventually, result_lines, running, settings_for
 
+from monitor.app.sidecar import Sidecar
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.sidecar import Sidecar
 
 
 def owners(group: list[Sidecar], topic: str) -> list[int]:

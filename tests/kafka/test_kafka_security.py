@@ -31,14 +31,14 @@ from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 from support import eventually
 
-from monitor.config import ConfigError, Settings, load_settings
+from monitor.app.config import ConfigError, Settings, load_settings
+from monitor.contracts.metrics import Metrics
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.kafka.client import client_kwargs, ensure_topics
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
 
 SECRET = "s3cr3t-Pa55-do-not-print"
 KEY_PASSWORD = "k3y-Pa55-do-not-print"

@@ -11,11 +11,11 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.conn import AIOKafkaConnection
 
+from monitor.contracts.metrics import Metrics
 from monitor.demo.broker import EmbeddedBroker
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.offsets import OffsetTracker
-from monitor.metrics import Metrics
 
 MESSAGES = 3_000
 

@@ -12,8 +12,8 @@ import httpx
 from prometheus_client import CollectorRegistry
 from support import Webhook, eventually
 
+from monitor.contracts.metrics import Metrics
 from monitor.demo.broker import free_port
-from monitor.metrics import Metrics
 from monitor.outputs.alerts import AlertDispatcher
 from monitor.outputs.config import AlertSinksConfig
 

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from support import eventually, prometheus_process, result_lines, running, sample, settings_for
 
+from monitor.contracts.metrics import Exemplars, JudgeMetrics
+from monitor.contracts.model import Claim, Judgement
 from monitor.demo.broker import EmbeddedBroker, free_port
 from monitor.demo.workload import WorkloadConfig, generate, produce
-from monitor.metrics import Exemplars, JudgeMetrics
-from monitor.model import Claim, Judgement
 from monitor.outputs.http import MetricsServer
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 from support import eventually
 
-from monitor.config import Settings
+from monitor.app.config import Settings
 from monitor.outputs.http import MetricsServer, Readiness, Response
 
 

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from pydantic import ValidationError
 
-from monitor.model import Claim, Quote, Verdict
+from monitor.contracts.model import Claim, Quote, Verdict
 from monitor.outputs.config import EventsConfig
 from monitor.outputs.judgement_span import JudgementSpanSink, judgement_span
 from tests.outputs.verdict_cases import (

@@ -20,7 +20,7 @@ import pytest
 from pydantic import ValidationError
 from support import eventually
 
-from monitor.config import load_settings
+from monitor.app.config import load_settings
 from monitor.judge.model import SelfEvaluationGuard
 from monitor.outputs.config import PhoenixConfig
 from monitor.outputs.phoenix_annotations import PhoenixAnnotationSink, span_annotations

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from support import eventually, result_ids, running, sample, settings_for
 
+from monitor.contracts.metrics import Metrics
 from monitor.demo.broker import EmbeddedBroker
 from monitor.demo.workload import generate, produce
-from monitor.metrics import Metrics
 from monitor.outputs.result_sinks import FileSink, reopen_on_sighup
 
 ERRORS = "ragmon_results_write_errors_total"

@@ -27,8 +27,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from monitor.contracts.model import Chunk, Claim, Judgement, RagRecord
 from monitor.llm.outcome import JudgeOutcome
-from monitor.model import Chunk, Claim, Judgement, RagRecord
 
 # Distinctive markers in every piece of user text: none may reach the exported bytes or the logs.
 QUERY = "QUERYMARKER-q7 what is the refund window?"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from monitor.contracts.model import Chunk, RagRecord
+from monitor.contracts.results import ResultLine, ReviewLine, encode_result, result_line
 from monitor.judge.lexical import LexicalJudge
-from monitor.model import Chunk, RagRecord
-from monitor.results import ResultLine, ReviewLine, encode_result, result_line
 
 OSLO = "4bf92f3577b34da6a3ce929d0e0e4736"
 BERGEN = "00f067aa0ba902b7a3ce929d0e0e4736"

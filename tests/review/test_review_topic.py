@@ -16,9 +16,9 @@ from aiokafka import AIOKafkaProducer
 from review_cases import BERGEN, OSLO, SIZE, Pane, queue_lines, screen
 from textual.pilot import Pilot
 
+from monitor.contracts.results import encode_result
 from monitor.demo.broker import EmbeddedBroker
 from monitor.kafka.config import KafkaConfig
-from monitor.results import encode_result
 from monitor.review.app import ReviewApp
 from monitor.review.labels import LabelsFile
 from monitor.review.queue import QueueRead

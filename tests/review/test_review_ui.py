@@ -23,10 +23,10 @@ from review_cases import (
 from typer.testing import CliRunner
 
 from monitor.cli import app as cli_app
+from monitor.contracts.results import encode_result
 from monitor.golden import load_golden
 from monitor.ingest.decode import flat_record
 from monitor.judge.calibrate import load_labels
-from monitor.results import encode_result
 from monitor.review.app import ReviewApp
 from monitor.review.labels import LabelsFile
 from monitor.review.queue import read_queue

@@ -8,9 +8,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from monitor.files import write_atomic
 from monitor.golden.schema import ChunkText, GoldenRow
 from monitor.golden.synthesize.tasks import SYNTHETIC, UNANSWERABLE, Proposal, Task
+from monitor.plumbing.files import write_atomic
 
 
 def golden_row(task: Task, p: Proposal) -> GoldenRow:

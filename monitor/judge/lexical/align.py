@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from monitor.contracts.model import Claim, Quote, Verdict
 from monitor.judge.lexical.claims import WINDOW, ClaimWords, Row, Thresholds, checked, polarity
 from monitor.judge.lexical.terse import terse_verdict
 from monitor.judge.lexical.text import EMPTY, Passage, Sentence, tokens
-from monitor.model import Claim, Quote, Verdict
 
 _NEIGHBOURS = 2  # content words on each side of a name that place it
 

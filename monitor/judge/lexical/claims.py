@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from monitor.contracts.model import Claim, Quote, Verdict
 from monitor.judge.lexical.slots import CHOICE, OR, kind_of, slot_of
 from monitor.judge.lexical.text import EMPTY, Passage, Sentence, analyse
-from monitor.model import Claim, Quote, Verdict
 
 
 @dataclass(frozen=True, slots=True)

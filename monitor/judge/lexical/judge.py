@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
+from monitor.contracts.model import Claim, Judgement, RagRecord, Verdict
 from monitor.judge.lexical.align import verdict
 from monitor.judge.lexical.claims import Thresholds, make_claim
 from monitor.judge.lexical.text import LEAD_IN, Passage, content_words, is_refusal, sentences_of, split_claims
 from monitor.judge.lexical.words import QUESTION_ONLY
 from monitor.judge.lexical.yes_no import YES_NO, yes_no_verdict
 from monitor.judge.prompt import MAX_CHUNK_CHARS, MAX_CHUNKS, clip_record
-from monitor.model import Claim, Judgement, RagRecord, Verdict
 
 # Clipped input (answer plus chunks, characters) judged on the event loop itself: ~5 ms at most.
 _INLINE_CHARS = 8192

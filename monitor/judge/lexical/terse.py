@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from monitor.contracts.model import Claim, Quote, Verdict
 from monitor.judge.lexical.claims import WINDOW, ClaimWords, Row, Thresholds, checked
 from monitor.judge.lexical.slots import alternatives, fits, runs, type_of
 from monitor.judge.lexical.text import EMPTY, Sentence, places
-from monitor.model import Claim, Quote, Verdict
 
 # A terse answer's place (chosen on the dev half of bench/lexical_judge.py): question words weigh
 # log((sentences + 1) / (sentences holding it + 1)) + _IDF_FLOOR; a sentence scores the weight of

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 
+from monitor.contracts.model import Claim, Quote, Verdict
 from monitor.judge.lexical.align import verdict
 from monitor.judge.lexical.claims import Thresholds, make_claim
 from monitor.judge.lexical.slots import DEMONYM
 from monitor.judge.lexical.text import EMPTY, Passage, analyse
 from monitor.judge.lexical.words import TOKEN, word_list
-from monitor.model import Claim, Quote, Verdict
 
 # A yes/no answer ("Yes.", "No, ..."), the auxiliary a yes/no question starts with, the words that
 # split it into the facts it asks about, and the words that make it a comparison.

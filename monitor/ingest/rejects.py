@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 import time
 
-from monitor.metrics import Metrics
-from monitor.model import Reject
+from monitor.contracts.metrics import Metrics
+from monitor.contracts.model import Reject
 
-log = logging.getLogger("monitor.rejects")
+log = logging.getLogger("monitor.ingest.rejects")
 
 
 class Rejections:

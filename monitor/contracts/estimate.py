@@ -37,7 +37,7 @@ from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from monitor.model import Judgement
+from monitor.contracts.model import Judgement
 
 __all__ = [
     "OVERALL",

@@ -5,7 +5,7 @@ file and topic (`monitor.outputs.result_sinks`), and that the drift stage, `rag-
 pin` (`monitor.drift.reference`), dashboards and people read back. docs/contract.md, "Judgement
 output", lists the fields.
 
-`ResultLine` is the one model of it for the writer and every reader, as `monitor.samples` is for
+`ResultLine` is the one model of it for the writer and every reader, as `monitor.contracts.samples` is for
 the samples topic:
 
 - written: `result_line` builds it from the record, what the sample said and the judgement, and
@@ -36,7 +36,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
-from monitor.model import Judgement, RagRecord, Stratum, Undecided, Verdict, undecided_checks
+from monitor.contracts.model import Judgement, RagRecord, Stratum, Undecided, Verdict, undecided_checks
 
 RESULTS_VERSION: Final = 1
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from monitor.errors import plural
-from monitor.model import Chunk, RagRecord, Stratum
+from monitor.contracts.model import Chunk, RagRecord, Stratum
+from monitor.plumbing.errors import plural
 
 SAMPLES_VERSION = 1
 

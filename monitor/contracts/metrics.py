@@ -17,10 +17,10 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from monitor.estimate import estimate_values, usable_weight
+from monitor.contracts.estimate import estimate_values, usable_weight
+from monitor.contracts.model import DECIDABLE_CHECKS, Judgement, RagRecord, Reject, Undecided, Verdict
+from monitor.contracts.results import ReviewReason
 from monitor.kafka.consumer import ConsumerMetrics
-from monitor.model import DECIDABLE_CHECKS, Judgement, RagRecord, Reject, Undecided, Verdict
-from monitor.results import ReviewReason
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ FOLDED = "other"  # what `service` and `release` fold to past a budget
 
 class SeriesBudget:
     """A bound on the (service, query_type, release) label sets of a group of metric families that
-    share them. Each label is bounded on its own (`monitor.slices`), their product is not: 21
+    share them. Each label is bounded on its own (`monitor.contracts.slices`), their product is not: 21
     services × 8 query types × 22 releases are 3,696 sets, 28 MB of `/metrics` for the RED series
     alone. The first `limit` sets asked for are admitted; past that a new set is folded to
     (service, query_type, other) where that set is admitted already, else to (other, query_type,

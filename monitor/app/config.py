@@ -25,16 +25,16 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from monitor.contracts.estimate import EstimatePolicy
+from monitor.contracts.slices import SlicesConfig
 from monitor.drift.config import AlertsConfig
-from monitor.errors import error_line, yaml_error
-from monitor.estimate import EstimatePolicy
 from monitor.golden.config import GoldenConfig
 from monitor.ingest.config import AssemblyConfig, IngestLimits, SamplingConfig
 from monitor.judge.backends import LLM_BACKENDS
 from monitor.judge.config import JudgeConfig, JudgeQueue, ReviewConfig
 from monitor.kafka.config import KafkaConfig
 from monitor.outputs.config import EventsConfig, MetricsConfig, ResultsConfig
-from monitor.slices import SlicesConfig
+from monitor.plumbing.errors import error_line, yaml_error
 
 # The CLI flags of the `load_settings` call under way: the source that beats the environment.
 _FLAGS: ContextVar[dict[str, Any] | None] = ContextVar("_FLAGS", default=None)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from monitor.config import Settings
+from monitor.app.config import Settings
+from monitor.contracts.metrics import Metrics
 from monitor.drift.reference import DriftBaseline, load_baseline
 from monitor.drift.retrieval import RetrievalDriftMonitor
 from monitor.drift.stage import DriftStage
@@ -26,9 +27,8 @@ from monitor.judge.stage import JudgeStage
 from monitor.kafka.client import client_kwargs
 from monitor.kafka.consumer import KafkaSource
 from monitor.kafka.producer import KafkaOutput
-from monitor.metrics import Metrics
 from monitor.outputs.http import Readiness, Route
-from monitor.progress import StageProgress
+from monitor.plumbing.progress import StageProgress
 
 if TYPE_CHECKING:
     from monitor.golden.service import GoldenService
