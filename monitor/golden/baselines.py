@@ -34,7 +34,7 @@ from typing import Any, Literal, get_args
 from monitor.contracts.model import Chunk, RagRecord
 from monitor.golden.intervals import Interval, IntervalConfig, drop_intervals, mean_intervals
 from monitor.golden.schema import GoldenRow
-from monitor.golden.targets import ContextChunk, Target, TargetError
+from monitor.golden.targets import ContextChunk, Target, TargetError, TargetResponse
 from monitor.judge import skip_reason
 
 __all__ = [
@@ -190,29 +190,7 @@ async def ask_mode(
             except TargetError as exc:
                 errors.append(str(exc))
                 return None
-        given = {c.id: c.content for c in ctx}
-        returned = [c.id for c in resp.chunks]
-        mrow = ModeRow(
-            row.id,
-            row.query_type,
-            row.answerable,
-            resp.answer,
-            returned,
-            match_reference(resp.answer, row.reference_answer) if row.answerable else None,
-        )
-        if set(returned) != set(given):
-            mrow.judge_error = f"ignored: gave {sorted(given)}, got {returned[:8]}"
-            return mrow, None
-        chunks = [Chunk(c.id, c.content if c.content else given[c.id], c.score) for c in resp.chunks]
-        trace_id, span_id = replay_ids(f"{mode}:{row.id}")
-        record = RagRecord(
-            trace_id, span_id, REPLAY_SERVICE, row.query, row.query_type, chunks, resp.answer, replay=True
-        )
-        skipped = skip_reason(record)
-        if skipped is not None:
-            mrow.judge_error = f"skipped: {skipped}"
-            return mrow, None
-        return mrow, record
+        return _answered(row, ctx, resp, mode)
 
     done = await asyncio.gather(*(one(row, ctx) for row, ctx in plan if ctx is not None))
     if errors:
@@ -231,6 +209,36 @@ async def ask_mode(
     result.rows = [r for r, _ in answered]
     result.records = [rec for _, rec in answered]
     return result
+
+
+def _answered(
+    row: GoldenRow, ctx: list[ContextChunk], resp: TargetResponse, mode: BaselineMode
+) -> tuple[ModeRow, RagRecord | None]:
+    """A mode's row as answered, and the record to judge (None: the target answered from other
+    chunks than given, or there is nothing to judge; the row says which)."""
+    given = {c.id: c.content for c in ctx}
+    returned = [c.id for c in resp.chunks]
+    mrow = ModeRow(
+        row.id,
+        row.query_type,
+        row.answerable,
+        resp.answer,
+        returned,
+        match_reference(resp.answer, row.reference_answer) if row.answerable else None,
+    )
+    if set(returned) != set(given):
+        mrow.judge_error = f"ignored: gave {sorted(given)}, got {returned[:8]}"
+        return mrow, None
+    chunks = [Chunk(c.id, c.content if c.content else given[c.id], c.score) for c in resp.chunks]
+    trace_id, span_id = replay_ids(f"{mode}:{row.id}")
+    record = RagRecord(
+        trace_id, span_id, REPLAY_SERVICE, row.query, row.query_type, chunks, resp.answer, replay=True
+    )
+    skipped = skip_reason(record)
+    if skipped is not None:
+        mrow.judge_error = f"skipped: {skipped}"
+        return mrow, None
+    return mrow, record
 
 
 def _groups(rows: Sequence[ModeRow]) -> dict[str, list[ModeRow]]:

@@ -241,13 +241,36 @@ def _findings(title: str, findings: list[Regression], console: Console) -> None:
 
 
 def render_report(report: ReplayReport, console: Console) -> None:
+    """The replay as a person reads it: the tables, then what changed, then the verdict."""
+    pct = f"{report.interval_config.confidence * 100:g}%"
+    _tables(report, console)
+    _comparison(report, console, pct)
+    if report.baselines is not None:
+        _baselines(report.baselines, console, pct)
+    if report.change is not None:
+        console.print(f"change: {report.change.kind} {report.change.ref!r} (triggered this replay)")
+    if report.regressions:
+        _findings("regressions", report.regressions, console)
+    if report.waived:
+        _findings(
+            "over a threshold but within row noise: not failing (--gate interval)", report.waived, console
+        )
+    for h in report.hints:
+        console.print(f"[yellow]hint[/] ({h.area}) {h.message}")
+    for w in report.warnings:
+        console.print(f"[yellow]warning[/] {w}")
+    _verdict(report, console)
+
+
+def _tables(report: ReplayReport, console: Console) -> None:
+    """The metrics per query type, relevance and correctness, per difficulty tag."""
     cfg = report.interval_config
-    pct = f"{cfg.confidence * 100:g}%"
     target = report.config.get("target", "?")
     title = f"golden replay: {plural(len(report.rows), 'row')}, k={report.k}, target {target}"
     if cfg.enabled:
         title += (
-            f"; [{pct} interval] {cfg.method} bootstrap over rows, {cfg.resamples} resamples, seed {cfg.seed}"
+            f"; [{cfg.confidence * 100:g}% interval] {cfg.method} bootstrap over rows, {cfg.resamples} "
+            f"resamples, seed {cfg.seed}"
         )
     regressed = {(r.query_type, r.metric) for r in report.regressions}
     console.print(
@@ -288,22 +311,10 @@ def render_report(report: ReplayReport, console: Console) -> None:
                 report.k,
             )
         )
-    _comparison(report, console, pct)
-    if report.baselines is not None:
-        _baselines(report.baselines, console, pct)
-    if report.change is not None:
-        console.print(f"change: {report.change.kind} {report.change.ref!r} (triggered this replay)")
 
-    if report.regressions:
-        _findings("regressions", report.regressions, console)
-    if report.waived:
-        _findings(
-            "over a threshold but within row noise: not failing (--gate interval)", report.waived, console
-        )
-    for h in report.hints:
-        console.print(f"[yellow]hint[/] ({h.area}) {h.message}")
-    for w in report.warnings:
-        console.print(f"[yellow]warning[/] {w}")
+
+def _verdict(report: ReplayReport, console: Console) -> None:
+    """Unmeasured (exit 2), PASS (0) or REGRESSION (1), with what it rests on."""
     mode = report.config.get("gate", {}).get("mode", "threshold")
     for u in report.unmeasured:
         console.print(f"[bold red]unmeasured[/] {u.description}")

@@ -185,38 +185,16 @@ async def run_replay(
         raise ReplayFailed(["no golden rows"])
     gate = gate or GateConfig()
     interval_cfg = intervals or IntervalConfig()
-    warnings: list[str] = []
-    if baseline is not None:
-        if baseline.k != k:
-            raise BaselineError(f"baseline {baseline.path} was made with k={baseline.k}, this run uses k={k}")
-        if golden_sha256 and baseline.sha256 != golden_sha256:
-            warnings.append(
-                f"the baseline was made from another golden file (sha256 {baseline.sha256[:12]}…, now "
-                f"{golden_sha256[:12]}…): rows are compared by id"
-            )
+    warnings = _baseline_warnings(baseline, k, golden_sha256)
     own_target = isinstance(target, str)
     tgt = make_target(target, concurrency=concurrency) if isinstance(target, str) else target
     own_judge = judge is None or isinstance(judge, str)
     jdg = create_judge(judge or "lexical") if judge is None or isinstance(judge, str) else judge
     started, t0 = time.time(), time.perf_counter()
-    state = _State()
     try:
-        http_slots, judge_slots = asyncio.Semaphore(concurrency), asyncio.Semaphore(concurrency)
-        asked = await asyncio.gather(*(_ask_row(r, tgt, k, http_slots, state, generator_model) for r in rows))
-        if state.failures:
-            raise ReplayFailed(state.failures)
-        done = [a for a in asked if a is not None]
-        wanted = list(dict.fromkeys(baselines))
-        answered = await asyncio.gather(*(ask_mode(rows, tgt, k, m, http_slots) for m in wanted))
-        modes: dict[BaselineMode, ModeResult] = dict(zip(wanted, answered, strict=True))
-        extra = [
-            _Asked(row, record)
-            for res in modes.values()
-            for row, record in zip(res.rows, res.records, strict=True)
-        ]
-        if approve_judging is not None:
-            approve_judging([a.record for a in (*done, *extra) if a.record is not None])
-        await asyncio.gather(*(_judge_row(a, jdg, judge_slots) for a in (*done, *extra)))
+        done, modes = await _ask_and_judge(
+            rows, tgt, jdg, k, concurrency, baselines, approve_judging, generator_model
+        )
     finally:
         if own_target:
             await tgt.aclose()
@@ -253,3 +231,49 @@ async def run_replay(
     if gauges is not None:
         gauges.publish(report)
     return report
+
+
+def _baseline_warnings(baseline: Baseline | None, k: int, golden_sha256: str) -> list[str]:
+    """What the report should say about the baseline; BaselineError when it cannot be compared."""
+    if baseline is None:
+        return []
+    if baseline.k != k:
+        raise BaselineError(f"baseline {baseline.path} was made with k={baseline.k}, this run uses k={k}")
+    if golden_sha256 and baseline.sha256 != golden_sha256:
+        return [
+            f"the baseline was made from another golden file (sha256 {baseline.sha256[:12]}…, now "
+            f"{golden_sha256[:12]}…): rows are compared by id"
+        ]
+    return []
+
+
+async def _ask_and_judge(
+    rows: Sequence[GoldenRow],
+    tgt: Target,
+    jdg: Judge,
+    k: int,
+    concurrency: int,
+    baselines: Sequence[BaselineMode],
+    approve_judging: Callable[[Sequence[RagRecord]], None] | None,
+    generator_model: str | None,
+) -> tuple[list[_Asked], dict[BaselineMode, ModeResult]]:
+    """Every row asked of the target (then the baseline modes), and only once all have answered,
+    approved and judged: the rows the target answered, and each mode's results."""
+    state = _State()
+    http_slots, judge_slots = asyncio.Semaphore(concurrency), asyncio.Semaphore(concurrency)
+    asked = await asyncio.gather(*(_ask_row(r, tgt, k, http_slots, state, generator_model) for r in rows))
+    if state.failures:
+        raise ReplayFailed(state.failures)
+    done = [a for a in asked if a is not None]
+    wanted = list(dict.fromkeys(baselines))
+    answered = await asyncio.gather(*(ask_mode(rows, tgt, k, m, http_slots) for m in wanted))
+    modes: dict[BaselineMode, ModeResult] = dict(zip(wanted, answered, strict=True))
+    extra = [
+        _Asked(row, record)
+        for res in modes.values()
+        for row, record in zip(res.rows, res.records, strict=True)
+    ]
+    if approve_judging is not None:
+        approve_judging([a.record for a in (*done, *extra) if a.record is not None])
+    await asyncio.gather(*(_judge_row(a, jdg, judge_slots) for a in (*done, *extra)))
+    return done, modes

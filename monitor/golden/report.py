@@ -207,75 +207,15 @@ def diagnose(
     """Which half of the pipeline to open, from the shape of the numbers (overall and per slice);
     `side`: the oracle / no-context replays, for the oracle gap."""
     hints: list[Hint] = []
-    recall_floor = gate.floors.get("recall_at_k", 0.85)
-    faith_floor = gate.floors.get("faithfulness", 0.9)
+    floors = (gate.floors.get("recall_at_k", 0.85), gate.floors.get("faithfulness", 0.9))
     for group, s in metrics.items():
         scope = "overall" if group == ALL else group
-        recall, mrr, faith = s.get("recall_at_k"), s.get("mrr"), s.get("faithfulness")
-        refusal = s.get("refusal_accuracy")
-        if recall is not None and recall < recall_floor:
-            hints.append(
-                Hint(
-                    group,
-                    "retrieval",
-                    f"{scope}: low recall@k ({recall:.2f}): the relevant chunks are not retrieved — "
-                    "look at chunking, the embedding model / index, or raise k",
-                )
-            )
-        elif recall is not None and mrr is not None and recall >= HINT_HIGH_RECALL and mrr < HINT_LOW_MRR:
-            hints.append(
-                Hint(
-                    group,
-                    "ranking",
-                    f"{scope}: recall@k {recall:.2f} but MRR {mrr:.2f}: relevant chunks are found but ranked "
-                    "low — look at the ranking (a reranker helps)",
-                )
-            )
-        elif (
-            baseline is not None
-            and mrr is not None
-            and (before := baseline.metric(group, "mrr")) is not None
-            and before - mrr > 0.05
-            and recall is not None
-            and (rb := baseline.metric(group, "recall_at_k")) is not None
-            and rb - recall <= 0.02
-        ):
-            hints.append(
-                Hint(
-                    group,
-                    "ranking",
-                    f"{scope}: MRR fell {before:.2f} → {mrr:.2f} with recall stable: the ranking changed "
-                    "(reranker, scoring, fusion weights)",
-                )
-            )
-        if faith is not None and faith < faith_floor and (recall is None or recall >= recall_floor):
-            hints.append(
-                Hint(
-                    group,
-                    "generation",
-                    f"{scope}: retrieval is good but faithfulness is {faith:.2f}: answers say things the "
-                    "chunks do not — look at the generator / prompt",
-                )
-            )
-        relevance = s.get("answer_relevance")
-        if (
-            relevance is not None
-            and relevance < HINT_LOW_ANSWER_RELEVANCE
-            and faith is not None
-            and faith >= faith_floor
-        ):
-            hints.append(
-                Hint(
-                    group,
-                    "retrieval",
-                    f"{scope}: answers are faithful to their chunks ({faith:.2f}) but not relevant to the "
-                    f"question (answer relevance {relevance:.2f}): the chunks do not answer it — look at "
-                    "retrieval (query handling, the embedding model / index, k)",
-                )
-            )
-        gap = _oracle_gap(side, group)
-        if gap is not None:
+        if (retrieval := _retrieval_hint(group, scope, s, floors[0], baseline)) is not None:
+            hints.append(retrieval)
+        hints.extend(_generation_hints(group, scope, s, *floors))
+        if (gap := _oracle_gap(side, group)) is not None:
             hints.append(gap)
+        refusal = s.get("refusal_accuracy")
         if refusal is not None and refusal < 0.8:
             hints.append(
                 Hint(
@@ -286,6 +226,80 @@ def diagnose(
                 )
             )
     return hints
+
+
+def _retrieval_hint(
+    group: str, scope: str, s: Mapping[str, Any], recall_floor: float, baseline: Baseline | None
+) -> Hint | None:
+    """Low recall (retrieval), or relevant chunks ranked low or ranked lower than before (ranking)."""
+    recall, mrr = s.get("recall_at_k"), s.get("mrr")
+    if recall is None:
+        return None
+    if recall < recall_floor:
+        return Hint(
+            group,
+            "retrieval",
+            f"{scope}: low recall@k ({recall:.2f}): the relevant chunks are not retrieved — "
+            "look at chunking, the embedding model / index, or raise k",
+        )
+    if mrr is None:
+        return None
+    if recall >= HINT_HIGH_RECALL and mrr < HINT_LOW_MRR:
+        return Hint(
+            group,
+            "ranking",
+            f"{scope}: recall@k {recall:.2f} but MRR {mrr:.2f}: relevant chunks are found but ranked "
+            "low — look at the ranking (a reranker helps)",
+        )
+    before = baseline.metric(group, "mrr") if baseline is not None else None
+    recall_before = baseline.metric(group, "recall_at_k") if baseline is not None else None
+    if (
+        before is not None
+        and before - mrr > 0.05
+        and recall_before is not None
+        and recall_before - recall <= 0.02
+    ):
+        return Hint(
+            group,
+            "ranking",
+            f"{scope}: MRR fell {before:.2f} → {mrr:.2f} with recall stable: the ranking changed "
+            "(reranker, scoring, fusion weights)",
+        )
+    return None
+
+
+def _generation_hints(
+    group: str, scope: str, s: Mapping[str, Any], recall_floor: float, faith_floor: float
+) -> list[Hint]:
+    """Unfaithful answers on good retrieval (generation); faithful answers that do not answer the
+    question (retrieval: the chunks do not hold the answer)."""
+    out = []
+    recall, faith, relevance = s.get("recall_at_k"), s.get("faithfulness"), s.get("answer_relevance")
+    if faith is not None and faith < faith_floor and (recall is None or recall >= recall_floor):
+        out.append(
+            Hint(
+                group,
+                "generation",
+                f"{scope}: retrieval is good but faithfulness is {faith:.2f}: answers say things the "
+                "chunks do not — look at the generator / prompt",
+            )
+        )
+    if (
+        relevance is not None
+        and relevance < HINT_LOW_ANSWER_RELEVANCE
+        and faith is not None
+        and faith >= faith_floor
+    ):
+        out.append(
+            Hint(
+                group,
+                "retrieval",
+                f"{scope}: answers are faithful to their chunks ({faith:.2f}) but not relevant to the "
+                f"question (answer relevance {relevance:.2f}): the chunks do not answer it — look at "
+                "retrieval (query handling, the embedding model / index, k)",
+            )
+        )
+    return out
 
 
 def _oracle_gap(side: Baselines | None, group: str) -> Hint | None:
@@ -407,38 +421,8 @@ def build_report(
     unmeasured = find_unmeasured(results, gate)
     for u in unmeasured:
         log.info("golden replay could not measure %s", u.description)
-    judge_errors = metrics[ALL]["judge_errors"]
-    if judge_errors:
-        warnings.append(
-            f"{plural(judge_errors, 'row')} not judged (judge error or nothing to judge):"
-            " see rows[].judge_error"
-        )
-    for mode, res in modes.items():
-        name = mode.replace("_", "-")
-        if not res.measured:
-            warnings.append(f"{name} baseline not measured: {res.reason}")
-        elif res.left_out:
-            warnings.append(
-                f"{name} baseline: {len(res.left_out)} answerable rows left out, their golden rows give "
-                "no text for every relevant chunk (relevant_chunks)"
-            )
-    self_evaluation = None
-    if generator_model:
-        self_judged = is_self_judged(generator_model, judge.name, judge.model)
-        self_evaluation = {
-            "generator_model": generator_model,
-            "judge_model": judge.model,
-            "self_judged": self_judged,
-        }
-        if self_judged:
-            text = (
-                f"self-evaluation: the judge model {judge.model!r} generated the answers "
-                f"({generator_model!r}); a model grading itself is biased — judge with another model family"
-            )
-            # The report and the terminal carry it; the log gets it once from the production
-            # judge stage's guard, not again at every scheduled replay.
-            log.info("golden replay: %s", text)
-            warnings.append(text)
+    warnings.extend(_mode_warnings(metrics[ALL]["judge_errors"], modes))
+    self_evaluation = _self_evaluation(generator_model, judge, warnings)
     comparison = scored.comparison
     if comparison is not None and (comparison.added or comparison.removed):
         warnings.append(
@@ -471,3 +455,41 @@ def build_report(
         by_difficulty=scored.by_difficulty,
         difficulty_intervals=scored.difficulty_intervals,
     )
+
+
+def _mode_warnings(judge_errors: int, modes: Mapping[BaselineMode, ModeResult]) -> list[str]:
+    """Rows the judge left unjudged; baseline modes not measured, or measured on fewer rows."""
+    out = []
+    if judge_errors:
+        out.append(
+            f"{plural(judge_errors, 'row')} not judged (judge error or nothing to judge):"
+            " see rows[].judge_error"
+        )
+    for mode, res in modes.items():
+        name = mode.replace("_", "-")
+        if not res.measured:
+            out.append(f"{name} baseline not measured: {res.reason}")
+        elif res.left_out:
+            out.append(
+                f"{name} baseline: {len(res.left_out)} answerable rows left out, their golden rows give "
+                "no text for every relevant chunk (relevant_chunks)"
+            )
+    return out
+
+
+def _self_evaluation(generator_model: str | None, judge: Judge, warnings: list[str]) -> dict[str, Any] | None:
+    """Whether the judge grades its own model's answers (None: the generator is not known); a
+    warning in `warnings` when it does."""
+    if not generator_model:
+        return None
+    self_judged = is_self_judged(generator_model, judge.name, judge.model)
+    if self_judged:
+        text = (
+            f"self-evaluation: the judge model {judge.model!r} generated the answers "
+            f"({generator_model!r}); a model grading itself is biased — judge with another model family"
+        )
+        # The report and the terminal carry it; the log gets it once from the production
+        # judge stage's guard, not again at every scheduled replay.
+        log.info("golden replay: %s", text)
+        warnings.append(text)
+    return {"generator_model": generator_model, "judge_model": judge.model, "self_judged": self_judged}

@@ -281,85 +281,78 @@ def validate(
     first_seen: dict[str, str] = {}
     for i, item in enumerate(rows):
         raw = item if isinstance(item, RawRow) else RawRow(f"row {i + 1}", item)
-        loc = raw.location
-        if isinstance(raw.data, GoldenRow):
-            row = raw.data
-        elif not isinstance(raw.data, Mapping):
-            check.errors.append(Issue(loc, f"a row must be an object, got {type(raw.data).__name__}"))
+        row = _parse_row(raw, check)
+        if row is None:
             continue
-        else:
-            try:
-                row = GoldenRow.model_validate(dict(raw.data))
-            except ValidationError as exc:
-                for e in exc.errors(include_url=False, include_input=False):
-                    where = ".".join(str(p) for p in e["loc"]) or "(row)"
-                    check.errors.append(Issue(loc, f"{where}: {e['msg']}"))
-                continue
-        bad = False
-        if not row.query.strip():
-            check.errors.append(Issue(loc, f"row {row.id!r}: empty query"))
-            bad = True
-        if row.id in first_seen:
-            check.errors.append(Issue(loc, f"duplicate id {row.id!r} (first at {first_seen[row.id]})"))
-            bad = True
-        else:
-            first_seen[row.id] = loc
-        if row.query_type not in allowed:
-            check.errors.append(
-                Issue(loc, f"row {row.id!r}: query_type {row.query_type!r} not in {sorted(allowed)}")
-            )
-            bad = True
-        if row.answerable and not row.relevance():
-            check.errors.append(Issue(loc, f"row {row.id!r}: answerable but no relevant_chunk_ids"))
-            bad = True
-        unknown_grades = set(row.grades or {}) - set(row.relevant_chunk_ids)
-        if unknown_grades:
-            check.errors.append(
-                Issue(
-                    loc,
-                    f"row {row.id!r}: grades for chunks not in relevant_chunk_ids: {sorted(unknown_grades)}",
-                )
-            )
-            bad = True
-        unknown_texts = {c.id for c in row.relevant_chunks or ()} - set(row.relevant_chunk_ids)
-        if unknown_texts:
-            check.errors.append(
-                Issue(
-                    loc,
-                    f"row {row.id!r}: relevant_chunks for chunks not in relevant_chunk_ids: "
-                    f"{sorted(unknown_texts)}",
-                )
-            )
-            bad = True
-        if not row.answerable and row.relevant_chunk_ids:
-            check.warnings.append(
-                Issue(
-                    loc,
-                    f"row {row.id!r}: unanswerable row lists relevant chunks (ignored: no recall)",
-                )
-            )
-        if row.model_extra:
-            check.warnings.append(
-                Issue(loc, f"row {row.id!r}: unknown keys {sorted(row.model_extra)} ignored")
-            )
-        if not bad:
+        first = first_seen.setdefault(row.id, raw.location)
+        errors, warnings = _row_problems(row, allowed, first if first != raw.location else None)
+        check.errors.extend(Issue(raw.location, e) for e in errors)
+        check.warnings.extend(Issue(raw.location, w) for w in warnings)
+        if not errors:
             check.rows.append(row)
-    n = len(first_seen)
-    if n < MIN_ROWS:
-        check.warnings.append(
-            Issue("file", f"only {plural(n, 'row')}: fewer than {MIN_ROWS} make noisy metrics")
+    check.warnings.extend(_coverage_warnings(len(first_seen), check.rows))
+    return check
+
+
+def _parse_row(raw: RawRow, check: GoldenCheck) -> GoldenRow | None:
+    """The row as a model; None (the reasons in `check.errors`) when it is not one."""
+    if isinstance(raw.data, GoldenRow):
+        return raw.data
+    if not isinstance(raw.data, Mapping):
+        check.errors.append(Issue(raw.location, f"a row must be an object, got {type(raw.data).__name__}"))
+        return None
+    try:
+        return GoldenRow.model_validate(dict(raw.data))
+    except ValidationError as exc:
+        for e in exc.errors(include_url=False, include_input=False):
+            where = ".".join(str(p) for p in e["loc"]) or "(row)"
+            check.errors.append(Issue(raw.location, f"{where}: {e['msg']}"))
+        return None
+
+
+def _row_problems(row: GoldenRow, allowed: set[str], duplicate_of: str | None) -> tuple[list[str], list[str]]:
+    """A valid row's errors (it is left out) and warnings, each a message naming the row;
+    `duplicate_of`: where a row with its id came first."""
+    errors, warnings = [], []
+    if not row.query.strip():
+        errors.append(f"row {row.id!r}: empty query")
+    if duplicate_of is not None:
+        errors.append(f"duplicate id {row.id!r} (first at {duplicate_of})")
+    if row.query_type not in allowed:
+        errors.append(f"row {row.id!r}: query_type {row.query_type!r} not in {sorted(allowed)}")
+    if row.answerable and not row.relevance():
+        errors.append(f"row {row.id!r}: answerable but no relevant_chunk_ids")
+    if unknown_grades := set(row.grades or {}) - set(row.relevant_chunk_ids):
+        errors.append(
+            f"row {row.id!r}: grades for chunks not in relevant_chunk_ids: {sorted(unknown_grades)}"
         )
-    if n and not any(not r.answerable for r in check.rows):
-        check.warnings.append(Issue("file", "no unanswerable rows: refusal accuracy cannot be measured"))
-    for qtype, count in sorted(Counter(r.query_type for r in check.rows).items()):
+    if unknown_texts := {c.id for c in row.relevant_chunks or ()} - set(row.relevant_chunk_ids):
+        errors.append(
+            f"row {row.id!r}: relevant_chunks for chunks not in relevant_chunk_ids: {sorted(unknown_texts)}"
+        )
+    if not row.answerable and row.relevant_chunk_ids:
+        warnings.append(f"row {row.id!r}: unanswerable row lists relevant chunks (ignored: no recall)")
+    if row.model_extra:
+        warnings.append(f"row {row.id!r}: unknown keys {sorted(row.model_extra)} ignored")
+    return errors, warnings
+
+
+def _coverage_warnings(n: int, rows: list[GoldenRow]) -> list[Issue]:
+    """Too few rows overall, none unanswerable, too few of a query type: metrics that are noise."""
+    out = []
+    if n < MIN_ROWS:
+        out.append(Issue("file", f"only {plural(n, 'row')}: fewer than {MIN_ROWS} make noisy metrics"))
+    if n and not any(not r.answerable for r in rows):
+        out.append(Issue("file", "no unanswerable rows: refusal accuracy cannot be measured"))
+    for qtype, count in sorted(Counter(r.query_type for r in rows).items()):
         if count < MIN_ROWS_PER_TYPE:
-            check.warnings.append(
+            out.append(
                 Issue(
                     f"query_type {qtype}",
                     f"only {plural(count, 'row')} (< {MIN_ROWS_PER_TYPE}): its slice is noise",
                 )
             )
-    return check
+    return out
 
 
 def load_golden(path: Path | str, *, query_types: Sequence[str] = DEFAULT_QUERY_TYPES) -> GoldenCheck:

@@ -82,6 +82,27 @@ class _Sample:
     record_query_type: str | None = None  # the record's own label, once the judge relabelled it
 
 
+def _metered(judge: Judge, budget: JudgeBudget | None, config: JudgeConfig, metrics: Metrics) -> MeteredJudge:
+    """`judge` behind the budget and the request counters, the spend limit said at start-up; a
+    batch judge's batches exported too."""
+    if config.budget.default_cap:
+        log.warning(
+            "judge %s: no judge.budget.usd_per_day configured; capping spend at the default %g USD "
+            "a day (set usd_per_day to change it, null to lift it)",
+            judge.name,
+            config.budget.usd_per_day,
+        )
+    elif judge.name != "lexical" and config.budget.usd_per_day is None:
+        log.warning("judge %s: no USD limit (judge.budget.usd_per_day: null)", judge.name)
+    batch_stats = getattr(judge, "batch_stats", None)
+    if batch_stats is not None:
+        # Imported here: it brings the anthropic SDK (~40 MiB), which only batch mode needs.
+        from monitor.judge.batches import BatchCollector
+
+        metrics.registry.register(BatchCollector(batch_stats))
+    return MeteredJudge(judge, budget, metrics.judge)
+
+
 class JudgeStage:
     def __init__(
         self,
@@ -109,21 +130,12 @@ class JudgeStage:
         self.metrics = metrics
         self._output = output
         self.tracker = OffsetTracker()
-        spec = SourceSpec(
-            queue.samples_topic,
-            queue.group_id,
-            "earliest",
-            # Half the queue a fetch: the next fetch is in flight while one is admitted, so what
-            # is held stays under twice the queue whenever the pause comes.
-            min(kafka.max_poll_records, max(1, queue.queue_size // 2)),
-        )
+        # Half the queue a fetch: the next fetch is in flight while one is admitted, so what is
+        # held stays under twice the queue whenever the pause comes.
+        fetch = min(kafka.max_poll_records, max(1, queue.queue_size // 2))
+        spec = SourceSpec(queue.samples_topic, queue.group_id, "earliest", fetch)
         self.source = KafkaSource(
-            kafka,
-            spec,
-            self.tracker,
-            metrics.consumer,
-            self._on_revoked,
-            self._on_assigned,
+            kafka, spec, self.tracker, metrics.consumer, self._on_revoked, self._on_assigned
         )
         # Labels read back from the samples topic are bounded again: anything may write to it.
         self.query_types = BoundedLabel.query_types(slices.query_types)
@@ -136,22 +148,7 @@ class JudgeStage:
         self.estimate_budget = metrics.series_budget("estimate", slices.max_label_sets)
         self._judge_labels = slices.classify == "judge"
         self.budget = JudgeBudget(config.budget) if config.budget.enabled else None
-        if judge is not None and config.budget.default_cap:
-            log.warning(
-                "judge %s: no judge.budget.usd_per_day configured; capping spend at the default %g USD "
-                "a day (set usd_per_day to change it, null to lift it)",
-                judge.name,
-                config.budget.usd_per_day,
-            )
-        elif judge is not None and judge.name != "lexical" and config.budget.usd_per_day is None:
-            log.warning("judge %s: no USD limit (judge.budget.usd_per_day: null)", judge.name)
-        self.judge = None if judge is None else MeteredJudge(judge, self.budget, metrics.judge)
-        batch_stats = getattr(judge, "batch_stats", None)
-        if batch_stats is not None:
-            # Imported here: it brings the anthropic SDK (~40 MiB), which only batch mode needs.
-            from monitor.judge.batches import BatchCollector
-
-            metrics.registry.register(BatchCollector(batch_stats))
+        self.judge = None if judge is None else _metered(judge, self.budget, config, metrics)
         self.breaker = CircuitBreaker(config.breaker, metrics.judge_circuit_open)
         self.estimator = WindowEstimator(estimates, slices.query_types)
         self._repeat = config.repeat_fraction
