@@ -15,8 +15,8 @@
  * C seam. Each record's reads and checks come first, with every new value allocated, and only then
  * are the attributes written, so a record is either counted here entirely or not touched.
  *
- * The sampler's draw (`sampler.trace_fraction`, BLAKE2b-64 of the trace id) and the offset
- * tracker's `new_refs` are here too.
+ * The sampler's draw (`sampler.trace_fraction`, BLAKE2b-64 of the trace id), its refusal check
+ * (`sampler.looks_like_refusal`) and the offset tracker's `new_refs` are here too.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -121,6 +121,142 @@ static PyObject *trace_fraction(PyObject *self, PyObject *id)
 {
     double u = fraction_of(id);
     return u < 0.0 ? NULL : PyFloat_FromDouble(u);
+}
+
+/* --- the sampler's refusal check -------------------------------------------------------- */
+
+/* sampler.looks_like_refusal: whether the lowered first `refusal_scan` characters of the answer
+ * hold a mark, looked for only under a gate the text holds, as the sampler's `_REFUSAL_INDEX`
+ * says (given by `refusal_marks`). Python's lower() and several substring scans were ~12,000
+ * instructions a call. The marks are ASCII, so the text is lowered into bytes: each character
+ * lowered as str.lower() does (U+0130 to "i" and a combining dot, the one character whose full
+ * lowercase differs from its simple one; U+2019 to "'", as the sampler replaces it), any
+ * non-ASCII result as 0x80, which no mark holds. */
+#define MAX_NEEDLE 32
+#define MAX_GATES 16
+#define MAX_MARKS 64
+#define MAX_SCAN 4096
+typedef struct {
+    char s[MAX_NEEDLE];
+    size_t n;
+} needle_t;
+static needle_t gates[MAX_GATES], marks[MAX_MARKS];
+static int n_gates = 0, gate_end[MAX_GATES]; /* gate g's marks: marks[gate_end[g - 1]..gate_end[g]) */
+static Py_ssize_t refusal_scan = -1;         /* -1: refusal_marks not called */
+
+static int needle(PyObject *o, needle_t *into)
+{
+    if (!PyUnicode_Check(o) || !PyUnicode_IS_ASCII(o) || PyUnicode_GET_LENGTH(o) < 1
+        || PyUnicode_GET_LENGTH(o) >= MAX_NEEDLE) {
+        PyErr_SetString(PyExc_ValueError, "a gate or mark: a non-empty ASCII str of at most 31 characters");
+        return -1;
+    }
+    into->n = (size_t)PyUnicode_GET_LENGTH(o);
+    memcpy(into->s, PyUnicode_DATA(o), into->n);
+    return 0;
+}
+
+static PyObject *refusal_marks(PyObject *self, PyObject *args)
+{
+    PyObject *index;
+    Py_ssize_t scan;
+    if (!PyArg_ParseTuple(args, "O!n", &PyTuple_Type, &index, &scan))
+        return NULL;
+    if (scan < 0 || scan > MAX_SCAN || PyTuple_GET_SIZE(index) > MAX_GATES) {
+        PyErr_SetString(PyExc_ValueError, "at most 16 gates and 4096 characters scanned");
+        return NULL;
+    }
+    refusal_scan = -1;
+    int m = 0;
+    for (Py_ssize_t g = 0; g < PyTuple_GET_SIZE(index); g++) {
+        PyObject *entry = PyTuple_GET_ITEM(index, g), *ms;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyTuple_Check(ms = PyTuple_GET_ITEM(entry, 1))
+            || m + PyTuple_GET_SIZE(ms) > MAX_MARKS) {
+            PyErr_SetString(PyExc_ValueError, "index: (gate, (mark, ...)) pairs, at most 64 marks");
+            return NULL;
+        }
+        if (needle(PyTuple_GET_ITEM(entry, 0), &gates[g]))
+            return NULL;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ms); i++)
+            if (needle(PyTuple_GET_ITEM(ms, i), &marks[m++]))
+                return NULL;
+        gate_end[g] = m;
+    }
+    n_gates = (int)PyTuple_GET_SIZE(index);
+    refusal_scan = scan;
+    Py_RETURN_NONE;
+}
+
+/* whether text[0..k) holds the needle: memchr for its first byte, then the rest compared in line
+ * (glibc's memmem cost more on 400-byte texts and needles of 3-16 bytes) */
+static int holds(const char *text, size_t k, const needle_t *nd)
+{
+    if (nd->n > k)
+        return 0;
+    const char *p = text, *end = text + (k - nd->n) + 1; /* where a match can start */
+    while ((p = memchr(p, nd->s[0], (size_t)(end - p))) != NULL) {
+        size_t j = 1;
+        while (j < nd->n && p[j] == nd->s[j])
+            j++;
+        if (j == nd->n)
+            return 1;
+        if (++p == end)
+            break;
+    }
+    return 0;
+}
+
+/* 1 the answer looks like a refusal, 0 not, -1 with an error */
+static int refuses(PyObject *answer)
+{
+    if (refusal_scan < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_accounting.refusal_marks was not called");
+        return -1;
+    }
+    if (!PyUnicode_Check(answer)) {
+        PyErr_SetString(PyExc_TypeError, "looks_like_refusal() takes a str");
+        return -1;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(answer), k = 0;
+    if (n > refusal_scan)
+        n = refusal_scan;
+    char text[2 * MAX_SCAN];
+    int kind = PyUnicode_KIND(answer);
+    const void *data = PyUnicode_DATA(answer);
+    if (kind == PyUnicode_1BYTE_KIND) { /* Latin-1: nothing outside ASCII lowers into it */
+        const unsigned char *b = data;
+        for (; k < n; k++)
+            text[k] = (char)(b[k] >= 128 ? 0x80 : b[k] >= 'A' && b[k] <= 'Z' ? b[k] + 32 : b[k]);
+        n = 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 128)
+            text[k++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        else if (c == 0x2019)
+            text[k++] = '\'';
+        else if (c == 0x130) {
+            text[k++] = 'i';
+            text[k++] = (char)0x80;
+        } else {
+            Py_UCS4 lower = Py_UNICODE_TOLOWER(c);
+            text[k++] = (char)(lower < 128 ? lower : 0x80);
+        }
+    }
+    for (int g = 0, m = 0; g < n_gates; m = gate_end[g++]) {
+        if (!holds(text, (size_t)k, &gates[g]))
+            continue;
+        for (int i = m; i < gate_end[g]; i++)
+            if (holds(text, (size_t)k, &marks[i]))
+                return 1;
+    }
+    return 0;
+}
+
+static PyObject *looks_like_refusal(PyObject *self, PyObject *answer)
+{
+    int r = refuses(answer);
+    return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
 /* --- the objects' slots ------------------------------------------------------------------ */
@@ -1082,6 +1218,10 @@ static PyMethodDef methods[] = {
      "new_refs(partition, messages, last) -> list[MessageRef]: offsets.new_refs, compiled"},
     {"trace_fraction", trace_fraction, METH_O,
      "trace_fraction(trace_id) -> float: sample.trace_fraction's uniform draw, computed here"},
+    {"refusal_marks", refusal_marks, METH_VARARGS,
+     "refusal_marks(index, scan_chars): the sampler's (gate, marks) index and how much of an answer to scan"},
+    {"looks_like_refusal", looks_like_refusal, METH_O,
+     "looks_like_refusal(answer) -> bool: sampler.looks_like_refusal, computed here"},
     {NULL, NULL, 0, NULL},
 };
 
