@@ -633,7 +633,9 @@ static int unsampled(writes_t *w, const sampler_t *sp, PyObject *record, PyObjec
     if (answer == NULL || !PyUnicode_CheckExact(answer) || id == NULL || !PyUnicode_CheckExact(id)
         || long_of(SLOT(s, L_SEEN), &seen) || float_of(SLOT(s, L_MEDIAN), &median))
         return 1;
-    double u = fraction_of(id);
+    /* A bound of 0 (a rate of 0, no floor) samples no draw: an ASCII id, whose hash cannot fail,
+     * need not be hashed (~2,400 instructions). */
+    double u = bound <= 0.0 && PyUnicode_IS_ASCII(id) ? 1.0 : fraction_of(id);
     if (u < 0.0)
         return -1;
     double n = (double)PyUnicode_GET_LENGTH(answer);
