@@ -29,9 +29,10 @@ workload's instructions a message *over the calibration's* with the reference's,
 raw ratio beside it. Each count is split by where it ran: the three extensions, the interpreter,
 libc (allocation, copies), the rest.
 
-The guard (`make bench-guard`, ~1 minute) fails when a workload's calibrated ratio is above 1.08.
-`--plant 0.1` adds, inside the measured batches, calibration rounds worth 10 % of the reference's
-instructions a message: what a 10 % slower stage looks like to it (tests/test_bench_guard.py).
+The guard (`make bench-guard`, ~20 s after its set-up) fails when a workload's calibrated ratio
+is above 1.08. `--plant 0.1` adds, inside the measured batches, calibration rounds worth 10 % of
+the reference's instructions a message: what a 10 % slower stage looks like to it
+(tests/test_bench_guard.py).
 """
 
 from __future__ import annotations
