@@ -125,8 +125,10 @@ def child(args: argparse.Namespace) -> None:
 
     with open(args.child, "rb") as f:
         plan = pickle.load(f)
-    print("imported", flush=True)  # the parent turns callgrind's instrumentation on
-    sys.stdin.readline()
+    print("imported", flush=True)  # the parent turns callgrind's instrumentation on, then says go
+    go = Path(args.child + ".go")
+    while not go.exists():  # running, not blocked in a read: vgdb reaches it without ptrace
+        time.sleep(0.01)
     clock = _Clock(plan["wall"])
     for module in ("monitor.ingest.stage", "monitor.kafka.delivery"):
         sys.modules[module].time = clock  # type: ignore[attr-defined]
@@ -305,19 +307,17 @@ def measure(
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
         run = subprocess.Popen(
-            cmd,
-            cwd=tree,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
+            cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
-        assert run.stdin is not None and run.stdout is not None
+        assert run.stdout is not None
         if run.stdout.readline().strip() == "imported":
             on = ["callgrind_control", "--instr=on", str(run.pid)]
-            subprocess.run(on, check=True, capture_output=True)
-        stdout, stderr = run.communicate("\n")
+            done = subprocess.run(on, capture_output=True, text=True, timeout=120)
+            if done.returncode:
+                run.kill()
+                sys.exit(f"callgrind_control could not turn instrumentation on: {done.stdout}{done.stderr}")
+            Path(f"{work}.go").touch()
+        stdout, stderr = run.communicate()
         if run.returncode:
             sys.exit(stderr[-3000:])
         counted = json.loads(stdout.strip().splitlines()[-1])["messages"]
@@ -329,7 +329,8 @@ def measure(
     result: dict[str, Any] = {"workloads": {}}
     for name, dump in zip([*workloads, "calibration"], dumps, strict=True):
         totals = re.search(r"^(?:summary|totals): (\d+)", dump, re.M)
-        assert totals is not None
+        if totals is None or not int(totals.group(1)):
+            sys.exit(f"callgrind counted nothing for {name}: was instrumentation on?")
         if name == "calibration":
             result["calibration"] = int(totals.group(1))
             continue
