@@ -12,7 +12,7 @@ DEMO_ARGS ?= --duration 60
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-quick test-compat compat-venvs lint debs bench clean sanitize fuzz docs image
+.PHONY: demo test test-quick test-compat compat-venvs lint debs extensions bench bench-guard clean sanitize fuzz docs image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,8 @@ $(STAMP): pyproject.toml
 # podman, buildah, mmdebstrap and runc build and run the image (tests/deploy/test_image.py, `make image`;
 # runc: crun refuses hosts with cgroup v1/v2 hybrid hierarchies); `rag-monitor review` runs in a real
 # tmux pane (tests/review/test_review_tmux.py); headless chromium reads Phoenix's trace page
-# (tests/compat/test_phoenix_live.py). apt runs only for what is missing.
+# (tests/compat/test_phoenix_live.py); valgrind counts the ingest stage's instructions
+# (`make bench-guard`, tests/test_bench_guard.py). apt runs only for what is missing.
 debs:
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
@@ -39,6 +40,7 @@ debs:
 	command -v runc >/dev/null || missing="$$missing runc"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 
@@ -58,13 +60,9 @@ lint: $(STAMP)
 	$(BIN)/mypy monitor
 	$(BIN)/lint-imports
 
-# The whole suite on the compiled otlp_proto decoder, trace assembler and record accounting
-# (monitor/ingest/_wire.c, _assembly.c, _accounting.c, rebuilt here when a source is newer than its
-# build; their absence fails the suite),
-# then the decoder and assembler tests again on the pure-Python reference paths. Four pytest
-# workers, a test file each at a time: most of the suite's time is waiting (broker group joins,
-# servers starting), not CPU.
-test: $(STAMP) debs lint
+# The compiled otlp_proto decoder, trace assembler and record accounting (monitor/ingest/_wire.c,
+# _assembly.c, _accounting.c), rebuilt in place when a source is newer than its build.
+extensions: $(STAMP)
 	[ -n "$$(find monitor/ingest -name '_wire*.so' -newer monitor/ingest/_wire.c)" ] && \
 	[ -n "$$(find monitor/ingest -name '_assembly*.so' -newer monitor/ingest/_assembly.c)" ] && \
 	[ -n "$$(find monitor/ingest -name '_accounting*.so' -newer monitor/ingest/_accounting.c)" ] || \
@@ -74,6 +72,11 @@ test: $(STAMP) debs lint
 		[ -n "$$(find monitor/ingest -name "$$m*.so" -newer monitor/ingest/$$m.c)" ] || \
 		{ echo "monitor/ingest/$$m.c did not compile (pip install -v --no-deps -e . says why)"; exit 1; }; \
 	done
+
+# The whole suite on the compiled extensions (their absence fails it), then the decoder and
+# assembler tests again on the pure-Python reference paths. Four pytest workers, a test file each
+# at a time: most of the suite's time is waiting (broker group joins, servers starting), not CPU.
+test: $(STAMP) debs lint extensions
 	RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider -n 4 --dist loadfile -m "not compat"
 	RAGMON_PURE_PYTHON=1 RAGMON_REQUIRE_COMPILED=1 $(BIN)/pytest -q -p no:cacheprovider \
 		tests/ingest/test_decode_dialects.py tests/ingest/test_decode_formats.py tests/ingest/test_decode_bad_input.py \
@@ -83,7 +86,7 @@ test: $(STAMP) debs lint
 
 # The inner loop: lint and the tests that need neither the broker nor processes, images or
 # installs (no apt-get either: tests that need a Debian tool skip without it). `make test` is the gate.
-test-quick: $(STAMP) lint
+test-quick: $(STAMP) lint extensions
 	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile -m "not compat and not kafka and not slow"
 
 # The instrumentations users already run, for real (tests/compat, docs/instrument.md#compatibility):
@@ -156,6 +159,12 @@ image: debs
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+
+# The ingest stage's instructions a message on the fixed workloads, counted by callgrind (the
+# machine's load does not move them), against bench/guard_reference.json: fails when a workload
+# costs more than 8 % over it (bench/instructions.py --guard; ~1 minute).
+bench-guard: $(STAMP) debs extensions
+	$(BIN)/python bench/instructions.py --guard
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) .venv-compat .pytest_cache .mypy_cache .ruff_cache $(SAN_DIR) site

@@ -19,7 +19,8 @@ invalid UTF-8 in text, wire types and fixed values changed, messages concatenate
               `decode(for_assembly=True)` of each message it takes, and a reason for where it stops;
   assemble    the decoded spans into both assemblers on small bounds (tests/ingest/test_assemble_compiled.py
               `Both`, which compares every call and the whole state), plus its random operations;
-  hash        `_accounting.trace_fraction` against `blake2b_fraction` on text taken from the input;
+  hash        `_accounting.trace_fraction` against `blake2b_fraction`, and `looks_like_refusal`
+              against `refusal_reference`, on text taken from the input;
   account     every `--account-every` inputs, two ingest stages (compiled accounting or not) fed
               tests/ingest/test_stage_accounting.py's traffic made hostile (more refs than the compiled
               path takes, repeated refs, extreme and non-float scores, huge times, long and
@@ -63,7 +64,7 @@ from monitor.ingest import _accounting, _assembly, _wire, dialects  # noqa: E402
 from monitor.ingest.assemble import SPAN_COST, TRACE_COST  # noqa: E402
 from monitor.ingest.config import AssemblyConfig  # noqa: E402
 from monitor.ingest.decode import Decoded  # noqa: E402
-from monitor.ingest.sampler import blake2b_fraction  # noqa: E402
+from monitor.ingest.sampler import blake2b_fraction, refusal_reference  # noqa: E402
 from monitor.kafka.config import Encoding  # noqa: E402
 from monitor.kafka.offsets import MessageRef  # noqa: E402
 
@@ -524,13 +525,14 @@ def check_feed(batch: list[tuple[bytes, Decoded]], now_ns: int, auto: bool, max_
 
 
 def check_hash(text: str) -> None:
-    def outcome(fn: Callable[[str], float]) -> Any:
+    def outcome(fn: Callable[[str], object]) -> Any:
         try:
             return fn(text)
         except Exception as exc:  # lone surrogates: both must refuse them
             return type(exc)
 
     assert outcome(_accounting.trace_fraction) == outcome(blake2b_fraction)
+    assert outcome(_accounting.looks_like_refusal) == outcome(refusal_reference)
 
 
 def hostile_traffic(seed: int, batches: int) -> list[tuple[float, list[Any], list[MessageRef]]]:
@@ -754,7 +756,7 @@ def main() -> int:
             findings.add("assemble", f"{op}: {type(exc).__name__}", value)
             assembling.asm = None
         try:
-            text = value[rng.randrange(len(value) + 1) :][: rng.choice([0, 8, 32, 128, 129, 300])]
+            text = value[rng.randrange(len(value) + 1) :][: rng.choice([0, 8, 32, 128, 129, 300, 450])]
             check_hash(text.decode("utf-8", rng.choice(["replace", "ignore", "surrogateescape"])))
             counts["hash"] += 1
         except Exception as exc:

@@ -1,8 +1,9 @@
 /* The ingest stage's per-record accounting, its common path compiled: the twin of
  * monitor/ingest/accounting.py's `RecordAccounting` (read that module's docstring first).
  *
- * `RecordAccounting` here has the reference's constructor, attributes and methods. `count` calls
- * the same objects' own methods the reference calls. `account` runs the stage's `_finish` for the
+ * `RecordAccounting` here has the reference's constructor, attributes and methods. `count` counts
+ * as `account` does where that is the common path, else calls the same objects' own methods the
+ * reference calls, then the sampler's `decide`. `account` runs the stage's `_finish` for the
  * records that take its common path: a record with a query type whose bounded labels are cached
  * and allowed, whose retrieval-drift slice is collecting its reference (and this record does not
  * complete it) or is frozen and not due a check, and which the sampler's current window leaves
@@ -15,8 +16,8 @@
  * C seam. Each record's reads and checks come first, with every new value allocated, and only then
  * are the attributes written, so a record is either counted here entirely or not touched.
  *
- * The sampler's draw (`sampler.trace_fraction`, BLAKE2b-64 of the trace id) and the offset
- * tracker's `new_refs` are here too.
+ * The sampler's draw (`sampler.trace_fraction`, BLAKE2b-64 of the trace id), its refusal check
+ * (`sampler.looks_like_refusal`) and the offset tracker's `new_refs` are here too.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -121,6 +122,142 @@ static PyObject *trace_fraction(PyObject *self, PyObject *id)
 {
     double u = fraction_of(id);
     return u < 0.0 ? NULL : PyFloat_FromDouble(u);
+}
+
+/* --- the sampler's refusal check -------------------------------------------------------- */
+
+/* sampler.looks_like_refusal: whether the lowered first `refusal_scan` characters of the answer
+ * hold a mark, looked for only under a gate the text holds, as the sampler's `_REFUSAL_INDEX`
+ * says (given by `refusal_marks`). Python's lower() and several substring scans were ~12,000
+ * instructions a call. The marks are ASCII, so the text is lowered into bytes: each character
+ * lowered as str.lower() does (U+0130 to "i" and a combining dot, the one character whose full
+ * lowercase differs from its simple one; U+2019 to "'", as the sampler replaces it), any
+ * non-ASCII result as 0x80, which no mark holds. */
+#define MAX_NEEDLE 32
+#define MAX_GATES 16
+#define MAX_MARKS 64
+#define MAX_SCAN 4096
+typedef struct {
+    char s[MAX_NEEDLE];
+    size_t n;
+} needle_t;
+static needle_t gates[MAX_GATES], marks[MAX_MARKS];
+static int n_gates = 0, gate_end[MAX_GATES]; /* gate g's marks: marks[gate_end[g - 1]..gate_end[g]) */
+static Py_ssize_t refusal_scan = -1;         /* -1: refusal_marks not called */
+
+static int needle(PyObject *o, needle_t *into)
+{
+    if (!PyUnicode_Check(o) || !PyUnicode_IS_ASCII(o) || PyUnicode_GET_LENGTH(o) < 1
+        || PyUnicode_GET_LENGTH(o) >= MAX_NEEDLE) {
+        PyErr_SetString(PyExc_ValueError, "a gate or mark: a non-empty ASCII str of at most 31 characters");
+        return -1;
+    }
+    into->n = (size_t)PyUnicode_GET_LENGTH(o);
+    memcpy(into->s, PyUnicode_DATA(o), into->n);
+    return 0;
+}
+
+static PyObject *refusal_marks(PyObject *self, PyObject *args)
+{
+    PyObject *index;
+    Py_ssize_t scan;
+    if (!PyArg_ParseTuple(args, "O!n", &PyTuple_Type, &index, &scan))
+        return NULL;
+    if (scan < 0 || scan > MAX_SCAN || PyTuple_GET_SIZE(index) > MAX_GATES) {
+        PyErr_SetString(PyExc_ValueError, "at most 16 gates and 4096 characters scanned");
+        return NULL;
+    }
+    refusal_scan = -1;
+    int m = 0;
+    for (Py_ssize_t g = 0; g < PyTuple_GET_SIZE(index); g++) {
+        PyObject *entry = PyTuple_GET_ITEM(index, g), *ms;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyTuple_Check(ms = PyTuple_GET_ITEM(entry, 1))
+            || m + PyTuple_GET_SIZE(ms) > MAX_MARKS) {
+            PyErr_SetString(PyExc_ValueError, "index: (gate, (mark, ...)) pairs, at most 64 marks");
+            return NULL;
+        }
+        if (needle(PyTuple_GET_ITEM(entry, 0), &gates[g]))
+            return NULL;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ms); i++)
+            if (needle(PyTuple_GET_ITEM(ms, i), &marks[m++]))
+                return NULL;
+        gate_end[g] = m;
+    }
+    n_gates = (int)PyTuple_GET_SIZE(index);
+    refusal_scan = scan;
+    Py_RETURN_NONE;
+}
+
+/* whether text[0..k) holds the needle: memchr for its first byte, then the rest compared in line
+ * (glibc's memmem cost more on 400-byte texts and needles of 3-16 bytes) */
+static int holds(const char *text, size_t k, const needle_t *nd)
+{
+    if (nd->n > k)
+        return 0;
+    const char *p = text, *end = text + (k - nd->n) + 1; /* where a match can start */
+    while ((p = memchr(p, nd->s[0], (size_t)(end - p))) != NULL) {
+        size_t j = 1;
+        while (j < nd->n && p[j] == nd->s[j])
+            j++;
+        if (j == nd->n)
+            return 1;
+        if (++p == end)
+            break;
+    }
+    return 0;
+}
+
+/* 1 the answer looks like a refusal, 0 not, -1 with an error */
+static int refuses(PyObject *answer)
+{
+    if (refusal_scan < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_accounting.refusal_marks was not called");
+        return -1;
+    }
+    if (!PyUnicode_Check(answer)) {
+        PyErr_SetString(PyExc_TypeError, "looks_like_refusal() takes a str");
+        return -1;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(answer), k = 0;
+    if (n > refusal_scan)
+        n = refusal_scan;
+    char text[2 * MAX_SCAN];
+    int kind = PyUnicode_KIND(answer);
+    const void *data = PyUnicode_DATA(answer);
+    if (kind == PyUnicode_1BYTE_KIND) { /* Latin-1: nothing outside ASCII lowers into it */
+        const unsigned char *b = data;
+        for (; k < n; k++)
+            text[k] = (char)(b[k] >= 128 ? 0x80 : b[k] >= 'A' && b[k] <= 'Z' ? b[k] + 32 : b[k]);
+        n = 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 128)
+            text[k++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        else if (c == 0x2019)
+            text[k++] = '\'';
+        else if (c == 0x130) {
+            text[k++] = 'i';
+            text[k++] = (char)0x80;
+        } else {
+            Py_UCS4 lower = Py_UNICODE_TOLOWER(c);
+            text[k++] = (char)(lower < 128 ? lower : 0x80);
+        }
+    }
+    for (int g = 0, m = 0; g < n_gates; m = gate_end[g++]) {
+        if (!holds(text, (size_t)k, &gates[g]))
+            continue;
+        for (int i = m; i < gate_end[g]; i++)
+            if (holds(text, (size_t)k, &marks[i]))
+                return 1;
+    }
+    return 0;
+}
+
+static PyObject *looks_like_refusal(PyObject *self, PyObject *answer)
+{
+    int r = refuses(answer);
+    return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
 /* --- the objects' slots ------------------------------------------------------------------ */
@@ -497,7 +634,9 @@ static int unsampled(writes_t *w, const sampler_t *sp, PyObject *record, PyObjec
     if (answer == NULL || !PyUnicode_CheckExact(answer) || id == NULL || !PyUnicode_CheckExact(id)
         || long_of(SLOT(s, L_SEEN), &seen) || float_of(SLOT(s, L_MEDIAN), &median))
         return 1;
-    double u = fraction_of(id);
+    /* A bound of 0 (a rate of 0, no floor) samples no draw: an ASCII id, whose hash cannot fail,
+     * need not be hashed (~2,400 instructions). */
+    double u = bound <= 0.0 && PyUnicode_IS_ASCII(id) ? 1.0 : fraction_of(id);
     if (u < 0.0)
         return -1;
     double n = (double)PyUnicode_GET_LENGTH(answer);
@@ -692,6 +831,41 @@ static int red_stage(red_t *r, bounds_t *bc, PyObject *red, PyObject *record, Py
     return 0;
 }
 
+/* `count`'s series, retrieval-drift slice `d` (NULL: none) and lag tally, staged in w: 0, 1 (not
+ * the common path), -1 (an error). */
+static int counted(writes_t *w, PyObject *series, PyObject *d, PyObject *lag, double now, long n_chunks,
+                   PyObject *top, long end)
+{
+    int rc;
+    if ((rc = add_long(w, series, S_RECORDS, 1)) || (rc = tally(w, SLOT(series, S_CHUNKS), (double)n_chunks))
+        || (top != Py_None && (rc = tally(w, SLOT(series, S_TOP), PyFloat_AS_DOUBLE(top))))
+        || (d != NULL && (rc = drift(w, d, n_chunks, top))))
+        return rc;
+    if (end) {
+        double x = now - (double)end / 1e9;
+        return tally(w, lag, x > 0.0 ? x : 0.0);
+    }
+    return 0;
+}
+
+/* A record's chunk count and top score (a float or None): 0, or 1 when a chunk or score is of
+ * another kind. */
+static int chunks_of(PyObject *record, long *n_chunks, PyObject **top)
+{
+    PyObject *chunks = SLOT(record, R_CHUNKS);
+    if (chunks == NULL || !PyList_CheckExact(chunks))
+        return 1;
+    *n_chunks = (long)PyList_GET_SIZE(chunks);
+    *top = Py_None;
+    if (*n_chunks) {
+        PyObject *first = PyList_GET_ITEM(chunks, 0);
+        if (!IS(first, T_CHUNK) || (*top = SLOT(first, C_SCORE)) == NULL
+            || (*top != Py_None && !PyFloat_CheckExact(*top)))
+            return 1;
+    }
+    return 0;
+}
+
 /* One finished trace through `_finish`'s common path, staged in w: 0 (commit w), 1 (not the
  * common path), -1 (an error). */
 static int one(writes_t *w, red_t *red, bounds_t *bc, PyObject *fin, double now, PyObject *labels,
@@ -717,17 +891,10 @@ static int one(writes_t *w, red_t *red, bounds_t *bc, PyObject *fin, double now,
         return PyErr_Occurred() ? -1 : 1;
     if (!PyTuple_CheckExact(bounded) || PyTuple_GET_SIZE(bounded) != 5 || PyTuple_GET_ITEM(bounded, 2) != Py_False)
         return 1;
-    PyObject *qt = PyTuple_GET_ITEM(bounded, 1), *series = PyTuple_GET_ITEM(bounded, 3);
-    PyObject *chunks = SLOT(record, R_CHUNKS);
-    if (!IS(series, T_SERIES) || chunks == NULL || !PyList_CheckExact(chunks))
+    PyObject *qt = PyTuple_GET_ITEM(bounded, 1), *series = PyTuple_GET_ITEM(bounded, 3), *top;
+    long n_chunks;
+    if (!IS(series, T_SERIES) || chunks_of(record, &n_chunks, &top))
         return 1;
-    long n_chunks = (long)PyList_GET_SIZE(chunks);
-    PyObject *top = Py_None;
-    if (n_chunks) {
-        PyObject *first = PyList_GET_ITEM(chunks, 0);
-        if (!IS(first, T_CHUNK) || (top = SLOT(first, C_SCORE)) == NULL || (top != Py_None && !PyFloat_CheckExact(top)))
-            return 1;
-    }
     PyObject *d = NULL; /* no retrieval observer: nothing to observe */
     if (drifts != NULL && (d = PyDict_GetItemWithError(drifts, qt)) == NULL)
         return PyErr_Occurred() ? -1 : 1;
@@ -736,17 +903,8 @@ static int one(writes_t *w, red_t *red, bounds_t *bc, PyObject *fin, double now,
         return 1;
     /* the order of _finish: labels, series, drift, lag, decide, release */
     Py_INCREF(qt);
-    if ((rc = put(w, &SLOT(record, R_QUERY_TYPE), qt)) || (rc = add_long(w, series, S_RECORDS, 1))
-        || (rc = tally(w, SLOT(series, S_CHUNKS), (double)n_chunks))
-        || (top != Py_None && (rc = tally(w, SLOT(series, S_TOP), PyFloat_AS_DOUBLE(top))))
-        || (d != NULL && (rc = drift(w, d, n_chunks, top))))
-        return rc;
-    if (end) {
-        double x = now - (double)end / 1e9;
-        if ((rc = tally(w, lag, x > 0.0 ? x : 0.0)))
-            return rc;
-    }
-    if ((rc = unsampled(w, sp, record, qt, now, n_chunks, top)))
+    if ((rc = put(w, &SLOT(record, R_QUERY_TYPE), qt)) || (rc = counted(w, series, d, lag, now, n_chunks, top, end))
+        || (rc = unsampled(w, sp, record, qt, now, n_chunks, top)))
         return rc;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(refs); i++) {
         PyObject *ref = PyList_GET_ITEM(refs, i);
@@ -857,7 +1015,46 @@ static PyObject *call_observe(PyObject *obj, PyObject *a, PyObject *b, PyObject 
     return PyObject_VectorcallMethod(str_observe, args, b == NULL ? 2 : c == NULL ? 3 : 4, NULL);
 }
 
-/* The reference's `count`: the same objects' own methods, called alike. */
+/* `count` up to the decision, as `account` counts (the record sampled, or its window to roll):
+ * 0 counted, 1 not the common path (nothing written), -1 an error. */
+static int count_staged(Accounting *self, PyObject *record, PyObject *series, PyObject *red, PyObject *now)
+{
+    PyObject *top, *d = NULL, *qt = IS(record, T_RECORD) ? SLOT(record, R_QUERY_TYPE) : NULL;
+    PyObject *cache = IS(self->prices, T_PRICES) ? SLOT(self->prices, P_CACHE) : NULL;
+    long n_chunks, end;
+    if (qt == NULL || !PyUnicode_CheckExact(qt) || !IS(series, T_SERIES) || !PyFloat_CheckExact(now)
+        || chunks_of(record, &n_chunks, &top) || long_of(SLOT(record, R_END), &end)
+        || (cache != NULL && !PyDict_CheckExact(cache)))
+        return 1;
+    if (self->retrieval != Py_None) {
+        PyObject *drifts = PyObject_GetAttr(self->retrieval, str_slices);
+        if (drifts == NULL)
+            return -1;
+        /* borrowed: the observer keeps its dict, and nothing but this runs until the commit */
+        d = PyDict_CheckExact(drifts) ? PyDict_GetItemWithError(drifts, qt) : NULL;
+        Py_DECREF(drifts);
+        if (d == NULL)
+            return PyErr_Occurred() ? -1 : 1; /* a slice to create: the observer's */
+    }
+    writes_t w = {.n = 0};
+    red_t r = {.held = 0};
+    bounds_t bc = {.obj = NULL};
+    int rc = counted(&w, series, d, self->lag, PyFloat_AS_DOUBLE(now), n_chunks, top, end);
+    if (rc == 0)
+        rc = red_stage(&r, &bc, red, record, cache);
+    if (rc) {
+        drop(&w);
+        red_release(&r);
+        return rc;
+    }
+    commit(&w);
+    red_commit(&r);
+    return 0;
+}
+
+/* The reference's `count`: counted as `account` counts where that is the common path (a sampled
+ * record's observe calls were ~30,000 instructions), else the same objects' own methods, called
+ * alike; then the sampler's `decide`. */
 static PyObject *acc_count(Accounting *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -865,6 +1062,13 @@ static PyObject *acc_count(Accounting *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *record = args[0], *series = args[1], *red = args[2], *now = args[3], *r = NULL;
+    int staged = count_staged(self, record, series, red, now);
+    if (staged < 0)
+        return NULL;
+    if (staged == 0) {
+        PyObject *dargs[] = {self->sampler, record, now};
+        return PyObject_VectorcallMethod(str_decide, dargs, 3, NULL);
+    }
     PyObject *chunks = NULL, *n = NULL, *top = NULL, *end = NULL, *scaled = NULL, *lag = NULL, *qt = NULL;
     Py_ssize_t len;
     if ((chunks = PyObject_GetAttrString(record, "chunks")) == NULL || (len = PyObject_Length(chunks)) < 0
@@ -1082,6 +1286,10 @@ static PyMethodDef methods[] = {
      "new_refs(partition, messages, last) -> list[MessageRef]: offsets.new_refs, compiled"},
     {"trace_fraction", trace_fraction, METH_O,
      "trace_fraction(trace_id) -> float: sample.trace_fraction's uniform draw, computed here"},
+    {"refusal_marks", refusal_marks, METH_VARARGS,
+     "refusal_marks(index, scan_chars): the sampler's (gate, marks) index and how much of an answer to scan"},
+    {"looks_like_refusal", looks_like_refusal, METH_O,
+     "looks_like_refusal(answer) -> bool: sampler.looks_like_refusal, computed here"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,6 +27,7 @@ __all__ = [
     "Sampler",
     "SliceState",
     "looks_like_refusal",
+    "refusal_reference",
     "trace_fraction",
 ]
 
@@ -76,8 +77,9 @@ _REFUSAL_INDEX = tuple((g, tuple(m for m in _REFUSAL_MARKS if g in m)) for g in 
 assert all(any(g in m for g in _REFUSAL_GATES) for m in _REFUSAL_MARKS), "a refusal mark has no gate"
 
 
-def looks_like_refusal(answer: str) -> bool:
-    """A cheap guess that the answer declines to answer (see `_REFUSAL_MARKS`)."""
+def refusal_reference(answer: str) -> bool:
+    """A cheap guess that the answer declines to answer (see `_REFUSAL_MARKS`); the reference
+    `looks_like_refusal` is compiled from."""
     text = answer[:_REFUSAL_SCAN_CHARS].lower()
     if "\u2019" in text:
         text = text.replace("\u2019", "'")
@@ -87,6 +89,22 @@ def looks_like_refusal(answer: str) -> bool:
                 if mark in text:
                     return True
     return False
+
+
+def _compiled_refusal() -> Callable[[str], bool] | None:
+    try:
+        from monitor.ingest._accounting import looks_like_refusal as compiled
+        from monitor.ingest._accounting import refusal_marks
+    except ImportError:
+        return None
+    refusal_marks(_REFUSAL_INDEX, _REFUSAL_SCAN_CHARS)
+    return compiled
+
+
+# The same check computed in `_accounting.c` where it was built: lower() and the substring scans
+# were ~12,000 instructions a call, made for every record drawn under rate x the refusal multiplier.
+_compiled_refuses, _ = choose("refusal check", "monitor.ingest._accounting", _compiled_refusal)
+looks_like_refusal: Callable[[str], bool] = _compiled_refuses or refusal_reference
 
 
 def _compiled_fraction() -> Callable[[str], float] | None:

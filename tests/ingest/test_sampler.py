@@ -15,7 +15,7 @@ from support import python_child
 from monitor.contracts.model import Chunk, RagRecord
 from monitor.contracts.samples import blake2b_fraction
 from monitor.ingest.config import SamplingPolicy
-from monitor.ingest.sampler import Sampler, looks_like_refusal, trace_fraction
+from monitor.ingest.sampler import Sampler, looks_like_refusal, refusal_reference, trace_fraction
 
 NOW = 1_700_000_000.0
 TYPES = ("lookup", "comparison", "multi_hop")
@@ -319,6 +319,43 @@ def test_refusals_look_like_refusals(answer: str) -> None:
 
 def test_ordinary_answers_do_not() -> None:
     assert not looks_like_refusal("The Rhine discharges 2,330 cubic metres per second at the Dutch border.")
+
+
+def _compiled_refusal_required() -> None:
+    if os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0") and not os.environ.get(
+        "RAGMON_PURE_PYTHON"
+    ):
+        assert looks_like_refusal is not refusal_reference, "the compiled refusal check was not built"
+
+
+def test_the_compiled_refusal_check_lowers_every_character_as_python_does() -> None:
+    """Each character that lower() changes (KELVIN SIGN to "k"; U+0130 to "i" and a combining
+    dot, so it does not make "insufficient"), the right quote, and everything below U+0800, in
+    the places where it could complete or break a mark."""
+    _compiled_refusal_required()
+    chars = [c for c in map(chr, range(0x110000)) if c.lower() != c or ord(c) < 0x800 or c == "\u2019"]
+    for c in chars:
+        for text in (f"not {c}now", f"{c}nsufficient", f"don{c}t know", f"I'M {c}FRAID", c * 3):
+            assert looks_like_refusal(text) == refusal_reference(text), (hex(ord(c)), text)
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["not", "know", "n't", "\u2019", "İ", "K", " ", "found in", "I", "unable to", "é", "x" * 97]
+        )
+        | st.text(max_size=8),
+        max_size=30,
+    )
+)
+def test_the_compiled_refusal_check_is_the_reference(parts: list[str]) -> None:
+    """Texts built from marks' pieces, wide characters and filler, past the 400 characters
+    scanned too: a mark cut at the edge is not found by either."""
+    answer = "".join(parts)
+    assert looks_like_refusal(answer) == refusal_reference(answer)
+    edge = "x" * 396 + answer
+    assert looks_like_refusal(edge) == refusal_reference(edge)
 
 
 # -- the stratified floor --------------------------------------------------------------------------
