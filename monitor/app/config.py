@@ -345,7 +345,7 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(_describe(exc, path)) from None
     except SettingsError as exc:  # a RAGMON_ variable holding a section or a mapping is not JSON
         raise ConfigError(f"invalid configuration:\n  environment: {exc} ({exc.__cause__})") from None
     finally:
@@ -364,5 +364,9 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _describe(exc: ValidationError) -> str:
-    return "\n".join(["invalid configuration:", *(f"  {error_line(err)}" for err in exc.errors())])
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    """One line a bad key; the header names where the values came from (a key may be set by the
+    file, a RAGMON_ variable or a flag)."""
+    where = f" ({path}, then the RAGMON_ environment and flags)" if path is not None else ""
+    header = f"invalid configuration{where}:"
+    return "\n".join([header, *(f"  {error_line(err)}" for err in exc.errors())])
