@@ -5,7 +5,7 @@
 JSON: tests/deploy/test_dashboards.py fails when they disagree, parses every query and runs it against a
 real Prometheus scraping a live sidecar.
 
-Queries read only what the sidecar exports (monitor/contracts/metrics.py, monitor/golden/gauges.py), the
+Queries read only what the sidecar exports (monitor/contracts/metrics/, monitor/golden/gauges.py), the
 recording rules of deploy/prometheus/rules.yml and `ALERTS`. The 1 h quality estimates pool the
 rules' additive `:increase1h` statistics over the selected services before dividing, so a panel
 shows the Hájek estimate, 95 % interval and effective sample size of exactly the traffic selected

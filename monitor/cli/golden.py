@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 import yaml
@@ -45,13 +45,16 @@ from monitor.golden.gauges import push_groups
 from monitor.golden.replay import ReplayFailed, run_replay
 from monitor.golden.report import ReplayReport
 from monitor.golden.schema import GoldenCheck, load_golden
-from monitor.golden.targets import make_target
+from monitor.golden.targets import Target, make_target
 from monitor.judge import Judge
 from monitor.outputs.config import DEFAULT_PUSH_JOB
 from monitor.outputs.pushgateway import Pushgateway
 from monitor.plumbing.errors import plural, yaml_error
 from monitor.plumbing.files import write_atomic
 from monitor.plumbing.safe_text import terminal_line
+
+if TYPE_CHECKING:
+    from monitor.golden.synthesize import CorpusRead, Generator, SourceChunk, SynthesisReport
 
 __all__ = ["register"]
 
@@ -492,17 +495,7 @@ def synthesize_cmd(
     With an LLM generator the cost is estimated before any request: the run stops there (exit 2)
     unless the estimate is within --max-usd or --yes is given. Exit 0 rows written, 1 none kept
     (the drops say why), 2 bad input or cost refused (nothing written)."""
-    from monitor.golden.render import render_synthesis
-    from monitor.golden.synthesize import (
-        LLM_GENERATORS,
-        make_generator,
-        plan,
-        quotas_for,
-        read_corpus,
-        synthesize,
-        write_rows,
-    )
-    from monitor.judge import llm_judge_config
+    from monitor.golden.synthesize import plan, quotas_for, synthesize
 
     if rows is not None and per_type is not None:
         _err("--rows and --per-type exclude each other")
@@ -511,6 +504,28 @@ def synthesize_cmd(
         _err(f"{out} exists: pass --overwrite to replace it (reviewed rows would be lost)")
         raise typer.Exit(2)
     cfg = _load_config(config)
+    read = _read_corpus(corpus)
+    known = _known_rows(existing)
+    gen = _make_generator(generator, read.chunks, cfg)
+    quotas = quotas_for(_query_types(types, gen), per_type=per_type, rows=rows)
+    tasks = plan(read.chunks, gen, quotas, attempts=attempts, seed=seed)
+    est = gen.estimate([t for ts in tasks.values() for t in ts])
+    tgt = _approved_target(est, gen, target, cfg, max_usd=max_usd, yes=yes, concurrency=concurrency)
+
+    async def go() -> Any:
+        try:
+            return await synthesize(read.chunks, gen, tgt, tasks, quotas, k=k, existing=known)
+        finally:
+            await tgt.aclose()
+            await gen.aclose()
+
+    _finish_synthesis(asyncio.run(go()), read, gen, est, report=report, out=out)
+
+
+def _read_corpus(corpus: Path) -> CorpusRead:
+    """The corpus's chunks, its problems warned about; exit 2 when it cannot be read or holds none."""
+    from monitor.golden.synthesize import read_corpus
+
     try:
         read = read_corpus(corpus)
     except OSError as exc:
@@ -526,47 +541,85 @@ def synthesize_cmd(
     if not read.chunks:
         _err(f"{corpus}: no chunk rows")
         raise typer.Exit(2)
-    known: list[Any] = []
-    if existing is not None:
-        check = load_golden(existing)
-        _print_check(check)
-        if not check.ok:
-            raise typer.Exit(2)
-        known = list(check.rows)
+    return read
+
+
+def _known_rows(existing: Path | None) -> list[Any]:
+    """The rows of the `--existing` golden file (their questions count as duplicates); exit 2 when
+    the file is not a valid golden set."""
+    if existing is None:
+        return []
+    check = load_golden(existing)
+    _print_check(check)
+    if not check.ok:
+        raise typer.Exit(2)
+    return list(check.rows)
+
+
+def _make_generator(kind: str, chunks: Sequence[SourceChunk], cfg: ReplayConfig) -> Generator:
+    """The `--generator`, an LLM one set up from the config's judge_options; exit 2 when it cannot
+    be made."""
+    from monitor.golden.synthesize import LLM_GENERATORS, make_generator
+    from monitor.judge import llm_judge_config
+
     try:
-        llm = llm_judge_config(generator, cfg.judge_options) if generator in LLM_GENERATORS else None
-        gen = make_generator(generator, read.chunks, llm)
+        llm = llm_judge_config(kind, cfg.judge_options) if kind in LLM_GENERATORS else None
+        return make_generator(kind, chunks, llm)
     except (ValueError, ValidationError) as exc:
         _err(str(exc))
         raise typer.Exit(2) from None
+
+
+def _query_types(types: str | None, gen: Generator) -> list[str]:
+    """The `--types` asked for (default: all `gen` can write); exit 2, `gen` closed, for a type it
+    cannot."""
     chosen = [t.strip() for t in types.split(",") if t.strip()] if types else list(gen.query_types)
     unknown = [t for t in chosen if t not in gen.query_types]
     if unknown or not chosen:
         _err(f"query types {unknown or chosen} not among {list(gen.query_types)} ({gen.name} generator)")
         asyncio.run(gen.aclose())
         raise typer.Exit(2)
-    quotas = quotas_for(chosen, per_type=per_type, rows=rows)
-    tasks = plan(read.chunks, gen, quotas, attempts=attempts, seed=seed)
-    est = gen.estimate([t for ts in tasks.values() for t in ts])
+    return chosen
+
+
+def _approved_target(
+    est: CostEstimate | None,
+    gen: Generator,
+    target: str,
+    cfg: ReplayConfig,
+    *,
+    max_usd: float | None,
+    yes: bool,
+    concurrency: int,
+) -> Target:
+    """The target, once an LLM generator's estimated cost is accepted: before any request, so a
+    refused run costs nothing; exit 2 (`gen` closed) when it is not, or the target is not one."""
     try:
         if est is not None:
             typer.echo(est.describe())
             approve_cost(est, max_usd=max_usd, yes=yes)
-        tgt = make_target(target, concurrency=concurrency, config=cfg.target)
+        return make_target(target, concurrency=concurrency, config=cfg.target)
     except (CostRefused, ValueError) as exc:
         _err(str(exc))
         _err("nothing sent, nothing written")
         asyncio.run(gen.aclose())
         raise typer.Exit(2) from None
 
-    async def go() -> Any:
-        try:
-            return await synthesize(read.chunks, gen, tgt, tasks, quotas, k=k, existing=known)
-        finally:
-            await tgt.aclose()
-            await gen.aclose()
 
-    result = asyncio.run(go())
+def _finish_synthesis(
+    result: SynthesisReport,
+    read: CorpusRead,
+    gen: Generator,
+    est: CostEstimate | None,
+    *,
+    report: Path | None,
+    out: Path,
+) -> None:
+    """Show what was kept and dropped (and the cost against its estimate), write the `--report`,
+    then the rows; exit 1 when none was kept (nothing written to `out`)."""
+    from monitor.golden.render import render_synthesis
+    from monitor.golden.synthesize import write_rows
+
     console = Console(width=None if sys.stdout.isatty() else 160)
     render_synthesis(result, console)
     actual = gen.actual()

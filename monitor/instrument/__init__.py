@@ -14,9 +14,10 @@
     async def answer(query: str) -> dict: ...
 
 The spans use the OpenInference attributes that `monitor.ingest.dialects` decodes, so the sidecar turns
-each request into a RAG record. See `spans` (semantics), `content` (capture switches, truncation,
-redaction), `provider` (`configure`), `kafka` (the direct exporter; needs `rag-monitor[kafka]`) and `web`
-(replay marking).
+each request into a RAG record. See `decorators` and `spans` (semantics; `specs`, `extract` and
+`attributes` for what each span records), `content` (capture switches, truncation, redaction), `provider`
+(`configure`), `kafka` (the direct exporter; needs `rag-monitor[kafka]`), `replay` and `web` (replay
+marking).
 """
 
 from monitor.instrument.content import (
@@ -27,22 +28,12 @@ from monitor.instrument.content import (
     luhn_valid,
     truncate,
 )
+from monitor.instrument.decorators import trace_generator, trace_request, trace_retriever
+from monitor.instrument.extract import Document, DocumentExtractor, default_answer, default_document
 from monitor.instrument.kafka import KafkaSpanExporter, encode_trace_messages
 from monitor.instrument.provider import CountingExporter, Instrumentation, configure, current, shutdown
-from monitor.instrument.spans import (
-    Document,
-    DocumentExtractor,
-    RagSpan,
-    default_answer,
-    default_document,
-    internal_errors,
-    rag_span,
-    replay_scope,
-    set_query_type,
-    trace_generator,
-    trace_request,
-    trace_retriever,
-)
+from monitor.instrument.replay import replay_scope
+from monitor.instrument.spans import RagSpan, internal_errors, rag_span, set_query_type
 from monitor.instrument.stats import SpanStats
 from monitor.instrument.web import REPLAY_HEADER, ReplayMiddleware, is_replay
 

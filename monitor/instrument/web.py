@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from monitor.instrument.spans import replay_scope
+from monitor.instrument.replay import replay_scope
 from monitor.plumbing.replay_mark import MAX_AGE_SECONDS, body_digest, check, secret_from_env
 
 __all__ = ["REPLAY_HEADER", "ReplayMiddleware", "is_replay", "replay_scope"]
