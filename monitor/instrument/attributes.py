@@ -22,14 +22,12 @@ OUT_CONTENT = "llm.output_messages.0.message.content"
 QUERY_TYPE = "rag.query_type"
 REPLAY = "rag.replay"
 
-_OI_KIND = {"request": "CHAIN", "retriever": "RETRIEVER", "reranker": "RERANKER", "generator": "LLM"}
-_DOC_PREFIX = {"retriever": "retrieval.documents.", "reranker": "reranker.output_documents."}
+OI_KIND = {"request": "CHAIN", "retriever": "RETRIEVER", "reranker": "RERANKER", "generator": "LLM"}
+DOC_PREFIX = {"retriever": "retrieval.documents.", "reranker": "reranker.output_documents."}
 _JSONISH = frozenset('{["')
 
 
-def _put_text(
-    attrs: dict[str, Any], key: str, mime_key: str | None, text: str, policy: ContentPolicy
-) -> None:
+def put_text(attrs: dict[str, Any], key: str, mime_key: str | None, text: str, policy: ContentPolicy) -> None:
     value = policy.clean(text)
     attrs[key] = value
     # Text that looks like JSON would be parsed by readers: say it is plain text.
@@ -51,7 +49,7 @@ def _doc_keys(prefix: str, n: int) -> list[tuple[str, str, str]]:
     return keys
 
 
-def _document_attrs(
+def document_attrs(
     policy: ContentPolicy, prefix: str, items: Iterable[Any], extract: DocumentExtractor
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = {}

@@ -1,14 +1,14 @@
 """The public decorators: a RAG service's request, retriever and generator functions, each turned
-into its OpenInference span by `spans._wrap` and the kind's spec."""
+into its OpenInference span by `spans.wrap_traced` and the kind's spec."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, overload
 
-from monitor.instrument.extract import DocumentExtractor, _documents, default_answer, default_document
-from monitor.instrument.spans import _wrap
-from monitor.instrument.specs import QueryArg, _GeneratorSpec, _query_getter, _RequestSpec, _RetrieverSpec
+from monitor.instrument.extract import DocumentExtractor, default_answer, default_document, retrieved_items
+from monitor.instrument.spans import wrap_traced
+from monitor.instrument.specs import GeneratorSpec, QueryArg, RequestSpec, RetrieverSpec, query_getter
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -42,8 +42,8 @@ def trace_request(
     """
 
     def deco(f: Callable[P, R]) -> Callable[P, R]:
-        getter = _query_getter(f, query_arg, fallback_first=True)
-        return _wrap(f, _RequestSpec(name or f.__qualname__, getter, query_type, answer))
+        getter = query_getter(f, query_arg, fallback_first=True)
+        return wrap_traced(f, RequestSpec(name or f.__qualname__, getter, query_type, answer))
 
     return deco(fn) if fn is not None else deco
 
@@ -56,7 +56,7 @@ def trace_retriever(
     name: str | None = None,
     query_arg: QueryArg = None,
     extract: DocumentExtractor = default_document,
-    documents: Callable[[Any], Iterable[Any]] = _documents,
+    documents: Callable[[Any], Iterable[Any]] = retrieved_items,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def trace_retriever(
     fn: Callable[P, R] | None = None,
@@ -65,7 +65,7 @@ def trace_retriever(
     name: str | None = None,
     query_arg: QueryArg = None,
     extract: DocumentExtractor = default_document,
-    documents: Callable[[Any], Iterable[Any]] = _documents,
+    documents: Callable[[Any], Iterable[Any]] = retrieved_items,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """A retrieval call (RETRIEVER span): the query in, the ranked documents out, best first.
 
@@ -75,8 +75,8 @@ def trace_retriever(
     """
 
     def deco(f: Callable[P, R]) -> Callable[P, R]:
-        getter = _query_getter(f, query_arg, fallback_first=True)
-        return _wrap(f, _RetrieverSpec(name or f.__qualname__, getter, extract, documents))
+        getter = query_getter(f, query_arg, fallback_first=True)
+        return wrap_traced(f, RetrieverSpec(name or f.__qualname__, getter, extract, documents))
 
     return deco(fn) if fn is not None else deco
 
@@ -107,7 +107,7 @@ def trace_generator(
     """
 
     def deco(f: Callable[P, R]) -> Callable[P, R]:
-        getter = _query_getter(f, query_arg, fallback_first=False) if query_arg is not None else None
-        return _wrap(f, _GeneratorSpec(name or f.__qualname__, getter, model, answer))
+        getter = query_getter(f, query_arg, fallback_first=False) if query_arg is not None else None
+        return wrap_traced(f, GeneratorSpec(name or f.__qualname__, getter, model, answer))
 
     return deco(fn) if fn is not None else deco

@@ -11,7 +11,7 @@ Document = tuple[str | None, str | None, float | None]  # (id, content, score)
 DocumentExtractor = Callable[[Any], Document]
 
 
-def _text(value: Any) -> str | None:
+def query_text(value: Any) -> str | None:
     """A query-ish value as text: a string, or a request object/dict holding one."""
     if value is None or isinstance(value, str):
         return value
@@ -138,7 +138,7 @@ def _document_slow(item: Any) -> Document:
     )
 
 
-def _documents(result: Any) -> Iterable[Any]:
+def retrieved_items(result: Any) -> Iterable[Any]:
     """The list of retrieved items in a retriever's result (the result itself, or a field of it)."""
     if isinstance(result, Mapping):
         for key in ("documents", "chunks", "hits", "results"):

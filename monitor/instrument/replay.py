@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
-_REPLAY: ContextVar[bool] = ContextVar("rag_replay", default=False)
+REPLAYING: ContextVar[bool] = ContextVar("rag_replay", default=False)
 
 
 class replay_scope:  # lower case: used like a function, `with replay_scope(is_replay(headers)):`
@@ -19,7 +19,7 @@ class replay_scope:  # lower case: used like a function, `with replay_scope(is_r
         self._token: Any = None
 
     def __enter__(self) -> None:
-        self._token = _REPLAY.set(self._flag)
+        self._token = REPLAYING.set(self._flag)
 
     def __exit__(self, *exc: object) -> None:
-        _REPLAY.reset(self._token)
+        REPLAYING.reset(self._token)

@@ -36,26 +36,26 @@ from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from monitor.instrument.attributes import (
-    _DOC_PREFIX,
-    _OI_KIND,
+    DOC_PREFIX,
     IN_CONTENT,
     IN_ROLE,
     INPUT,
     INPUT_MIME,
     KIND,
     MODEL,
+    OI_KIND,
     OUT_CONTENT,
     OUT_ROLE,
     OUTPUT,
     OUTPUT_MIME,
     QUERY_TYPE,
     REPLAY,
-    _document_attrs,
-    _put_text,
+    document_attrs,
+    put_text,
 )
 from monitor.instrument.content import ContentPolicy
-from monitor.instrument.extract import DocumentExtractor, _text, default_document
-from monitor.instrument.replay import _REPLAY
+from monitor.instrument.extract import DocumentExtractor, default_document, query_text
+from monitor.instrument.replay import REPLAYING
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +69,21 @@ SpanKindName = Literal["request", "retriever", "reranker", "generator"]
 
 
 @dataclass(frozen=True, slots=True)
-class _State:
+class InstrumentState:
     enabled: bool
     tracer: Tracer | None = None
     policy: ContentPolicy = field(default_factory=ContentPolicy)
 
 
-_DISABLED = _State(False)
-_state: _State = _DISABLED
+_DISABLED = InstrumentState(False)
+_state: InstrumentState = _DISABLED
 _internal_errors = [0]
 
 
 def _install(tracer: Tracer | None, policy: ContentPolicy) -> None:
     """Swap the global state in one assignment: calls in flight keep the state they started with."""
     global _state
-    _state = _State(True, tracer, policy) if tracer is not None else _DISABLED
+    _state = InstrumentState(True, tracer, policy) if tracer is not None else _DISABLED
 
 
 def internal_errors() -> int:
@@ -91,7 +91,7 @@ def internal_errors() -> int:
     return _internal_errors[0]
 
 
-def _oops(what: str) -> None:
+def count_internal_error(what: str) -> None:
     _internal_errors[0] += 1
     log.debug("rag instrumentation: %s failed", what, exc_info=True)
 
@@ -109,7 +109,7 @@ def set_query_type(query_type: str) -> None:
 # What every decorated function's spec answers (its kinds: `monitor.instrument.specs`)
 
 
-class _Spec:
+class SpanSpec:
     """How one decorated function maps to span attributes: before the call and from its result."""
 
     kind: SpanKindName = "request"
@@ -118,22 +118,22 @@ class _Spec:
         self.name = name
         self.query = query
 
-    def before(self, st: _State, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {KIND: _OI_KIND[self.kind]}
+    def before(self, st: InstrumentState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {KIND: OI_KIND[self.kind]}
 
-    def after(self, st: _State, result: Any) -> dict[str, Any] | None:
+    def after(self, st: InstrumentState, result: Any) -> dict[str, Any] | None:
         return None
 
     def _query_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        return _text(self.query(args, kwargs)) if self.query is not None else None
+        return query_text(self.query(args, kwargs)) if self.query is not None else None
 
 
 # --------------------------------------------------------------------------------------------
 # Span lifecycle shared by decorators and rag_span
 
 
-def _open(st: _State, name: str, attrs: dict[str, Any]) -> tuple[Span, Token[Context]]:
-    if _REPLAY.get():
+def _open(st: InstrumentState, name: str, attrs: dict[str, Any]) -> tuple[Span, Token[Context]]:
+    if REPLAYING.get():
         attrs[REPLAY] = True
     assert st.tracer is not None
     span = st.tracer.start_span(name, attributes=attrs)
@@ -152,7 +152,7 @@ def _exception_attrs(policy: ContentPolicy, exc: BaseException) -> dict[str, Any
     }
 
 
-def _close_error(st: _State, span: Span, token: Token[Context], exc: BaseException) -> None:
+def _close_error(st: InstrumentState, span: Span, token: Token[Context], exc: BaseException) -> None:
     try:
         detach(token)
         attrs = _exception_attrs(st.policy, exc)
@@ -160,32 +160,32 @@ def _close_error(st: _State, span: Span, token: Token[Context], exc: BaseExcepti
         desc = f"{attrs['exception.type']}: {attrs['exception.message']}"
         span.set_status(Status(StatusCode.ERROR, desc[:512]))
     except Exception:
-        _oops("recording an exception")
+        count_internal_error("recording an exception")
     span.end()
 
 
-def _close_ok(st: _State, spec: _Spec, span: Span, token: Token[Context], result: Any) -> None:
+def _close_ok(st: InstrumentState, spec: SpanSpec, span: Span, token: Token[Context], result: Any) -> None:
     try:
         detach(token)
         attrs = spec.after(st, result)
         if attrs:
             span.set_attributes(attrs)
     except Exception:
-        _oops(f"recording the result of {spec.name}")
+        count_internal_error(f"recording the result of {spec.name}")
     span.end()
 
 
 def _begin(
-    st: _State, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    st: InstrumentState, spec: SpanSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Span, Token[Context]] | None:
     try:
         return _open(st, spec.name, spec.before(st, args, kwargs))
     except Exception:
-        _oops(f"starting a span for {spec.name}")
+        count_internal_error(f"starting a span for {spec.name}")
         return None
 
 
-def _wrap(fn: Callable[P, R], spec: _Spec) -> Callable[P, R]:
+def wrap_traced(fn: Callable[P, R], spec: SpanSpec) -> Callable[P, R]:
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(
             f"{fn.__qualname__} is a generator: its span would end before the stream does; "
@@ -244,7 +244,9 @@ class RagSpan:
 
     __slots__ = ("_kind", "_name", "_pending", "_span", "_st", "_token")
 
-    def __init__(self, st: _State | None, kind: SpanKindName, name: str, attrs: dict[str, Any]) -> None:
+    def __init__(
+        self, st: InstrumentState | None, kind: SpanKindName, name: str, attrs: dict[str, Any]
+    ) -> None:
         self._st = st
         self._kind = kind
         self._name = name
@@ -262,7 +264,7 @@ class RagSpan:
             try:
                 self._span, self._token = _open(st, self._name, self._pending)
             except Exception:
-                _oops(f"starting span {self._name}")
+                count_internal_error(f"starting span {self._name}")
         return self
 
     def __exit__(
@@ -279,7 +281,7 @@ class RagSpan:
             if self._token is not None:
                 detach(self._token)
         except Exception:
-            _oops(f"ending span {self._name}")
+            count_internal_error(f"ending span {self._name}")
         span.end()
 
     def _set(self, attrs: dict[str, Any]) -> None:
@@ -287,7 +289,7 @@ class RagSpan:
             try:
                 self._span.set_attributes(attrs)
             except Exception:
-                _oops("setting attributes")
+                count_internal_error("setting attributes")
 
     def set_query(self, query: str) -> None:
         st = self._st
@@ -298,7 +300,7 @@ class RagSpan:
             attrs[IN_ROLE] = "user"
             attrs[IN_CONTENT] = st.policy.clean(query)
         else:
-            _put_text(attrs, INPUT, INPUT_MIME, query, st.policy)
+            put_text(attrs, INPUT, INPUT_MIME, query, st.policy)
         self._set(attrs)
 
     def set_answer(self, answer: str) -> None:
@@ -309,7 +311,7 @@ class RagSpan:
             self._set({OUT_ROLE: "assistant", OUT_CONTENT: st.policy.clean(answer)})
         else:
             attrs: dict[str, Any] = {}
-            _put_text(attrs, OUTPUT, OUTPUT_MIME, answer, st.policy)
+            put_text(attrs, OUTPUT, OUTPUT_MIME, answer, st.policy)
             self._set(attrs)
 
     def set_documents(self, items: Iterable[Any], extract: DocumentExtractor = default_document) -> None:
@@ -317,11 +319,11 @@ class RagSpan:
         st = self._st
         if self._span is None or st is None:
             return
-        prefix = _DOC_PREFIX.get(self._kind, "retrieval.documents.")
+        prefix = DOC_PREFIX.get(self._kind, "retrieval.documents.")
         try:
-            attrs = _document_attrs(st.policy, prefix, items, extract)
+            attrs = document_attrs(st.policy, prefix, items, extract)
         except Exception:
-            _oops("extracting documents")
+            count_internal_error("extracting documents")
             return
         self._set(attrs)
 
@@ -351,13 +353,13 @@ def rag_span(
     st = _state
     if not st.enabled:
         return _NOOP
-    attrs: dict[str, Any] = {KIND: _OI_KIND[kind]}
+    attrs: dict[str, Any] = {KIND: OI_KIND[kind]}
     if query is not None and st.policy.capture_query:
         if kind == "generator":
             attrs[IN_ROLE] = "user"
             attrs[IN_CONTENT] = st.policy.clean(query)
         else:
-            _put_text(attrs, INPUT, INPUT_MIME, query, st.policy)
+            put_text(attrs, INPUT, INPUT_MIME, query, st.policy)
     if query_type:
         attrs[QUERY_TYPE] = query_type
     if model:

@@ -19,16 +19,16 @@ from monitor.instrument.attributes import (
     OUTPUT,
     OUTPUT_MIME,
     QUERY_TYPE,
-    _document_attrs,
-    _put_text,
+    document_attrs,
+    put_text,
 )
 from monitor.instrument.extract import DocumentExtractor
-from monitor.instrument.spans import SpanKindName, _oops, _Spec, _State
+from monitor.instrument.spans import InstrumentState, SpanKindName, SpanSpec, count_internal_error
 
 QueryArg = str | int | Callable[..., Any] | None
 
 
-def _query_getter(
+def query_getter(
     fn: Callable[..., Any], query_arg: QueryArg, *, fallback_first: bool
 ) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
     """Resolve, once at decoration time, where the query sits in a call's arguments."""
@@ -74,7 +74,7 @@ def _query_getter(
     return get
 
 
-class _RequestSpec(_Spec):
+class RequestSpec(SpanSpec):
     kind: SpanKindName = "request"
 
     def __init__(
@@ -88,35 +88,35 @@ class _RequestSpec(_Spec):
         self.query_type = query_type
         self.answer = answer
 
-    def before(self, st: _State, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def before(self, st: InstrumentState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         attrs: dict[str, Any] = {KIND: "CHAIN"}
         q = self._query_text(args, kwargs)
         if q is not None and st.policy.capture_query:
-            _put_text(attrs, INPUT, INPUT_MIME, q, st.policy)
+            put_text(attrs, INPUT, INPUT_MIME, q, st.policy)
         qt = self.query_type
         if qt is not None:
             if callable(qt):
                 try:
                     qt = qt(q or "")
                 except Exception:
-                    _oops("query_type classifier")
+                    count_internal_error("query_type classifier")
                     qt = None
             if isinstance(qt, str) and qt:
                 attrs[QUERY_TYPE] = qt
         return attrs
 
-    def after(self, st: _State, result: Any) -> dict[str, Any] | None:
+    def after(self, st: InstrumentState, result: Any) -> dict[str, Any] | None:
         if not st.policy.capture_answer:
             return None
         a = self.answer(result)
         if a is None:
             return None
         attrs: dict[str, Any] = {}
-        _put_text(attrs, OUTPUT, OUTPUT_MIME, a, st.policy)
+        put_text(attrs, OUTPUT, OUTPUT_MIME, a, st.policy)
         return attrs
 
 
-class _RetrieverSpec(_Spec):
+class RetrieverSpec(SpanSpec):
     kind: SpanKindName = "retriever"
 
     def __init__(
@@ -130,18 +130,18 @@ class _RetrieverSpec(_Spec):
         self.extract = extract
         self.documents = documents
 
-    def before(self, st: _State, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def before(self, st: InstrumentState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         attrs: dict[str, Any] = {KIND: "RETRIEVER"}
         q = self._query_text(args, kwargs)
         if q is not None and st.policy.capture_query:
-            _put_text(attrs, INPUT, INPUT_MIME, q, st.policy)
+            put_text(attrs, INPUT, INPUT_MIME, q, st.policy)
         return attrs
 
-    def after(self, st: _State, result: Any) -> dict[str, Any] | None:
-        return _document_attrs(st.policy, "retrieval.documents.", self.documents(result), self.extract)
+    def after(self, st: InstrumentState, result: Any) -> dict[str, Any] | None:
+        return document_attrs(st.policy, "retrieval.documents.", self.documents(result), self.extract)
 
 
-class _GeneratorSpec(_Spec):
+class GeneratorSpec(SpanSpec):
     kind: SpanKindName = "generator"
 
     def __init__(
@@ -155,7 +155,7 @@ class _GeneratorSpec(_Spec):
         self.model = model
         self.answer = answer
 
-    def before(self, st: _State, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def before(self, st: InstrumentState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         attrs: dict[str, Any] = {KIND: "LLM"}
         if self.model:
             attrs[MODEL] = self.model
@@ -165,7 +165,7 @@ class _GeneratorSpec(_Spec):
             attrs[IN_CONTENT] = st.policy.clean(q)
         return attrs
 
-    def after(self, st: _State, result: Any) -> dict[str, Any] | None:
+    def after(self, st: InstrumentState, result: Any) -> dict[str, Any] | None:
         if not st.policy.capture_answer:
             return None
         a = self.answer(result)
