@@ -289,25 +289,32 @@ def example_service(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
     try:
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise RuntimeError(f"service exited with {proc.returncode}: {out[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("service did not come up in 30 s")
-            time.sleep(0.1)
+        wait_healthy(url, proc, "service", 30, lambda: proc.stdout.read().decode() if proc.stdout else "")
         yield url, proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def wait_healthy(
+    url: str, proc: subprocess.Popen[bytes], what: str, seconds: float, output: Callable[[], str]
+) -> None:
+    """Until `url`/healthz answers 200; RuntimeError (with the tail of `output()`) when `proc`
+    exits first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {output()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not come up in {seconds:g} s")
+        time.sleep(0.1)
 
 
 @contextmanager

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import wait_healthy
 
 from monitor.demo.broker import free_port
 
@@ -61,19 +61,8 @@ def phoenix_server(workdir: Path) -> Iterator[Phoenix]:
         proc = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     phoenix = Phoenix(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{grpc_port}")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                tail = (workdir / "phoenix.log").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"phoenix exited with {proc.returncode}: {tail}")
-            try:
-                if httpx.get(f"{phoenix.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("phoenix did not come up in 120 s")
-            time.sleep(0.25)
+        log_text = (workdir / "phoenix.log").read_text
+        wait_healthy(phoenix.url, proc, "phoenix", 120, lambda: log_text(errors="replace"))
         yield phoenix
     finally:
         proc.terminate()
