@@ -502,7 +502,17 @@ def check_feed(batch: list[tuple[bytes, Decoded]], now_ns: int, auto: bool, max_
     i = 0
     while i < len(batch):
         calls.clear()
-        j = _wire.feed(messages, refs, i, now_ns, auto, max_bytes, add_spans, 1.0, [])
+        j = _wire.feed(
+            messages=messages,
+            refs=refs,
+            start=i,
+            now_ns=now_ns,
+            auto=auto,
+            max_bytes=max_bytes,
+            add_spans=add_spans,
+            now=1.0,
+            finished=[],
+        )
         assert i <= j <= len(batch) and len(calls) == j - i
         for k, (spans, size, others, ref) in zip(range(i, j), calls, strict=True):
             value, lean = batch[k]

@@ -204,45 +204,58 @@ class RetrievalReference:
         return (bins - 1) * (1 / self.effective_records + 1 / window_records)
 
 
-@dataclass(slots=True)
-class SliceDrift:
-    """Both features of one query type: collect the reference (or `start` from a pinned one),
-    freeze the bins, then slide the window, O(1) a record.
+class RecordWindow:
+    """Where a slice's records go, O(1) each: the reference being collected (`counts_seen`,
+    `scores_seen`, until `need` records), then, once frozen, the window — a ring of bin indices
+    per feature (`count_ring`, `score_ring`, the next cell `pos`), the bin counts they add up to
+    (`count_bins`, `score_bins`: the features' own lists) and the records to the next check
+    (`until_check`). `push` is the whole per-record work; the slice acts when it says so.
 
-    The C seam: every field but `reference`, `pinned` and `features` is public because the ingest
-    stage's compiled accounting (`monitor.ingest.accounting`, which is handed the monitor and
-    learns this class from its first slice) does `observe`'s work for a record that neither
-    completes the reference nor is due a check: it appends to `counts_seen`/`scores_seen`, or
-    moves the rings, bins, `pos` and `until_check` exactly as `observe` does. Renaming or retyping
-    a field is a change to that seam (`_accounting.c` refuses a class whose fields are not slots)."""
+    The C seam: the drift stage owns this object, and the ingest stage's compiled accounting
+    (`monitor.ingest.accounting`, handed the monitor's `windows`) does `push`'s work on it, in C,
+    for a record after which the slice need not act. It reads and writes only the fields named in
+    `C_SEAM`, all slots, found by name when it meets the first window (a name missing, or not a
+    slot, leaves the windows to Python). Changing `push` or a field named there changes that seam:
+    `_accounting.c`'s `window_push` is its twin (tests/ingest/test_stage_accounting.py holds them
+    to each other)."""
 
-    policy: RetrievalDriftPolicy
-    counts_seen: list[int] = field(default_factory=list)  # the reference's raw values until frozen
-    scores_seen: list[float | None] = field(default_factory=list)
-    frozen: bool = False
-    # Set on freeze; not read by the hot path, kept for inspection (which reference, pinned or not).
-    reference: RetrievalReference | None = None
-    pinned: bool = False
-    features: tuple[FeatureState, ...] = ()
-    # Set on freeze: the bins, and the hot path's direct handles on rings and counts (the C seam).
-    max_count: int = 0
-    edges: list[float] = field(default_factory=list)
-    count_ring: list[int] = field(default_factory=list)
-    score_ring: list[int] = field(default_factory=list)
-    count_bins: list[int] = field(default_factory=list)
-    score_bins: list[int] = field(default_factory=list)
-    pos: int = 0
-    until_check: int = 0
+    C_SEAM = (
+        "frozen",
+        "need",
+        "counts_seen",
+        "scores_seen",
+        "max_count",
+        "edges",
+        "count_ring",
+        "score_ring",
+        "count_bins",
+        "score_bins",
+        "pos",
+        "until_check",
+    )
+    __slots__ = C_SEAM
 
-    def observe(self, chunk_count: int, top_score: float | None) -> bool:
-        """Add one record; True when it froze the reference or ran a check (the caller exports)."""
+    def __init__(self, need: int) -> None:
+        self.frozen = False
+        self.need = need  # records the reference takes
+        self.counts_seen: list[int] = []  # the reference's raw values until frozen
+        self.scores_seen: list[float | None] = []
+        self.max_count = 0  # set on freeze (`watch`): the bins and rings
+        self.edges: list[float] = []
+        self.count_ring: list[int] = []
+        self.score_ring: list[int] = []
+        self.count_bins: list[int] = []
+        self.score_bins: list[int] = []
+        self.pos = 0
+        self.until_check = 0
+
+    def push(self, chunk_count: int, top_score: float | None) -> bool:
+        """Add one record; True when the slice must act: the reference is complete (not frozen
+        yet: freeze it), or a check is due (`until_check` at 0: reset it and check)."""
         if not self.frozen:
             self.counts_seen.append(chunk_count)
             self.scores_seen.append(top_score)
-            if len(self.counts_seen) >= self.policy.reference_records:
-                self.freeze()
-                return True
-            return False
+            return len(self.counts_seen) >= self.need
         i = self.pos
         k = self.max_count
         c = chunk_count if chunk_count <= k else k + 1
@@ -258,24 +271,71 @@ class SliceDrift:
         i += 1
         self.pos = 0 if i == len(cr) else i
         self.until_check -= 1
-        if self.until_check:
+        return not self.until_check
+
+    def watch(
+        self, max_count: int, edges: list[float], count_bins: list[int], score_bins: list[int], m: int
+    ) -> None:
+        """Frozen: the window of `m` records over these bins (their last slot counts ring cells
+        not filled yet, so `push` needs no branch), the reference's records dropped."""
+        self.counts_seen, self.scores_seen = [], []
+        self.max_count, self.edges = max_count, edges
+        self.count_bins, self.score_bins = count_bins, score_bins
+        self.count_ring = [max_count + 2] * m
+        self.score_ring = [len(edges) + 2] * m
+        self.pos = 0
+        self.frozen = True
+
+
+@dataclass(slots=True)
+class SliceDrift:
+    """Both features of one query type: collect the reference (or `start` from a pinned one),
+    freeze the bins, then slide the window, O(1) a record. Its records go to its `window` (a
+    `RecordWindow`, the compiled accounting's seam: nothing here is)."""
+
+    policy: RetrievalDriftPolicy
+    window: RecordWindow = field(init=False)
+    # Set on freeze; not read by the hot path, kept for inspection (which reference, pinned or not).
+    reference: RetrievalReference | None = None
+    pinned: bool = False
+    features: tuple[FeatureState, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.window = RecordWindow(self.policy.reference_records)
+
+    @property
+    def frozen(self) -> bool:
+        return self.window.frozen
+
+    @property
+    def counts_seen(self) -> list[int]:
+        return self.window.counts_seen
+
+    @property
+    def scores_seen(self) -> list[float | None]:
+        return self.window.scores_seen
+
+    def observe(self, chunk_count: int, top_score: float | None) -> bool:
+        """Add one record; True when it froze the reference or ran a check (the caller exports)."""
+        w = self.window
+        if not w.push(chunk_count, top_score):
             return False
-        self.until_check = self.policy.check_every
+        if not w.frozen:
+            self.freeze()
+            return True
+        w.until_check = self.policy.check_every
         for feature in self.features:
             feature.check(self.policy)
         return True
 
     def freeze(self) -> None:
         """Fix the bins from the reference as it stands (at least one record) and start watching."""
-        reference = RetrievalReference.of(self.counts_seen, self.scores_seen)
-        self.counts_seen, self.scores_seen = [], []
-        self.start(reference)
+        self.start(RetrievalReference.of(self.window.counts_seen, self.window.scores_seen))
 
     def start(self, reference: RetrievalReference, *, pinned: bool = False) -> None:
         """Freeze to `reference` and watch from the next record (a pinned one: from the first)."""
         k = len(reference.count_shares) - 2
         edges = list(reference.edges)
-        self.max_count, self.edges = k, edges
         m = self.policy.window_records
         # One extra last slot counts ring cells not filled yet, so the hot path needs no branch.
         ref, log_ref = _reference(reference.count_shares)
@@ -283,17 +343,15 @@ class SliceDrift:
         ref, log_ref = _reference(reference.score_shares)
         by_score = FeatureState("top_score", log_ref, ref, [0] * (len(edges) + 2) + [m])
         self.features = (by_count, by_score)
-        self.count_bins, self.score_bins = by_count.counts, by_score.counts
-        self.count_ring = [k + 2] * m
-        self.score_ring = [len(edges) + 2] * m
-        self.until_check = self.policy.check_every
+        self.window.watch(k, edges, by_count.counts, by_score.counts, m)
+        self.window.until_check = self.policy.check_every
         self.reference, self.pinned = reference, pinned
-        self.frozen = True
 
     @property
     def window_size(self) -> int:
         """Records in the window now (at most `window_records`)."""
-        return len(self.count_ring) - self.count_bins[-1] if self.frozen else 0
+        w = self.window
+        return len(w.count_ring) - w.count_bins[-1] if w.frozen else 0
 
 
 class RetrievalDriftMonitor:
@@ -312,6 +370,8 @@ class RetrievalDriftMonitor:
         self._metrics = metrics
         self.pinned: dict[str, RetrievalReference] = dict(pinned or {})
         self.slices: dict[str, SliceDrift] = {}
+        # each slice's `RecordWindow`, by query type: the compiled accounting's seam (RecordWindow)
+        self.windows: dict[str, RecordWindow] = {}
         self._children: dict[tuple[str, str], tuple[Gauge, Counter]] = {}
 
     @classmethod
@@ -353,6 +413,7 @@ class RetrievalDriftMonitor:
 
     def _new_slice(self, query_type: str) -> SliceDrift:
         drift = self.slices[query_type] = SliceDrift(self.policy)
+        self.windows[query_type] = drift.window
         reference = self.pinned.get(query_type)
         if reference is not None:
             drift.start(reference, pinned=True)

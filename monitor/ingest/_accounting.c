@@ -267,7 +267,7 @@ enum {
 };
 static const char *const type_names[N_TYPES] = {"RagRecord",  "Chunk",          "Finished",   "MessageRef",
                                                 "RecordSeries", "ServiceSeries", "PriceBook",  "HistogramTally",
-                                                "SliceDrift", "SliceState",     "FrozenWindow"};
+                                                "RecordWindow", "SliceState",     "FrozenWindow"};
 enum {
     R_TRACE_ID, R_SERVICE, R_QUERY_TYPE, R_CHUNKS, R_ANSWER, R_START, R_END, R_REPLAY,
     R_MODEL, R_RELEASE, R_RETRIEVAL, R_GENERATION, R_ERROR, R_IN_TOKENS, R_OUT_TOKENS,
@@ -277,7 +277,7 @@ enum {
     M_HOLDS, M_PARTITION, M_OFFSET, M_TRACES, M_SIZE,
     S_RECORDS, S_CHUNKS, S_TOP,
     H_BOUNDS, H_COUNTS, H_SUM, H_N,
-    D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL, D_POLICY, D_COUNTS_SEEN,
+    D_FROZEN, D_MAX_COUNT, D_EDGES, D_CRING, D_SRING, D_CBINS, D_SBINS, D_POS, D_UNTIL, D_NEED, D_COUNTS_SEEN,
     D_SCORES_SEEN,
     L_WINDOW_END, L_CUR, L_PREV, L_UNKNOWN, L_SEEN, L_MEDIAN, L_RATE,
     Z_BOUND, Z_FLOOR, Z_MEDIAN,
@@ -298,7 +298,7 @@ static const struct {
     {T_TALLY, "counts"},     {T_TALLY, "sum"},         {T_TALLY, "n"},          {T_DRIFT, "frozen"},
     {T_DRIFT, "max_count"},  {T_DRIFT, "edges"},       {T_DRIFT, "count_ring"},  {T_DRIFT, "score_ring"},
     {T_DRIFT, "count_bins"},  {T_DRIFT, "score_bins"},  {T_DRIFT, "pos"},        {T_DRIFT, "until_check"},
-    {T_DRIFT, "policy"},     {T_DRIFT, "counts_seen"}, {T_DRIFT, "scores_seen"},
+    {T_DRIFT, "need"},       {T_DRIFT, "counts_seen"}, {T_DRIFT, "scores_seen"},
     {T_SLICE, "window_end"}, {T_SLICE, "cur"},        {T_SLICE, "prev"},        {T_SLICE, "unknown"},
     {T_SLICE, "seen"},       {T_SLICE, "median"},     {T_SLICE, "rate"},        {T_FROZEN, "bound"},
     {T_FROZEN, "floor_p"},   {T_FROZEN, "median"},
@@ -306,8 +306,8 @@ static const struct {
 
 static PyTypeObject *types[N_TYPES];
 static Py_ssize_t offsets[N_SLOTS];
-static PyObject *str_slices = NULL, *str_offset = NULL, *str_reference_records = NULL, *str_policy = NULL,
-                *str_observe = NULL, *str_decide = NULL;
+static PyObject *str_slices = NULL, *str_windows = NULL, *str_c_seam = NULL, *str_offset = NULL,
+                *str_policy = NULL, *str_observe = NULL, *str_decide = NULL;
 static PyObject *refusal_fn = NULL; /* sampler.looks_like_refusal */
 static int ready = 0;
 
@@ -347,30 +347,74 @@ static int learn(int t, PyObject *cls)
     return 0;
 }
 
-/* The retrieval observer's slice class, learnt from the first slice met (the ingest stage does
- * not import the drift stage): 0 when `d` is of it, 1 when not (Python observes it). */
+/* 0 when every field of type t this file uses is named in `cls.C_SEAM` (the fields its owner
+ * declares as the seam), or -1 with a ValueError naming the first that is not. */
+static int declared(int t, PyObject *cls)
+{
+    PyObject *seam = PyObject_GetAttr(cls, str_c_seam);
+    if (seam == NULL || !PyTuple_Check(seam)) {
+        Py_XDECREF(seam);
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: no C_SEAM tuple", type_names[t]);
+        return -1;
+    }
+    for (int s = 0; s < N_SLOTS; s++) {
+        if (slot_spec[s].type != t)
+            continue;
+        int found = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seam) && !found; i++) {
+            PyObject *name = PyTuple_GET_ITEM(seam, i);
+            found = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, slot_spec[s].name) == 0;
+        }
+        if (!found) {
+            Py_DECREF(seam);
+            PyErr_Format(PyExc_ValueError, "%s.C_SEAM does not name %s", type_names[t], slot_spec[s].name);
+            return -1;
+        }
+    }
+    Py_DECREF(seam);
+    return 0;
+}
+
+/* The drift stage's `RecordWindow` (a slice's records, its C seam), learnt from the first window
+ * met (the ingest stage does not import the drift stage), its fields found by the names its
+ * `C_SEAM` declares: 0 when `d` is of it, 1 when not (Python observes it). */
 static int drift_type(PyObject *d)
 {
     if (types[T_DRIFT] != NULL)
         return IS(d, T_DRIFT) ? 0 : 1;
-    if (learn(T_DRIFT, (PyObject *)Py_TYPE(d)) == 0)
+    if (declared(T_DRIFT, (PyObject *)Py_TYPE(d)) == 0 && learn(T_DRIFT, (PyObject *)Py_TYPE(d)) == 0)
         return 0;
-    PyErr_Clear(); /* not a class of slots: left to Python, asked again at the next slice */
+    PyErr_Clear(); /* not such a class: left to Python, asked again at the next window */
     return 1;
 }
 
 static const char init_doc[] =
-    "init(record, chunk, finished, message_ref, record_series, service_series, price_book, histogram_tally, "
+    "init(*, record, chunk, finished, message_ref, record_series, service_series, price_book, histogram_tally, "
     "slice_state, frozen_window, looks_like_refusal): the classes whose public fields RecordAccounting reads and writes (ValueError "
     "when one is not a slot), and the sampler's refusal check";
 
-static PyObject *init(PyObject *self, PyObject *args)
+static PyObject *init(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *cls[N_TYPES], *refusal;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &cls[T_RECORD], &cls[T_CHUNK], &cls[T_FINISHED], &cls[T_REF],
-                          &cls[T_SERIES], &cls[T_RED], &cls[T_PRICES], &cls[T_TALLY], &cls[T_SLICE], &cls[T_FROZEN],
-                          &refusal))
+    static char *kwlist[] = {"record",         "chunk",       "finished",        "message_ref",   "record_series",
+                             "service_series", "price_book",  "histogram_tally", "slice_state",   "frozen_window",
+                             "looks_like_refusal", NULL};
+    PyObject *cls[N_TYPES] = {NULL}, *refusal = NULL;
+    /* keyword-only; CPython's "$" makes them optional: all required here */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOOOO:init", kwlist, &cls[T_RECORD], &cls[T_CHUNK],
+                                     &cls[T_FINISHED], &cls[T_REF], &cls[T_SERIES], &cls[T_RED], &cls[T_PRICES],
+                                     &cls[T_TALLY], &cls[T_SLICE], &cls[T_FROZEN], &refusal))
         return NULL;
+    {
+        PyObject *const given[] = {cls[T_RECORD], cls[T_CHUNK],  cls[T_FINISHED], cls[T_REF],
+                                   cls[T_SERIES], cls[T_RED],    cls[T_PRICES],   cls[T_TALLY],
+                                   cls[T_SLICE],  cls[T_FROZEN], refusal};
+        for (int i = 0; i < 11; i++)
+            if (given[i] == NULL) {
+                PyErr_Format(PyExc_TypeError, "init() missing required keyword argument '%s'", kwlist[i]);
+                return NULL;
+            }
+    }
     if (!PyCallable_Check(refusal)) {
         PyErr_SetString(PyExc_TypeError, "looks_like_refusal must be callable");
         return NULL;
@@ -382,11 +426,12 @@ static PyObject *init(PyObject *self, PyObject *args)
     Py_INCREF(refusal);
     Py_XSETREF(refusal_fn, refusal);
     if (str_slices == NULL && ((str_slices = PyUnicode_InternFromString("slices")) == NULL
+                               || (str_windows = PyUnicode_InternFromString("windows")) == NULL
+                               || (str_c_seam = PyUnicode_InternFromString("C_SEAM")) == NULL
                                || (str_offset = PyUnicode_InternFromString("offset")) == NULL
                                || (str_policy = PyUnicode_InternFromString("policy")) == NULL
                                || (str_observe = PyUnicode_InternFromString("observe")) == NULL
-                               || (str_decide = PyUnicode_InternFromString("decide")) == NULL
-                               || (str_reference_records = PyUnicode_InternFromString("reference_records")) == NULL))
+                               || (str_decide = PyUnicode_InternFromString("decide")) == NULL))
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
@@ -540,8 +585,9 @@ static int tally(writes_t *w, PyObject *t, double value)
     return add_long(w, t, H_N, 1);
 }
 
-/* RetrievalDriftMonitor.observe, staged: for a slice collecting its reference (one more record
- * that does not complete it), or a frozen one not due a check (SliceDrift.observe's window update) */
+/* RecordWindow.push, staged, where it returns False: a window collecting its slice's reference
+ * (one more record that does not complete it), or a frozen one not due a check. `d` is the
+ * retrieval observer's window of the record's query type (its `windows`). */
 static int drift(writes_t *w, PyObject *d, long n_chunks, PyObject *top)
 {
     long pos, k, until, old_c, old_s, need;
@@ -549,16 +595,11 @@ static int drift(writes_t *w, PyObject *d, long n_chunks, PyObject *top)
     if (drift_type(d))
         return 1;
     if (SLOT(d, D_FROZEN) == Py_False) {
-        PyObject *counts = SLOT(d, D_COUNTS_SEEN), *scores = SLOT(d, D_SCORES_SEEN), *policy = SLOT(d, D_POLICY);
-        if (counts == NULL || scores == NULL || policy == NULL || !PyList_CheckExact(counts)
-            || !PyList_CheckExact(scores) || counts == scores)
+        PyObject *counts = SLOT(d, D_COUNTS_SEEN), *scores = SLOT(d, D_SCORES_SEEN);
+        if (counts == NULL || scores == NULL || !PyList_CheckExact(counts) || !PyList_CheckExact(scores)
+            || counts == scores || long_of(SLOT(d, D_NEED), &need))
             return 1;
-        PyObject *n = PyObject_GetAttr(policy, str_reference_records);
-        if (n == NULL)
-            return -1;
-        rc = long_of(n, &need);
-        Py_DECREF(n);
-        if (rc || PyList_GET_SIZE(counts) + 1 >= need)
+        if (PyList_GET_SIZE(counts) + 1 >= need)
             return 1; /* this record completes the reference: Python freezes it and exports */
         if ((rc = append(w, counts, PyLong_FromLong(n_chunks))))
             return rc;
@@ -1027,7 +1068,7 @@ static int count_staged(Accounting *self, PyObject *record, PyObject *series, Py
         || (cache != NULL && !PyDict_CheckExact(cache)))
         return 1;
     if (self->retrieval != Py_None) {
-        PyObject *drifts = PyObject_GetAttr(self->retrieval, str_slices);
+        PyObject *drifts = PyObject_GetAttr(self->retrieval, str_windows);
         if (drifts == NULL)
             return -1;
         /* borrowed: the observer keeps its dict, and nothing but this runs until the commit */
@@ -1142,7 +1183,7 @@ static PyObject *acc_account(Accounting *self, PyObject *const *args, Py_ssize_t
     red_t red = {.held = 0};
     bounds_t bc = {.obj = NULL};
     if ((sp.slices = PyObject_GetAttr(self->sampler, str_slices)) == NULL
-        || (self->retrieval != Py_None && (drifts = PyObject_GetAttr(self->retrieval, str_slices)) == NULL))
+        || (self->retrieval != Py_None && (drifts = PyObject_GetAttr(self->retrieval, str_windows)) == NULL))
         goto fail;
     if (!PyDict_CheckExact(sp.slices) || (drifts != NULL && !PyDict_CheckExact(drifts)) || !PyDict_CheckExact(labels)
         || (cache != NULL && !PyDict_CheckExact(cache))) {
@@ -1281,7 +1322,7 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_VARARGS, init_doc},
+    {"init", (PyCFunction)(void (*)(void))init, METH_VARARGS | METH_KEYWORDS, init_doc},
     {"new_refs", (PyCFunction)(void (*)(void))new_refs, METH_FASTCALL,
      "new_refs(partition, messages, last) -> list[MessageRef]: offsets.new_refs, compiled"},
     {"trace_fraction", trace_fraction, METH_O,

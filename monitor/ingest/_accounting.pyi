@@ -10,6 +10,7 @@ from monitor.ingest.assemble import Finished
 from monitor.ingest.sampler import Sampler
 
 def init(
+    *,
     record: type,
     chunk: type,
     finished: type,
@@ -21,7 +22,6 @@ def init(
     slice_state: type,
     frozen_window: type,
     looks_like_refusal: Callable[[str], bool],
-    /,
 ) -> None: ...
 
 class RecordAccounting:

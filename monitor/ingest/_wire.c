@@ -2171,16 +2171,53 @@ static int maybe_json(ptr p, Py_ssize_t n)
  * the spans to the assembler, then drop the consumer's hold. Anything else — no value or too
  * large, a value JSON may start (with `auto`), a message the reference path must decode, one with
  * problems or malformed spans — stops the loop there for the stage's own path. */
-static PyObject *feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* feed's keyword names, interned once (init): matched by identity first, a call's names being
+ * interned literals, then by value */
+#define FEED_ARGS 9
+static const char *const feed_names[FEED_ARGS] = {"messages", "refs",      "start", "now_ns",  "auto",
+                                                   "max_bytes", "add_spans", "now",   "finished"};
+static PyObject *feed_keys[FEED_ARGS];
+
+/* feed's arguments, by keyword only, into args[0..FEED_ARGS): 0, or -1 with a TypeError */
+static int feed_kwargs(PyObject *const *stack, Py_ssize_t nargs, PyObject *kwnames, PyObject **args)
 {
+    Py_ssize_t nk = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs != 0 || nk != FEED_ARGS)
+        goto usage;
+    for (int j = 0; j < FEED_ARGS; j++)
+        args[j] = NULL;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int j = 0;
+        while (j < FEED_ARGS && feed_keys[j] != name)
+            j++;
+        if (j == FEED_ARGS)
+            for (j = 0; j < FEED_ARGS && !(PyUnicode_Check(name) && PyUnicode_Compare(name, feed_keys[j]) == 0); j++)
+                ;
+        if (j == FEED_ARGS || args[j] != NULL)
+            goto usage;
+        args[j] = stack[i];
+    }
+    return 0;
+usage:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError,
+                        "feed(*, messages: list, refs: list, start: int, now_ns: int, auto: bool, max_bytes: int, "
+                        "add_spans, now: float, finished: list): every argument by keyword");
+    return -1;
+}
+
+static PyObject *feed(PyObject *self, PyObject *const *stack, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *args[FEED_ARGS];
     if (!ready) {
         PyErr_SetString(PyExc_RuntimeError, "_wire.init was not called");
         return NULL;
     }
-    if (nargs != 9 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[8])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "feed(messages: list, refs: list, start: int, now_ns: int, auto: bool, max_bytes: int, "
-                        "add_spans, now: float, finished: list)");
+    if (feed_kwargs(stack, PyVectorcall_NARGS(nargs), kwnames, args))
+        return NULL;
+    if (!PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "feed: messages, refs and finished must be lists");
         return NULL;
     }
     PyObject *messages = args[0], *refs = args[1], *add_spans = args[6];
@@ -2307,25 +2344,40 @@ static int fill_keys(key_t_ *out, int cap, PyObject *seq, int *count)
     return 0;
 }
 
-PyDoc_STRVAR(init_doc, "init(schema, keys, prefixes, merged_events, span_facts, span_facts_layout, chunk, "
+PyDoc_STRVAR(init_doc, "init(*, schema, keys, prefixes, merged_events, span_facts, span_facts_layout, chunk, "
                        "chunk_layout, decoded, decoded_layout, span_role, bad_attribute, bad_timestamp, apply, "
                        "wants_events, is_inert, finish, unknown_service)\n\n"
                        "schema: one list per message (TracesData, ResourceSpans, Resource, ScopeSpans, Span, "
                        "Span.Event, KeyValue, AnyValue, ArrayValue, KeyValueList, then any other) of "
                        "(field number, kind, child message index).");
 
-static PyObject *init(PyObject *self, PyObject *args)
+static PyObject *init(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *sch, *k, *pre, *ev, *facts_cls, *facts_layout, *chunk_cls, *chunk_layout, *decoded_cls, *decoded_layout,
-        *span_role, *ba, *bt, *ap, *we, *ii, *fin, *us;
+    static char *kwlist[] = {"schema",      "keys",          "prefixes",       "merged_events", "span_facts",
+                             "span_facts_layout", "chunk",   "chunk_layout",   "decoded",       "decoded_layout",
+                             "span_role",   "bad_attribute", "bad_timestamp",  "apply",         "wants_events",
+                             "is_inert",    "finish",        "unknown_service", NULL};
+    PyObject *sch = NULL, *k = NULL, *pre = NULL, *ev = NULL, *facts_cls = NULL, *facts_layout = NULL,
+             *chunk_cls = NULL, *chunk_layout = NULL, *decoded_cls = NULL, *decoded_layout = NULL, *span_role = NULL,
+             *ba = NULL, *bt = NULL, *ap = NULL, *we = NULL, *ii = NULL, *fin = NULL, *us = NULL;
     if (ready) {
         PyErr_SetString(PyExc_RuntimeError, "_wire.init called twice");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOU", &sch, &k, &pre, &ev, &facts_cls, &facts_layout, &chunk_cls,
-                          &chunk_layout, &decoded_cls, &decoded_layout, &span_role, &ba, &bt, &ap, &we, &ii, &fin,
-                          &us))
+    /* keyword-only (named fields, not 18 positions); CPython's "$" makes them optional: all required here */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOOOOOOOOOOU:init", kwlist, &sch, &k, &pre, &ev,
+                                     &facts_cls, &facts_layout, &chunk_cls, &chunk_layout, &decoded_cls,
+                                     &decoded_layout, &span_role, &ba, &bt, &ap, &we, &ii, &fin, &us))
         return NULL;
+    {
+        PyObject *const given[] = {sch, k,  pre, ev, facts_cls, facts_layout, chunk_cls, chunk_layout, decoded_cls,
+                                   decoded_layout, span_role, ba, bt, ap, we, ii, fin, us};
+        for (int i = 0; i < 18; i++)
+            if (given[i] == NULL) {
+                PyErr_Format(PyExc_TypeError, "init() missing required keyword argument '%s'", kwlist[i]);
+                return NULL;
+            }
+    }
     PyObject *msgs = PySequence_Fast(sch, "schema must be a sequence");
     if (msgs == NULL)
         return NULL;
@@ -2402,6 +2454,9 @@ static PyObject *init(PyObject *self, PyObject *args)
     one = PyLong_FromLong(1);
     if (empty_str == NULL || one == NULL)
         return NULL;
+    for (int i = 0; i < FEED_ARGS; i++)
+        if (feed_keys[i] == NULL && (feed_keys[i] = PyUnicode_InternFromString(feed_names[i])) == NULL)
+            return NULL;
     ready = 1;
     Py_RETURN_NONE;
 }
@@ -2444,7 +2499,7 @@ static PyObject *counts(PyObject *self, PyObject *unused)
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_VARARGS, init_doc},
+    {"init", (PyCFunction)(void (*)(void))init, METH_VARARGS | METH_KEYWORDS, init_doc},
     {"set_release_keys", set_release_keys, METH_O,
      "set_release_keys(keys): the attribute keys a span's release is read from, in order (see decode.py)"},
     {"counts", counts, METH_NOARGS,
@@ -2453,8 +2508,8 @@ static PyMethodDef methods[] = {
      "decode_spans(value, now_ns, lean) -> Decoded (finish(spans, others, problems, dropped) when there is "
      "something to report), or None: use the reference path. With lean, inert spans after their trace's "
      "first are only counted, per trace, in others"},
-    {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL,
-     "feed(messages, refs, start, now_ns, auto, max_bytes, add_spans, now, finished) -> index: from start, "
+    {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL | METH_KEYWORDS,
+     "feed(*, messages, refs, start, now_ns, auto, max_bytes, add_spans, now, finished) -> index: from start, "
      "each plain message decoded (lean), add_spans(spans, ref, size, now, finished, others or None) called "
      "and ref.holds released, up to the first message the caller's own path must take"},
     {NULL, NULL, 0, NULL},

@@ -7,6 +7,7 @@ from monitor.contracts.model import Chunk, Reject, SpanFacts, SpanRole
 from monitor.ingest.decode import Decoded
 
 def init(
+    *,
     schema: Sequence[Sequence[tuple[int, int, int]]],
     keys: Sequence[str],
     prefixes: Sequence[str],
@@ -25,12 +26,12 @@ def init(
     is_inert: Callable[[SpanFacts], bool],
     finish: Callable[[list[SpanFacts], dict[str, int], list[Reject], int], Decoded],
     unknown_service: str,
-    /,
 ) -> None: ...
 def set_release_keys(keys: Sequence[str], /) -> None: ...
 def decode_spans(value: bytes, now_ns: int, lean: bool, /) -> Decoded | None: ...
 def counts() -> tuple[int, int]: ...
 def feed(
+    *,
     messages: list[Any],
     refs: list[Any],
     start: int,
@@ -40,7 +41,6 @@ def feed(
     add_spans: Callable[..., None],
     now: float,
     finished: list[Any],
-    /,
 ) -> int: ...
 
 class RawText:

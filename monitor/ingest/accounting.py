@@ -14,12 +14,16 @@ counts in one call the run of records on `count`'s common path — labels cached
 drift slice that neither completes its reference nor is due a check, a sampling window that does
 not roll and leaves the record unsampled — and stops at the first it leaves to the stage; the
 reference's counts none. The twin writes only what `count` would write, through the attributes the
-owning classes declare public as their C seam (each says so in its docstring): `RecordSeries`,
-`ServiceSeries` and `HistogramTally` (monitor.contracts.metrics), `PriceBook.cache` (here),
-`Sampler.slices`, `SliceState` and `FrozenWindow` (read only)
-(monitor.ingest.sampler), the retrieval observer's `slices` and their class's fields (the drift
-stage's `SliceDrift`, learnt from the first slice met: the ingest stage does not import the drift
-stage), and the public fields of `RagRecord`, `Chunk`, `Finished` and `MessageRef`.
+owning classes declare public as their C seam (each says so in its docstring), found by name when
+`init` is called (a name missing or not a slot: ValueError): `RecordSeries`, `ServiceSeries` and
+`HistogramTally` (monitor.contracts.metrics), `PriceBook.cache` (here), `Sampler.slices`,
+`SliceState` and `FrozenWindow` (read only) (monitor.ingest.sampler), and the public fields of
+`RagRecord`, `Chunk`, `Finished` and `MessageRef`. Retrieval drift owns its per-record state: the
+twin reaches it only through the retrieval observer's `windows`, the drift stage's `RecordWindow`s,
+whose `push` it does for a record after which the slice need not act, on the fields that class's
+`C_SEAM` names (learnt from the first window met, by those names: the ingest stage does not import
+the drift stage; a class that does not declare them is left to Python). It never touches the drift
+slice itself (`SliceDrift`: its policy, features, reference).
 """
 
 from __future__ import annotations
@@ -71,12 +75,12 @@ class PriceBook:
 
 class RetrievalObserver(Protocol):
     """Where every record's retrieval goes (chunk count, top score): the drift stage's
-    `RetrievalDriftMonitor`, built and handed over by the wiring. `slices` (by bounded query type)
-    is the compiled twin's seam: it updates a slice as `observe` would, where that is only window
-    arithmetic (see the module docstring)."""
+    `RetrievalDriftMonitor`, built and handed over by the wiring. `windows` (by bounded query
+    type: the drift stage's `RecordWindow`s) is the compiled twin's seam: it does a window's
+    `push` where the slice need not act after it (see the module docstring)."""
 
     @property
-    def slices(self) -> Mapping[str, Any]: ...
+    def windows(self) -> Mapping[str, Any]: ...
 
     def observe(self, query_type: str, chunk_count: int, top_score: float | None) -> None: ...
 
@@ -127,17 +131,17 @@ def _compiled() -> ModuleType | None:
     except ImportError:
         return None
     _accounting.init(
-        RagRecord,
-        Chunk,
-        Finished,
-        MessageRef,
-        RecordSeries,
-        ServiceSeries,
-        PriceBook,
-        HistogramTally,
-        SliceState,
-        FrozenWindow,
-        looks_like_refusal,
+        record=RagRecord,
+        chunk=Chunk,
+        finished=Finished,
+        message_ref=MessageRef,
+        record_series=RecordSeries,
+        service_series=ServiceSeries,
+        price_book=PriceBook,
+        histogram_tally=HistogramTally,
+        slice_state=SliceState,
+        frozen_window=FrozenWindow,
+        looks_like_refusal=looks_like_refusal,
     )
     return _accounting
 

@@ -186,7 +186,17 @@ class IngestStage:
                 i, n = 0, len(refs)
                 while i < n:
                     if feed is not None:  # the plain messages, up to one it leaves to `_message`
-                        i = feed(run, refs, i, wall_ns, auto, max_bytes, add_spans, now, finished)
+                        i = feed(
+                            messages=run,
+                            refs=refs,
+                            start=i,
+                            now_ns=wall_ns,
+                            auto=auto,
+                            max_bytes=max_bytes,
+                            add_spans=add_spans,
+                            now=now,
+                            finished=finished,
+                        )
                         if i == n:
                             break
                     self._message(tp, run[i], refs[i], wall_ns, now, finished)

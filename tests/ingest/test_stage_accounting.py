@@ -197,7 +197,7 @@ def state(st: IngestStage, output: KafkaOutput) -> dict[str, Any]:
             d.pos,
             d.until_check,
         )
-        for qt, d in st.retrieval_drift.slices.items()
+        for qt, d in st.retrieval_drift.windows.items()
     }
     queued = [(key, value, [r.offset for r in refs]) for key, value, refs in st.samples._queued]
     exposition = "\n".join(  # every sample but the series' creation times
@@ -260,7 +260,9 @@ async def test_a_record_off_the_common_path_is_left_untouched(collecting: bool) 
     if collecting:
         drift = st.retrieval_drift
         assert isinstance(drift, RetrievalDriftMonitor)
-        drift.slices["lookup"] = SliceDrift(drift.policy, [3, 1, 2], [0.5, None, 0.7])
+        d = SliceDrift(drift.policy)
+        d.window.counts_seen[:], d.window.scores_seen[:] = [3, 1, 2], [0.5, None, 0.7]
+        drift.slices["lookup"], drift.windows["lookup"] = d, d.window
     tid = next(t for t in (f"{i:032x}" for i in range(10_000)) if trace_fraction(t) < 0.01)
     chunks = [Chunk("c1", "x", 0.8)]
     record = RagRecord(tid, "0" * 16, "svc-a", "q", "lookup", chunks, "a", start_ns=int(now * 1e9))
@@ -302,3 +304,20 @@ def test_compiled_holds_are_the_references(seed: int) -> None:
         ]
     with pytest.raises(TypeError, match="not an int"):
         NEW_REFS(TP, [SimpleNamespace(offset=1), SimpleNamespace(offset="2")], None)
+
+
+def test_init_takes_named_arguments_and_the_window_seam_is_declared() -> None:
+    """`_accounting.init` takes the classes by keyword (a missing one named in the error, before
+    anything is changed), and the drift stage's `RecordWindow` declares every field the compiled
+    accounting uses in its `C_SEAM`, all slots."""
+    from monitor.drift.retrieval import RecordWindow
+    from monitor.ingest import _accounting
+
+    with pytest.raises(TypeError, match="missing required keyword argument 'chunk'"):
+        _accounting.init(record=RagRecord)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        _accounting.init(RagRecord)  # type: ignore[misc]
+    assert RecordWindow.__slots__ == RecordWindow.C_SEAM
+    assert {"frozen", "need", "counts_seen", "count_ring", "count_bins", "pos", "until_check"} <= set(
+        RecordWindow.C_SEAM
+    )

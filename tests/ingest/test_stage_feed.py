@@ -121,3 +121,32 @@ def test_feed_gives_what_the_per_message_path_gives(encoding: str) -> None:
     assert {"empty", "too_large", "decode_error"} <= set(rejected(fast))
     assert fast.tracker.committable() == slow.tracker.committable() == {TP: len(values)}
     assert fast.records_seen == slow.records_seen
+
+
+def test_feed_and_init_take_named_arguments() -> None:
+    """`_wire.feed` and `_wire.init` take every argument by keyword (named fields, not positions):
+    positions, a missing name or an unknown one are refused, and `feed` called by name works."""
+    feed = compiled_feed(Encoding.OTLP_PROTO)
+    assert feed is not None
+    args: dict[str, Any] = dict(
+        messages=[],
+        refs=[],
+        start=0,
+        now_ns=1,
+        auto=False,
+        max_bytes=1,
+        add_spans=print,
+        now=1.0,
+        finished=[],
+    )
+    assert feed(**args) == 0
+    with pytest.raises(TypeError, match="by keyword"):
+        feed(*args.values())
+    with pytest.raises(TypeError, match="by keyword"):
+        feed(**{k: v for k, v in args.items() if k != "now"})
+    with pytest.raises(TypeError, match="by keyword"):
+        feed(**{**args, "nw": 1.0})
+    from monitor.ingest import _wire
+
+    with pytest.raises((TypeError, RuntimeError)):  # called once already: refused either way
+        _wire.init(1, 2)  # type: ignore[misc]
