@@ -61,17 +61,15 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The compiled otlp_proto decoder, trace assembler and record accounting (monitor/ingest/_wire.c,
-# _assembly.c, _accounting.c), rebuilt in place when a source is newer than its build.
+# _assembly.c, _accounting.c) and Kafka record reader (monitor/kafka/_records.c), rebuilt in place
+# when a source is newer than its build.
+EXT_SOURCES := monitor/ingest/_wire.c monitor/ingest/_assembly.c monitor/ingest/_accounting.c monitor/kafka/_records.c
+built = [ -n "$$(find $(dir $(1)) -maxdepth 1 -name '$(basename $(notdir $(1)))*.so' -newer $(1))" ]
 extensions: $(STAMP)
-	[ -n "$$(find monitor/ingest -name '_wire*.so' -newer monitor/ingest/_wire.c)" ] && \
-	[ -n "$$(find monitor/ingest -name '_assembly*.so' -newer monitor/ingest/_assembly.c)" ] && \
-	[ -n "$$(find monitor/ingest -name '_accounting*.so' -newer monitor/ingest/_accounting.c)" ] || \
-		$(BIN)/python -m pip install -q --no-deps -e .
+	$(foreach c,$(EXT_SOURCES),$(call built,$(c)) && ) true || $(BIN)/python -m pip install -q --no-deps -e .
 	@# the extensions are optional: one that fails to compile leaves the old build in place, silently
-	@for m in _wire _assembly _accounting; do \
-		[ -n "$$(find monitor/ingest -name "$$m*.so" -newer monitor/ingest/$$m.c)" ] || \
-		{ echo "monitor/ingest/$$m.c did not compile (pip install -v --no-deps -e . says why)"; exit 1; }; \
-	done
+	@$(foreach c,$(EXT_SOURCES),$(call built,$(c)) || \
+		{ echo "$(c) did not compile (pip install -v --no-deps -e . says why)"; exit 1; };)
 
 # The whole suite on the compiled extensions (their absence fails it), then the decoder and
 # assembler tests again on the pure-Python reference paths. Four pytest workers, a test file each
@@ -125,12 +123,13 @@ SAN_PY ?= $(BIN)/python
 SAN_DIR := build/sanitize
 SAN_CFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g
 SAN_INCLUDE = $(shell $(SAN_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-SAN_EXTS := $(foreach m,_wire _assembly _accounting,$(SAN_DIR)/so/$(m).so)
+SAN_EXTS := $(foreach c,$(EXT_SOURCES),$(SAN_DIR)/so/$(notdir $(c:.c=.so)))
 SAN_ENV = LD_PRELOAD=$$(gcc -print-file-name=libasan.so) PYTHONMALLOC=malloc PYTHONPATH=$(SAN_DIR) \
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 FUZZ_ARGS ?= --count 1000000
 
-$(SAN_DIR)/so/%.so: monitor/ingest/%.c
+vpath %.c $(sort $(dir $(EXT_SOURCES)))
+$(SAN_DIR)/so/%.so: %.c
 	@mkdir -p $(@D)
 	@[ -f "$$(gcc -print-file-name=libasan.so)" ] || { echo "no libasan.so for gcc: apt-get install libgcc-$$(gcc -dumpversion)-dev"; exit 1; }
 	gcc -shared -fPIC $(SAN_CFLAGS) -I$(SAN_INCLUDE) $< -o $@.tmp && mv $@.tmp $@
@@ -139,7 +138,7 @@ sanitize: $(SAN_EXTS)
 	rm -rf $(SAN_DIR)/monitor
 	cp -rs $(CURDIR)/monitor $(SAN_DIR)/monitor
 	find $(SAN_DIR)/monitor \( -name __pycache__ -prune -o -name '*.so' \) -exec rm -rf {} +
-	cp $(SAN_EXTS) $(SAN_DIR)/monitor/ingest/
+	$(foreach c,$(EXT_SOURCES),cp $(SAN_DIR)/so/$(notdir $(c:.c=.so)) $(SAN_DIR)/$(dir $(c)) && ) true
 
 # The differential fuzz driver on the sanitised build: 1,000,000 mutated messages by default.
 fuzz: $(STAMP) sanitize

@@ -788,8 +788,7 @@ def raw_consumer_settings() -> dict[str, Any]:
     kafka = load_settings(None, {"kafka": {"auto_offset_reset": "earliest"}}).kafka  # as sidecar_overrides
     spec = source.SourceSpec(kafka.topic, kafka.group_id, kafka.auto_offset_reset, kafka.max_poll_records)
     m = Metrics()
-    metrics = source.ConsumerMetrics(m.consumer_lag, m.consumer_restarts)
-    src = source.KafkaSource(kafka, spec, OffsetTracker(), metrics, no_revoke)
+    src = source.KafkaSource(kafka, spec, OffsetTracker(), m.consumer, no_revoke)
     namespace = vars(source)
     real, namespace["AIOKafkaConsumer"] = namespace["AIOKafkaConsumer"], Capture
     quiet = logging.getLogger(source.__name__)

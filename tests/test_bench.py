@@ -44,6 +44,18 @@ def test_the_ingest_stage_benchmark_compares_two_trees_in_one_run() -> None:
     assert figures["after_over_before_median"] > 0
 
 
+def test_the_raw_consumer_is_set_up_as_the_sidecar_sets_up_its_own() -> None:
+    """(a) of bench/ingest.py copies `KafkaSource`'s consumer settings, captured from the real
+    code without a broker: a change to `KafkaSource` that breaks the capture fails here, not after
+    a full run's fill (issue 41's `Metrics.consumer` did, unseen)."""
+    from bench.ingest import raw_consumer_settings
+
+    settings = raw_consumer_settings()
+    assert settings["enable_auto_commit"] is False
+    assert settings["max_poll_records"] > 0
+    assert not {"group_id", "bootstrap_servers", "client_id"} & settings.keys()
+
+
 def test_leave_one_family_out_never_tunes_on_the_family_it_reports() -> None:
     """bench/lexical_judge.py --lofo: the setting a family is judged with is chosen on the other
     families alone. Setting 1 is far better on family `a` and worse on `b` and `c`: `a` held out

@@ -8,7 +8,7 @@ decision says whether it is produced. `RecordAccounting` holds that hot state: t
 and the lag tally. Its `count` is the reference.
 
 `_accounting.c` defines its compiled twin, `_accounting.RecordAccounting`: the same constructor,
-attributes and methods, chosen at start-up (`ACCOUNTING`, as `monitor.ingest.compiled.choose`
+attributes and methods, chosen at start-up (`ACCOUNTING`, as `monitor.plumbing.compiled.choose`
 chooses the decoder and assembler; `RAGMON_PURE_PYTHON=1` keeps this one). The twin's `account`
 counts in one call the run of records on `count`'s common path — labels cached and allowed, a
 drift slice that neither completes its reference nor is due a check, a sampling window that does
@@ -35,10 +35,10 @@ from typing import Any, Protocol, cast
 from monitor.contracts.metrics import HistogramTally, RecordSeries, ServiceSeries
 from monitor.contracts.model import Chunk, RagRecord
 from monitor.ingest.assemble import Finished
-from monitor.ingest.compiled import choose
 from monitor.ingest.sampler import FrozenWindow, Sampler, SliceState, looks_like_refusal
 from monitor.kafka.offsets import MessageRef, RefMaker, new_refs
 from monitor.llm.usage import Price, price_for
+from monitor.plumbing.compiled import choose
 
 # A raw (service, query_type, release)'s bounded labels: service, query type, whether the raw
 # query type was outside the allow-list, the series of the bounded pair and the RED series of the

@@ -23,10 +23,10 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from monitor.contracts.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
-from monitor.ingest.compiled import choose, slots_layout
 from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.dialects import is_inert
 from monitor.kafka.offsets import MessageRef
+from monitor.plumbing.compiled import choose, slots_layout
 
 __all__ = ["ASSEMBLER", "SPAN_COST", "TRACE_COST", "Assembler", "Finished", "PyAssembler", "build_record"]
 

@@ -33,8 +33,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from monitor.contracts.model import Chunk, RagRecord, Reject, SpanFacts, SpanRole
 from monitor.ingest import dialects
-from monitor.ingest.compiled import choose, slots_layout
 from monitor.kafka.config import Encoding
+from monitor.plumbing.compiled import choose, slots_layout
 
 __all__ = ["OTLP_PROTO_DECODER", "Decoded", "compiled_feed", "decode", "release_keys", "set_release_keys"]
 

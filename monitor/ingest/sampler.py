@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from monitor.contracts.model import RagRecord, Stratum
 from monitor.contracts.samples import blake2b_fraction
-from monitor.ingest.compiled import choose
 from monitor.ingest.config import SamplingPolicy
+from monitor.plumbing.compiled import choose
 
 __all__ = [
     "FrozenWindow",

@@ -35,6 +35,7 @@ from monitor.kafka.consumer import Batch, KafkaSource, SourceSpec
 from monitor.kafka.delivery import Delivery, DeliveryMetrics
 from monitor.kafka.offsets import MessageRef, OffsetTracker, release_all
 from monitor.kafka.producer import KafkaOutput
+from monitor.kafka.records import READER_KIND
 from monitor.llm.usage import DEFAULT_PRICES, Price
 from monitor.plumbing.progress import StageProgress
 
@@ -130,7 +131,9 @@ class IngestStage:
         """Consume until `stop`, then within the seconds `left()` gives: emit complete traces,
         wait for their samples to be acknowledged, commit, leave the group."""
         log.info(
-            "span path: otlp_proto decoder %s, trace assembler %s, record accounting %s",
+            "span path: Kafka record reader %s, otlp_proto decoder %s, trace assembler %s, "
+            "record accounting %s",
+            READER_KIND,
             OTLP_PROTO_DECODER,
             ASSEMBLER,
             ACCOUNTING,

@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge
 from monitor.kafka.client import client_kwargs
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.offsets import OffsetTracker
+from monitor.kafka.records import install as install_record_reader
 from monitor.plumbing.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class KafkaSource:
         """Join the group, retrying with backoff until it works or `stop` is set."""
         delay = 0.25
         fetch_limit = self._cfg.max_message_bytes + 64 * 1024
+        install_record_reader()  # the ingest stage logs which reader it is
         spec = self.spec
         while not stop.is_set():
             settings: dict[str, Any] = {

@@ -49,11 +49,11 @@ from monitor.demo.workload import generate
 from monitor.ingest import decode as decode_mod
 from monitor.ingest import dialects
 from monitor.ingest.assemble import Assembler, Finished
-from monitor.ingest.compiled import slots_layout
 from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.decode import Decoded
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
+from monitor.plumbing.compiled import slots_layout
 from tests.compat.apps.harness import read_capture
 from tests.compat.readback import CAPTURES, capture_names
 from tests.compat.receiver import split_by_trace

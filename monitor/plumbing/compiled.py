@@ -1,6 +1,6 @@
-"""Choosing between the compiled extensions (`_wire.c`, `_assembly.c`) and the pure-Python code
-they are tested against, and describing plain dataclasses so the extensions can build them
-without calling them."""
+"""Choosing between a compiled extension (`monitor/ingest/_wire.c`, `_assembly.c`, `_accounting.c`,
+`monitor/kafka/_records.c`) and the pure-Python code it is tested against, and describing plain
+dataclasses so the extensions can build them without calling them."""
 
 from __future__ import annotations
 
