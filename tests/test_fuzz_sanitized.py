@@ -1,5 +1,6 @@
 """The compiled extensions under AddressSanitizer and UndefinedBehaviorSanitizer: a short run of
-bench/fuzz.py's differential fuzzing (decoder, the stage's feed loop, assembler, accounting) on
+bench/fuzz.py's differential fuzzing (decoder, the stage's feed loop, assembler, accounting), and
+the Kafka record reader's comparisons with aiokafka (tests/kafka/test_records.py), on
 the sanitised build, which `make sanitize` puts in build/sanitize (rebuilt only when a source is
 newer). The run fails on a sanitiser report (the process aborts) or any difference between the
 compiled and pure-Python results; the last two tests show that both would be caught.
@@ -76,6 +77,35 @@ def test_a_short_sanitised_fuzz_run_finds_nothing(sanitized_env: dict[str, str])
     assert "findings: 0 {}" in run.stdout
     tried = int(run.stdout.split("inputs tried: ")[1].split()[0])
     assert tried >= 300  # the seeds and some mutations of them, however slow the machine
+
+
+def test_the_record_reader_reads_and_fails_as_aiokafka_under_the_sanitisers(
+    sanitized_env: dict[str, str],
+) -> None:
+    """Every kind of batch, 3,000 damaged record sets and `getall`'s runs, through the sanitised
+    `_records.c`: no report, the same records and exceptions as aiokafka's."""
+    checks = (
+        "test_every_kind_of_batch_reads_as_aiokafka_reads_it",
+        "test_damaged_record_sets_fail_as_aiokafka_fails_them",
+        "test_getall_takes_what_aiokafka_takes_in_runs_of_max_records",
+    )
+    code = (
+        "import sys; sys.path.insert(0, 'tests/kafka')\n"
+        "import test_records as t, monitor.kafka._records as r\n"
+        "assert 'build/sanitize' in r.__file__, r.__file__\n"
+        + "".join(f"t.{name}()\n" for name in checks)
+        + "print('reader checks passed')"
+    )
+    run = subprocess.run(  # -P: the package from PYTHONPATH (the sanitised build), not the checkout
+        [sys.executable, "-P", "-c", code],
+        cwd=ROOT,
+        env=sanitized_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Sanitizer" not in run.stderr and "runtime error" not in run.stderr, run.stderr[-6000:]
+    assert run.returncode == 0 and "reader checks passed" in run.stdout, (run.stdout + run.stderr)[-6000:]
 
 
 def test_the_sanitiser_stops_a_run_at_a_heap_overflow(sanitized_env: dict[str, str]) -> None:
