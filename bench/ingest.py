@@ -32,6 +32,9 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
       judged  the same policy with both stages in the process (`--role all`), the offline
               `lexical` judge and a results file: what judging and writing the ~6 % sample adds
               on top. Reported apart; not the criterion;
+      aiokafka `on` with `RAGMON_KAFKA_READER=aiokafka`: records made by aiokafka's own
+              per-record Python instead of the compiled record reader (monitor/kafka/records.py),
+              to compare the reader with in the same run (on/aiokafka);
       python  `off` with `RAGMON_PURE_PYTHON=1`: the pure-Python decoder and assembler, to compare
               the compiled ones with in the same run (off/python).
 
@@ -53,7 +56,7 @@ are counted by wrapping `sidecar.sampler.decide` (non-None returns), in every va
 wrapper's cost is the same in each; `judged` also reports the judge's requests
 (`ragmon_judge_requests_total`, one per judged record), skips and results lines.
 
-Each repeat runs raw, then the variants in the order off, on, judged, reversed every other repeat
+Each repeat runs raw, then the variants in the order off, on, aiokafka, judged, reversed every other repeat
 (raw off on judged, raw judged on off, ...): `on` always runs next to `off`, and a steady drift of
 the machine (seen: -20 % CPU per message over 15 minutes) cancels over two repeats, so prefer an
 even `--repeat`. Ratios between variants are the medians of the per-repeat ratios, whose two runs
@@ -120,7 +123,8 @@ GRACE_SECONDS = 0.05
 SHUTDOWN_SECONDS = 60.0  # a sidecar still running this long after `stop` dumps its tasks and exits
 RSS_LIMIT_MIB = 250.0
 GOAL_SAMPLING_RATIO = 0.95  # on/off msgs/s
-VARIANTS = ("off", "on", "judged", "python")  # the sidecar's variants; "off" is the baseline
+GOALS_ON = {"span1": 0.8, "mix": 0.95}  # the sidecar with sampling on / raw msgs/s, issue 40
+VARIANTS = ("off", "on", "aiokafka", "judged", "python")  # the sidecar's variants; "off" is the baseline
 # The `on` and `judged` policy; priority-signal multipliers stay at their defaults.
 SAMPLING_ON: dict[str, Any] = {"rate": 0.05, "min_per_window": 20, "low_score_threshold": 0.7}
 
@@ -813,8 +817,11 @@ def run_role(role: str, argv: list[str], timeout: float) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), *which, *argv]
     env = dict(os.environ)
     env.pop("RAGMON_PURE_PYTHON", None)
+    env.pop("RAGMON_KAFKA_READER", None)
     if role == "python":
         env["RAGMON_PURE_PYTHON"] = "1"
+    elif role == "aiokafka":
+        env["RAGMON_KAFKA_READER"] = "aiokafka"
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout + 120, check=False, env=env
@@ -987,6 +994,9 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "sidecar_msgs_per_s": off["msgs_per_s"],
         "sidecar_msgs_per_s_to_last_decode": off["msgs_per_s_to_last_decode"],
         "ratio": off["msgs_per_s"] / raw["msgs_per_s"] if raw["msgs_per_s"] else 0.0,
+        # issue 40's: the sidecar with sampling on over the raw consumer (the ratio of the medians)
+        "ratio_on": roles["on"]["msgs_per_s"] / raw["msgs_per_s"] if "on" in roles else None,
+        "goal_on": GOALS_ON.get(args.workload),
         "cpu_us_per_msg": {role: x["cpu_us_per_msg"] for role, x in roles.items()},
         "peak_rss_mib": {role: x["peak_rss_mib"] for role, x in roles.items()},
         "roles": roles,
@@ -996,6 +1006,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "on_off": compare(runs, "on", "off") if "on" in runs else None,
             "judged_off": compare(runs, "judged", "off") if "judged" in runs else None,
             "off_python": compare(runs, "off", "python") if "python" in runs else None,
+            "on_aiokafka": compare(runs, "on", "aiokafka") if "aiokafka" in runs else None,
         },
         "runs": runs,
     }
@@ -1037,7 +1048,17 @@ def print_table(rep: dict[str, Any]) -> None:
         ("(b) to last decode", f"{rep['sidecar_msgs_per_s_to_last_decode']:,.0f} msgs/s"),
         ("ratio (b)/(a)", f"{rep['ratio']:.2f}  [{ratio_ok}]"),
     ]
-    labels = {"on": "sampling on, judge none", "judged": "sampling on, lexical judge"}
+    if rep["ratio_on"] is not None:
+        goal_on = rep["goal_on"]
+        verdict = (
+            "" if goal_on is None else "  [ok]" if rep["ratio_on"] >= goal_on else f"  [below {goal_on}]"
+        )
+        rows.append(("sampling on / (a)", f"{rep['ratio_on']:.2f}{verdict}"))
+    labels = {
+        "on": "sampling on, judge none",
+        "aiokafka": "sampling on, aiokafka's records",
+        "judged": "sampling on, lexical judge",
+    }
     if "python" in roles:
         rows.append(("pure-Python decoder + assembler", f"{roles['python']['msgs_per_s']:,.0f} msgs/s"))
     for role, label in labels.items():
@@ -1054,6 +1075,8 @@ def print_table(rep: dict[str, Any]) -> None:
         rows.append(("judged: requests / skipped / lines", done))
     if ab["off_python"] is not None:
         rows += _ab_rows("compiled/python", ab["off_python"], None)
+    if ab["on_aiokafka"] is not None:
+        rows += _ab_rows("record reader/aiokafka's", ab["on_aiokafka"], None)
     names = " / ".join(roles)
     rows.append((f"CPU µs/msg {names}", " / ".join(f"{cpu[r]:.1f}" for r in roles)))
     per_span = rep["messages"] / rep["spans"]
