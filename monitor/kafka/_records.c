@@ -7,9 +7,10 @@
  * `read_uncommitted`: records below the fetch offset skipped, control batches skipped, the
  * position (`next_fetch_offset`) the record after the last one yielded, or the batch's next
  * offset once a batch is done, and a truncated last batch left for the next fetch. A batch it
- * reads is an uncompressed v2 batch whose structure it has checked whole first (every varint,
- * length and header in bounds, the record count matched, no byte left over): a batch it does not
- * read (compressed, an older format, anything malformed) goes to `slow(chunk, next_fetch_offset)`,
+ * reads is a v2 batch whose records it has checked whole first (every varint, length and header
+ * in bounds, the record count matched, no byte left over), after `decompress(codec, payload)`
+ * (aiokafka's codecs; None where aiokafka would fail) for a compressed one: a batch it does not
+ * read (an older format, a codec or anything malformed) goes to `slow(chunk, next_fetch_offset)`,
  * aiokafka's own code on that batch alone, which returns its records and the position after it, or
  * raises as aiokafka would. So the records it yields are the ones aiokafka yields, and its
  * exceptions aiokafka's.
@@ -119,15 +120,14 @@ static PyTypeObject RecordType = {
 
 /* --- checking a batch, then reading it ---------------------------------------------------- */
 
-/* Whether the v2 batch [p, end) (header included) is one this file reads: every record's fields
- * in bounds, each record's length what its fields add up to, header keys valid UTF-8, and no byte
- * after the last record. aiokafka raises on anything else (or decompresses): it gets the batch. */
-static int batch_ok(ptr p, ptr end)
+/* Whether the `count` records in [q, end) (a batch's, after its header, decompressed) are ones this
+ * file reads: every record's fields in bounds, each record's length what its fields add up to,
+ * header keys valid UTF-8, and no byte after the last record. aiokafka raises on anything else:
+ * it gets the batch. */
+static int records_ok(ptr q, ptr end, int32_t count)
 {
-    int32_t count = (int32_t)be32(p + 57);
     if (count < 0)
         return 0;
-    ptr q = p + V2_HEADER;
     for (int32_t i = 0; i < count; i++) {
         int64_t length, attrs, ts_delta, offset_delta, key_len, value_len, n_headers;
         if (!varint(&q, end, &length))
@@ -219,10 +219,12 @@ typedef struct {
     PyObject *buffer; /* bytes: the partition's record set from one fetch response */
     PyObject *topic;
     PyObject *slow;   /* slow(chunk, next_fetch_offset) -> (records, next_fetch_offset) */
+    PyObject *decompress; /* decompress(codec, payload) -> bytes, or None */
+    PyObject *batch_buf; /* the batch being read: `buffer`, or its records decompressed; NULL when none */
     PyObject *pending; /* records `slow` returned, being yielded; NULL when none */
     Py_ssize_t pending_at;
     Py_ssize_t pos;   /* the next batch's start */
-    Py_ssize_t rec;   /* inside a batch this file reads: the next record's start; else 0 */
+    Py_ssize_t rec;   /* in `batch_buf`: the next record's start */
     Py_ssize_t batch_end;
     int32_t left;     /* records left in that batch */
     int partition, timestamp_type, done;
@@ -234,18 +236,20 @@ static void reader_dealloc(Reader *r)
     Py_XDECREF(r->buffer);
     Py_XDECREF(r->topic);
     Py_XDECREF(r->slow);
+    Py_XDECREF(r->decompress);
+    Py_XDECREF(r->batch_buf);
     Py_XDECREF(r->pending);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"buffer", "topic", "partition", "fetch_offset", "slow", NULL};
-    PyObject *buffer, *topic, *slow;
+    static char *kwlist[] = {"buffer", "topic", "partition", "fetch_offset", "slow", "decompress", NULL};
+    PyObject *buffer, *topic, *slow, *decompress;
     int partition;
     long long fetch_offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "SUiLO:Reader", kwlist, &buffer, &topic, &partition, &fetch_offset,
-                                     &slow))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "SUiLOO:Reader", kwlist, &buffer, &topic, &partition, &fetch_offset,
+                                     &slow, &decompress))
         return NULL;
     Reader *r = (Reader *)type->tp_alloc(type, 0);
     if (r == NULL)
@@ -253,6 +257,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     r->buffer = Py_NewRef(buffer);
     r->topic = Py_NewRef(topic);
     r->slow = Py_NewRef(slow);
+    r->decompress = Py_NewRef(decompress);
     r->partition = partition;
     r->next_fetch_offset = fetch_offset;
     return (PyObject *)r;
@@ -262,7 +267,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
  * none left above the fetch offset. */
 static PyObject *next_in_batch(Reader *r)
 {
-    ptr base = (ptr)PyBytes_AS_STRING(r->buffer);
+    ptr base = (ptr)PyBytes_AS_STRING(r->batch_buf);
     ptr end = base + r->batch_end;
     while (r->left > 0) {
         ptr q = base + r->rec;
@@ -303,7 +308,7 @@ static PyObject *next_in_batch(Reader *r)
         Py_DECREF(rec);
         return NULL;
     }
-    r->rec = 0;
+    Py_CLEAR(r->batch_buf);
     r->next_fetch_offset = r->batch_next;
     return NULL;
 }
@@ -351,7 +356,7 @@ static PyObject *reader_next(Reader *r)
             Py_CLEAR(r->pending);
             r->next_fetch_offset = r->batch_next;
         }
-        if (r->rec) {
+        if (r->batch_buf != NULL) {
             PyObject *rec = next_in_batch(r);
             if (rec != NULL || PyErr_Occurred())
                 return rec;
@@ -373,35 +378,54 @@ static PyObject *reader_next(Reader *r)
         Py_ssize_t end = start + LOG_OVERHEAD + length;
         r->pos = end;
         ptr p = base + start;
-        uint16_t attributes = end - start >= V2_HEADER ? be16(p + 21) : 0;
-        if (end - start < V2_HEADER || p[16] != 2 || (attributes & CODEC_MASK)) {
+        if (end - start < V2_HEADER || p[16] != 2) {
             if (take_slow(r, start, end) < 0)
                 goto fail;
             continue;
         }
+        uint16_t attributes = be16(p + 21);
         long long base_offset = (long long)be64(p);
         long long next = base_offset + (int32_t)be32(p + 23) + 1;
         if (attributes & CONTROL_MASK) {
             r->next_fetch_offset = next; /* transaction markers: never a record */
             continue;
         }
-        if (!batch_ok(p, base + end)) {
+        int32_t count = (int32_t)be32(p + 57);
+        PyObject *batch_buf;
+        Py_ssize_t first, last;
+        if (attributes & CODEC_MASK) {
+            batch_buf = PyObject_CallFunction(r->decompress, "iy#", attributes & CODEC_MASK, (const char *)p + V2_HEADER,
+                                              (Py_ssize_t)(end - start - V2_HEADER));
+            if (batch_buf == NULL)
+                goto fail;
+            if (!PyBytes_Check(batch_buf)) { /* None: aiokafka would fail on it */
+                Py_DECREF(batch_buf);
+                batch_buf = NULL;
+            }
+            first = 0;
+            last = batch_buf == NULL ? 0 : PyBytes_GET_SIZE(batch_buf);
+        }
+        else {
+            batch_buf = Py_NewRef(r->buffer);
+            first = start + V2_HEADER;
+            last = end;
+        }
+        if (batch_buf == NULL
+            || !records_ok((ptr)PyBytes_AS_STRING(batch_buf) + first, (ptr)PyBytes_AS_STRING(batch_buf) + last, count)) {
+            Py_XDECREF(batch_buf);
             if (take_slow(r, start, end) < 0)
                 goto fail;
             continue;
         }
+        r->batch_buf = batch_buf;
         r->base_offset = base_offset;
         r->batch_next = next;
         r->timestamp_type = (attributes & TIMESTAMP_TYPE_MASK) ? 1 : 0;
         r->first_ts = (long long)be64(p + 27);
         r->max_ts = (long long)be64(p + 35);
-        r->left = (int32_t)be32(p + 57);
-        r->batch_end = end;
-        r->rec = start + V2_HEADER;
-        if (r->left == 0) { /* compacted away whole: only the position moves */
-            r->rec = 0;
-            r->next_fetch_offset = next;
-        }
+        r->left = count;
+        r->rec = first;
+        r->batch_end = last; /* with no records left (compacted away whole), only the position moves */
     }
     r->done = 1;
     return NULL;

@@ -19,6 +19,7 @@ import inspect
 import os
 from typing import Any
 
+from aiokafka import codec
 from aiokafka.consumer import fetcher
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
@@ -52,10 +53,31 @@ class _KeptRecords(MemoryRecords):  # type: ignore[misc]
 
 
 def _slow(tp: TopicPartition, chunk: bytes, next_offset: int) -> tuple[list[Any], int]:
-    """A batch the reader leaves to aiokafka (compressed, an older format, damaged): aiokafka's
+    """A batch the reader leaves to aiokafka (an older format, damaged): aiokafka's
     records of it and its position after it, or its exception."""
     stock = _STOCK(tp, _STOCK_MEMORY(chunk), None, next_offset, None, None, False, fetcher.READ_UNCOMMITTED)
     return list(stock), stock.next_fetch_offset
+
+
+# aiokafka's codecs by a batch's codec bits (default_records.py decompresses with them)
+_CODECS = {
+    1: (codec.has_gzip, codec.gzip_decode),
+    2: (codec.has_snappy, codec.snappy_decode),
+    3: (codec.has_lz4, codec.lz4_decode),
+    4: (codec.has_zstd, codec.zstd_decode),
+}
+
+
+def _decompress(codec_id: int, payload: bytes) -> bytes | None:
+    """A compressed batch's records, decompressed as aiokafka decompresses them; None where aiokafka
+    would fail (an unknown codec, its library missing, damaged data): it takes the batch then."""
+    has, decode = _CODECS.get(codec_id, (None, None))
+    if has is None or decode is None or not has():
+        return None
+    try:
+        return bytes(decode(payload))
+    except Exception:  # each codec raises its own kinds; aiokafka's code raises them again
+        return None
 
 
 def _partition_records(
@@ -86,7 +108,7 @@ def _partition_records(
             check_crcs,
             isolation_level,
         )
-    return READER(raw, tp.topic, tp.partition, fetch_offset, functools.partial(_slow, tp))
+    return READER(raw, tp.topic, tp.partition, fetch_offset, functools.partial(_slow, tp), _decompress)
 
 
 _STOCK_GETALL = fetcher.FetchResult.getall
