@@ -82,8 +82,8 @@ def test_a_short_sanitised_fuzz_run_finds_nothing(sanitized_env: dict[str, str])
 def test_the_record_reader_reads_and_fails_as_aiokafka_under_the_sanitisers(
     sanitized_env: dict[str, str],
 ) -> None:
-    """Every kind of batch, 3,000 damaged record sets, `getall`'s runs and compressed batches, through the sanitised
-    `_records.c`: no report, the same records and exceptions as aiokafka's."""
+    """Every kind of batch, 3,000 damaged record sets, `getall`'s runs and compressed batches,
+    through the sanitised `_records.c`: no report, the same records and exceptions as aiokafka's."""
     checks = (
         "test_every_kind_of_batch_reads_as_aiokafka_reads_it",
         "test_damaged_record_sets_fail_as_aiokafka_fails_them",
