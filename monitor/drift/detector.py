@@ -442,44 +442,15 @@ class StratifiedDetector(Detector):
         self.composition_threshold = ref.design_effect * self.policy.threshold
         self._pooled_step()
         n = sum(s.records for s in strata.values())
-        pooled = sum(s.sum_y for s in strata.values()) / n
-        means = {k: s.mean for k, s in strata.items()}
-        if rate:
-            noise = {k: pooled * (1 - pooled) / s.records for k, s in strata.items()}
-            variances = {k: s.variance for k, s in strata.items()}
-        else:
-            within = sum(s.sum_y2 - s.records * means[k] ** 2 for k, s in strata.items())
-            within = max(0.0, within) / max(1, n - len(strata))
-            noise = {k: within / s.records for k, s in strata.items()}
-            # A stratum's variance from a handful of records (one, in a 50-record reference) is
-            # noise, often 0: shrunk towards the pooled within-strata one, as its mean is.
-            variances = {
-                k: (s.records * s.variance + VAR_PRIOR * within) / (s.records + VAR_PRIOR)
-                for k, s in strata.items()
-            }
-        shrunk = _shrink(means, noise, pooled)
+        shrunk, variances = _strata_values(strata, n, rate)
         best = 1.0 if rate else SCORE_BEST.get(metric, 1.0)
         prod = ref.mean
         short0 = max(prod if sign > 0 else best - prod, 1e-3)  # production's failures
-        self._strata = {}
-        for k, s in strata.items():
-            m = shrunk[k]
-            sd = math.sqrt(variances[k])
-            steps = []
-            for g in GLR_SHIFTS[kind]:
-                theta = 1 + g * delta / short0
-                if rate:
-                    floor = 0.5 / s.records  # continuity: no event in the reference stays finite
-                    q0 = min(max(m, floor), 1 - floor)
-                    q1 = min(q0 * theta, 1 - floor)
-                    steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
-                else:
-                    d = (theta - 1) * max(best - m if sign < 0 else m, 1e-3)
-                    var = max(sd * sd, (d / 2) ** 2)
-                    a, b = d / var, -d * d / var / 2
-                    gamma = _tilt(a, b, sd * sd, sign * s.third_moment)
-                    steps.append((gamma * a, gamma * b))
-            self._strata[k] = _Stratum(m, tuple(steps))
+        thetas = [1 + g * delta / short0 for g in GLR_SHIFTS[kind]]
+        self._strata = {
+            k: _Stratum(shrunk[k], _glr_steps(s, shrunk[k], variances[k], thetas, rate, sign, best))
+            for k, s in strata.items()
+        }
         self._cusums = [0.0] * len(GLR_SHIFTS[kind])
         sw = ref.sum_w
         self._wbar = sw / n
@@ -511,6 +482,51 @@ class StratifiedDetector(Detector):
         step = self._slope * (sign * (v - self._vmean) - delta / 2)
         self.composition = min(max(0.0, self.composition + w / self._wbar * step), 2 * h2)
         return max(self.within, self.composition * h1 / h2)
+
+
+def _strata_values(
+    strata: dict[str, StratumSums], n: int, rate: bool
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each stratum's reference value shrunk towards the pooled one, and its variance: a stratum
+    of a few records keeps neither a low value nor a low spread by chance."""
+    pooled = sum(s.sum_y for s in strata.values()) / n
+    means = {k: s.mean for k, s in strata.items()}
+    if rate:
+        noise = {k: pooled * (1 - pooled) / s.records for k, s in strata.items()}
+        variances = {k: s.variance for k, s in strata.items()}
+    else:
+        within = sum(s.sum_y2 - s.records * means[k] ** 2 for k, s in strata.items())
+        within = max(0.0, within) / max(1, n - len(strata))
+        noise = {k: within / s.records for k, s in strata.items()}
+        # A stratum's variance from a handful of records (one, in a 50-record reference) is
+        # noise, often 0: shrunk towards the pooled within-strata one, as its mean is.
+        variances = {
+            k: (s.records * s.variance + VAR_PRIOR * within) / (s.records + VAR_PRIOR)
+            for k, s in strata.items()
+        }
+    return _shrink(means, noise, pooled), variances
+
+
+def _glr_steps(
+    s: StratumSums, m: float, variance: float, thetas: list[float], rate: bool, sign: int, best: float
+) -> tuple[tuple[float, float], ...]:
+    """A stratum's CUSUM steps, one for each shift θ of its reference value `m`: a Bernoulli
+    likelihood ratio for a rate, a Gaussian one tilted to the stratum's skew for a score."""
+    sd = math.sqrt(variance)
+    steps = []
+    for theta in thetas:
+        if rate:
+            floor = 0.5 / s.records  # continuity: no event in the reference stays finite
+            q0 = min(max(m, floor), 1 - floor)
+            q1 = min(q0 * theta, 1 - floor)
+            steps.append((math.log(q1 / q0), math.log((1 - q1) / (1 - q0))))
+        else:
+            d = (theta - 1) * max(best - m if sign < 0 else m, 1e-3)
+            var = max(sd * sd, (d / 2) ** 2)
+            a, b = d / var, -d * d / var / 2
+            gamma = _tilt(a, b, sd * sd, sign * s.third_moment)
+            steps.append((gamma * a, gamma * b))
+    return tuple(steps)
 
 
 def _tilt(a: float, b: float, var: float, skew: float) -> float:

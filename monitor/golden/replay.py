@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,30 +187,12 @@ async def run_replay(
     gate = gate or GateConfig()
     interval_cfg = intervals or IntervalConfig()
     warnings = _baseline_warnings(baseline, k, golden_sha256)
-    own_target = isinstance(target, str)
-    tgt = make_target(target, concurrency=concurrency) if isinstance(target, str) else target
-    own_judge = judge is None or isinstance(judge, str)
-    jdg = create_judge(judge or "lexical") if judge is None or isinstance(judge, str) else judge
-    started, t0 = time.time(), time.perf_counter()
-    try:
+    async with _opened(target, judge, concurrency) as (tgt, jdg):
+        started, t0 = time.time(), time.perf_counter()
         done, modes = await _ask_and_judge(
             rows, tgt, jdg, k, concurrency, baselines, approve_judging, generator_model
         )
-    finally:
-        if own_target:
-            await tgt.aclose()
-        if own_judge:
-            await jdg.aclose()
     results = [a.result for a in done if isinstance(a.result, RowResult)]
-    run_config = {
-        "k": k,
-        "target": tgt.description,
-        "judge": {"backend": jdg.name, "model": jdg.model},
-        "concurrency": concurrency,
-        "gate": gate.model_dump(),
-        "baselines": list(modes),
-        **(config or {}),
-    }
     report = await asyncio.to_thread(
         build_report,
         results,
@@ -219,7 +202,7 @@ async def run_replay(
         baseline=baseline,
         interval_config=interval_cfg,
         judge=jdg,
-        config=run_config,
+        config=_run_config(tgt, jdg, k, concurrency, gate, list(modes), config),
         golden_sha256=golden_sha256,
         golden_path=golden_path,
         started=started,
@@ -231,6 +214,44 @@ async def run_replay(
     if gauges is not None:
         gauges.publish(report)
     return report
+
+
+@asynccontextmanager
+async def _opened(
+    target: Target | str, judge: Judge | str | None, concurrency: int
+) -> AsyncIterator[tuple[Target, Judge]]:
+    """The target and the judge; those given by name are made here and closed on leaving (the
+    caller owns those given as objects)."""
+    tgt = make_target(target, concurrency=concurrency) if isinstance(target, str) else target
+    jdg = create_judge(judge or "lexical") if judge is None or isinstance(judge, str) else judge
+    try:
+        yield tgt, jdg
+    finally:
+        if tgt is not target:
+            await tgt.aclose()
+        if jdg is not judge:
+            await jdg.aclose()
+
+
+def _run_config(
+    tgt: Target,
+    jdg: Judge,
+    k: int,
+    concurrency: int,
+    gate: GateConfig,
+    modes: list[BaselineMode],
+    config: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """How the run was made, as the report records it (the caller's `config` added)."""
+    return {
+        "k": k,
+        "target": tgt.description,
+        "judge": {"backend": jdg.name, "model": jdg.model},
+        "concurrency": concurrency,
+        "gate": gate.model_dump(),
+        "baselines": modes,
+        **(config or {}),
+    }
 
 
 def _baseline_warnings(baseline: Baseline | None, k: int, golden_sha256: str) -> list[str]:

@@ -424,12 +424,7 @@ def build_report(
     warnings.extend(_mode_warnings(metrics[ALL]["judge_errors"], modes))
     self_evaluation = _self_evaluation(generator_model, judge, warnings)
     comparison = scored.comparison
-    if comparison is not None and (comparison.added or comparison.removed):
-        warnings.append(
-            f"compared with the baseline on the {comparison.rows_compared} rows present in both: "
-            f"{len(comparison.added)} added and {len(comparison.removed)} removed rows are not in any "
-            "drop (see comparison.rows_added / rows_removed)"
-        )
+    warnings.extend(_comparison_warnings(comparison))
     return ReplayReport(
         k=k,
         rows=results,
@@ -455,6 +450,17 @@ def build_report(
         by_difficulty=scored.by_difficulty,
         difficulty_intervals=scored.difficulty_intervals,
     )
+
+
+def _comparison_warnings(comparison: Comparison | None) -> list[str]:
+    """Rows the baseline and this run do not share: compared by id, they are in no drop."""
+    if comparison is None or not (comparison.added or comparison.removed):
+        return []
+    return [
+        f"compared with the baseline on the {comparison.rows_compared} rows present in both: "
+        f"{len(comparison.added)} added and {len(comparison.removed)} removed rows are not in any "
+        "drop (see comparison.rows_added / rows_removed)"
+    ]
 
 
 def _mode_warnings(judge_errors: int, modes: Mapping[BaselineMode, ModeResult]) -> list[str]:

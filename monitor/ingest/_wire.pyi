@@ -1,10 +1,10 @@
-"""Types of the compiled OTLP span decoder (`_wire.c`); see `monitor.ingest.decode`."""
+"""Types of the compiled OTLP span decoder (`_wire.c`); see `monitor.ingest.decode.compiled`."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from monitor.contracts.model import Chunk, Reject, SpanFacts, SpanRole
-from monitor.ingest.decode import Decoded
+from monitor.ingest.decode.decoded import Decoded
 
 def init(
     *,

@@ -137,40 +137,49 @@ class PyAssembler:
         cfg = self._cfg
         max_traces = cfg.max_open_traces
         max_bytes = cfg.max_open_bytes
-        max_spans = cfg.max_spans_per_trace
         for span in spans:
-            tid = span.trace_id
-            trace = open_.get(tid)
+            trace = self._take(span, ref, size, now, out)
             if trace is None:
-                if tid in self._recent:
-                    out.append(Finished(tid, None, Reject.LATE_SPAN, []))
-                    continue
-                ref.acquire()
-                trace = open_[tid] = _OpenTrace(now, span, ref)
-                self._bytes += _NEW_TRACE_COST
-                self._charge(trace, ref, size)
-            else:
-                if trace.count >= max_spans:
-                    out.append(Finished(tid, None, Reject.TOO_MANY_SPANS, []))
-                    continue
-                if not is_inert(span):
-                    trace.spans.append(span)
-                    self._bytes += SPAN_COST
-                if trace.refs[-1] is not ref:
-                    ref.acquire()
-                    trace.refs.append(ref)
-                    self._charge(trace, ref, size)
+                continue
             trace.count += 1
             # Any parentless span is the root, whatever its role: a trace that is a lone LLM call
             # must not wait for the timeout.
             if not span.parent_span_id and not trace.root_seen:
                 trace.root_seen = True
-                self._root_ready.append((now + cfg.grace_seconds, tid))
+                self._root_ready.append((now + cfg.grace_seconds, span.trace_id))
             # Down to the bound even when the one open trace is over it alone.
             while len(open_) > max_traces or self._bytes > max_bytes:
                 out.append(self._finish(next(iter(open_)), evicted=True))
         if others:
             self._add_others(others, ref, size, out)
+
+    def _take(
+        self, span: SpanFacts, ref: MessageRef, size: int, now: float, out: list[Finished]
+    ) -> _OpenTrace | None:
+        """`span`'s trace, opened by it or holding it now (kept unless inert); None when it is
+        dropped instead (late, or over `max_spans_per_trace`), its `Finished` in `out`."""
+        tid = span.trace_id
+        trace = self._open.get(tid)
+        if trace is None:
+            if tid in self._recent:
+                out.append(Finished(tid, None, Reject.LATE_SPAN, []))
+                return None
+            ref.acquire()
+            trace = self._open[tid] = _OpenTrace(now, span, ref)
+            self._bytes += _NEW_TRACE_COST
+            self._charge(trace, ref, size)
+            return trace
+        if trace.count >= self._cfg.max_spans_per_trace:
+            out.append(Finished(tid, None, Reject.TOO_MANY_SPANS, []))
+            return None
+        if not is_inert(span):
+            trace.spans.append(span)
+            self._bytes += SPAN_COST
+        if trace.refs[-1] is not ref:
+            ref.acquire()
+            trace.refs.append(ref)
+            self._charge(trace, ref, size)
+        return trace
 
     def _charge(self, trace: _OpenTrace, ref: MessageRef, size: int) -> None:
         """`trace` now holds `ref`'s message (`size` bytes): charged once, by its first holder."""
@@ -275,41 +284,8 @@ class PyAssembler:
 
 def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | None, Reject | None]:
     """Merge the spans of one trace, whatever dialect each used, into a record."""
-    root = None
-    retrievers: list[SpanFacts] = []
-    rerankers: list[SpanFacts] = []
-    llms: list[SpanFacts] = []
-    query_type = None  # the first span's that has one
-    release = ""  # likewise
-    session_id = user_id = None  # likewise
-    replay = False
-    unread = False
-    for s in spans:
-        role = s.role
-        if role is _ROOT:
-            # The trace's own root wins over a parented span that calls itself a chain.
-            if root is None or (root.parent_span_id and not s.parent_span_id):
-                root = s
-        elif role is _RETRIEVER:
-            retrievers.append(s)
-        elif role is _LLM:
-            llms.append(s)
-        elif role is _RERANKER:
-            rerankers.append(s)
-        if not query_type:
-            query_type = s.query_type
-        if not release:
-            release = s.release
-        if session_id is None:
-            session_id = s.session_id
-        if user_id is None:
-            user_id = s.user_id
-        if s.replay:
-            replay = True
-        if s.unread:
-            unread = True
-    if len(llms) > 1:
-        llms.sort(key=_end_ns)
+    t = _TraceSpans(spans)
+    root, retrievers, rerankers, llms = t.root, t.retrievers, t.rerankers, t.llms
     if not (retrievers or rerankers or llms) and not any(s.chunks for s in spans):
         # No retrieval and no model call: HTTP or framework instrumentation of non-RAG endpoints,
         # an index build, an embedding call (a chain whose input is a batch, whose inner steps
@@ -317,7 +293,7 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
         # instrumentation we do not read wrote it.
         asked = (root.query or root.answer) if root is not None else any(s.query or s.answer for s in spans)
         if not asked:
-            return None, Reject.UNREADABLE if unread else Reject.NOT_RAG
+            return None, Reject.UNREADABLE if t.unread else Reject.NOT_RAG
     if len(retrievers) > 1:
         retrievers = _retrievals(retrievers, llms[-1] if llms else None)
 
@@ -328,17 +304,10 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             return None, Reject.MISSING_QUERY
     answer = root.answer if root is not None else None
     if not answer:
-        for s in reversed(llms):
-            if s.answer:
-                answer = s.answer
-                break
-        else:
+        answer = next((s.answer for s in reversed(llms) if s.answer), None)
+        if not answer:
             return None, Reject.MISSING_ANSWER
-    model = None
-    for s in reversed(llms):
-        if s.model:
-            model = s.model
-            break
+    model = next((s.model for s in reversed(llms) if s.model), None)
 
     chunks = _final_ranking(rerankers, retrievers)
     anchor = root if root is not None else spans[0]
@@ -349,24 +318,83 @@ def build_record(trace_id: str, spans: list[SpanFacts]) -> tuple[RagRecord | Non
             span_id=anchor.span_id,
             service=anchor.service,
             query=query,
-            query_type=anchor.query_type or query_type or "",
+            query_type=anchor.query_type or t.query_type or "",
             chunks=chunks,
             answer=answer,
             model=model,
             start_ns=anchor.start_ns,
             end_ns=anchor.end_ns,
-            replay=replay,
-            release=anchor.release or release,
+            replay=t.replay,
+            release=anchor.release or t.release,
             retrieval_ns=retrieval_ns,
             generation_ns=generation_ns,
             error=anchor.error,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
-            session_id=anchor.session_id or session_id,
-            user_id=anchor.user_id or user_id,
+            session_id=anchor.session_id or t.session_id,
+            user_id=anchor.user_id or t.user_id,
         ),
         None,
     )
+
+
+class _TraceSpans:
+    """A trace's spans by role (LLM calls in the order they ended), and what the record takes
+    from the first span that has it when its anchor has none."""
+
+    __slots__ = (
+        "llms",
+        "query_type",
+        "release",
+        "replay",
+        "rerankers",
+        "retrievers",
+        "root",
+        "session_id",
+        "unread",
+        "user_id",
+    )
+
+    def __init__(self, spans: list[SpanFacts]) -> None:
+        self.root: SpanFacts | None = None
+        self.retrievers: list[SpanFacts] = []
+        self.rerankers: list[SpanFacts] = []
+        self.llms: list[SpanFacts] = []
+        self.query_type: str | None = None
+        self.release = ""
+        self.session_id: str | None = None
+        self.user_id: str | None = None
+        self.replay = False
+        self.unread = False
+        for s in spans:
+            self._take(s)
+        if len(self.llms) > 1:
+            self.llms.sort(key=_end_ns)
+
+    def _take(self, s: SpanFacts) -> None:
+        role = s.role
+        if role is _ROOT:
+            # The trace's own root wins over a parented span that calls itself a chain.
+            if self.root is None or (self.root.parent_span_id and not s.parent_span_id):
+                self.root = s
+        elif role is _RETRIEVER:
+            self.retrievers.append(s)
+        elif role is _LLM:
+            self.llms.append(s)
+        elif role is _RERANKER:
+            self.rerankers.append(s)
+        if not self.query_type:
+            self.query_type = s.query_type
+        if not self.release:
+            self.release = s.release
+        if self.session_id is None:
+            self.session_id = s.session_id
+        if self.user_id is None:
+            self.user_id = s.user_id
+        if s.replay:
+            self.replay = True
+        if s.unread:
+            self.unread = True
 
 
 def _retrievals(retrievers: list[SpanFacts], final: SpanFacts | None) -> list[SpanFacts]:

@@ -51,6 +51,28 @@ _RUN_BYTES = 256 * 1024
 _MAX_RAW_LABELS = 4096  # raw (service, query_type, release) remembered with their bounded labels
 
 
+def _deliveries(
+    metrics: Metrics, output: KafkaOutput, kafka: KafkaConfig, limits: IngestLimits
+) -> tuple[Delivery, Delivery | None]:
+    """The samples topic's delivery, and the dead-letter topic's where one is set: both counted
+    in the same produce metrics."""
+    produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending, metrics.produce_dropped)
+    samples = Delivery(
+        output,
+        limits.samples_topic,
+        "samples",
+        limits.max_inflight_produces,
+        produced,
+        limits.max_message_bytes,
+    )
+    dead_letters = (
+        Delivery(output, kafka.dead_letter_topic, "dead_letter", kafka.dead_letter_max_inflight, produced)
+        if kafka.dead_letter_topic
+        else None
+    )
+    return samples, dead_letters
+
+
 class IngestStage:
     def __init__(
         self,
@@ -76,15 +98,7 @@ class IngestStage:
         self.assembler = Assembler(assembly)
         self.rejections = Rejections(metrics)
         self.unreadable = UnreadableTraces(metrics.unreadable_traces)
-        self.query_types = BoundedLabel.query_types(slices.query_types)
-        self.services = BoundedLabel.services(slices.services, slices.max_services)
-        # Read by the decoder (process-wide, as its key tables are); bounded for sampled records.
-        set_release_keys(slices.release_keys)
-        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)  # RED series
-        self.slices = slices  # samples carry the release itself (`SlicesConfig.release_value`)
-        # Their product is bounded too: past `max_label_sets` a new set's RED series fold.
-        self.red_budget = metrics.series_budget("red", slices.max_label_sets)
-        self.classifier = QueryClassifier(slices.query_types) if slices.classify != "off" else None
+        self._bound_labels(metrics, slices)
         self.sampler = Sampler(sampling)
         # Every record, not only the sample: chunk count and top score against a frozen reference.
         self.retrieval_drift = retrieval_drift
@@ -97,21 +111,8 @@ class IngestStage:
             self._on_revoked,
             self._on_assigned,
         )
-        produced = DeliveryMetrics(metrics.produce_errors, metrics.produce_pending, metrics.produce_dropped)
-        self.samples = Delivery(
-            output,
-            limits.samples_topic,
-            "samples",
-            limits.max_inflight_produces,
-            produced,
-            limits.max_message_bytes,
-        )
+        self.samples, self.dead_letters = _deliveries(metrics, output, kafka, limits)
         self._text_limits = TextLimits(limits.sample_max_chunks, limits.sample_max_chunk_chars)
-        self.dead_letters = (
-            Delivery(output, kafka.dead_letter_topic, "dead_letter", kafka.dead_letter_max_inflight, produced)
-            if kafka.dead_letter_topic
-            else None
-        )
         outputs = (self.samples, self.dead_letters) if self.dead_letters else (self.samples,)
         self.progress = StageProgress("ingest", (self.source.input, *(d.progress for d in outputs)))
         self._encoding = Encoding(kafka.encoding)
@@ -132,6 +133,18 @@ class IngestStage:
         )
         self._account: Callable[[list[Finished], int, float], int] | None = self.accounting.account
         self.records_seen = 0
+
+    def _bound_labels(self, metrics: Metrics, slices: SlicesConfig) -> None:
+        """The labels a record is counted under, each bounded, and their product too."""
+        self.query_types = BoundedLabel.query_types(slices.query_types)
+        self.services = BoundedLabel.services(slices.services, slices.max_services)
+        # Read by the decoder (process-wide, as its key tables are); bounded for sampled records.
+        set_release_keys(slices.release_keys)
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)  # RED series
+        self.slices = slices  # samples carry the release itself (`SlicesConfig.release_value`)
+        # Their product is bounded too: past `max_label_sets` a new set's RED series fold.
+        self.red_budget = metrics.series_budget("red", slices.max_label_sets)
+        self.classifier = QueryClassifier(slices.query_types) if slices.classify != "off" else None
 
     async def run(self, stop: asyncio.Event, left: Callable[[], float]) -> None:
         """Consume until `stop`, then within the seconds `left()` gives: emit complete traces,

@@ -130,23 +130,8 @@ class JudgeStage:
         self.metrics = metrics
         self._output = output
         self.tracker = OffsetTracker()
-        # Half the queue a fetch: the next fetch is in flight while one is admitted, so what is
-        # held stays under twice the queue whenever the pause comes.
-        fetch = min(kafka.max_poll_records, max(1, queue.queue_size // 2))
-        spec = SourceSpec(queue.samples_topic, queue.group_id, "earliest", fetch)
-        self.source = KafkaSource(
-            kafka, spec, self.tracker, metrics.consumer, self._on_revoked, self._on_assigned
-        )
-        # Labels read back from the samples topic are bounded again: anything may write to it.
-        self.query_types = BoundedLabel.query_types(slices.query_types)
-        self.services = BoundedLabel.services(slices.services, slices.max_services)
-        # Results lines carry the release as the sample names it (cleaned again: anything may write
-        # to the topic); the estimate counters' label is bounded.
-        self.slices = slices
-        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
-        # Their product is bounded too: past `max_label_sets` a new set's estimate counters fold.
-        self.estimate_budget = metrics.series_budget("estimate", slices.max_label_sets)
-        self._judge_labels = slices.classify == "judge"
+        self.source = self._samples_source(kafka, queue, metrics)
+        self._bound_labels(metrics, slices)
         self.budget = JudgeBudget(config.budget) if config.budget.enabled else None
         self.judge = None if judge is None else _metered(judge, self.budget, config, metrics)
         self.breaker = CircuitBreaker(config.breaker, metrics.judge_circuit_open)
@@ -172,6 +157,25 @@ class JudgeStage:
         self.written = 0  # samples whose results are written (judged, skipped or failed)
         # Judged records for people: `monitor.judge.review`.
         self.review: ReviewQueue | None = review_queue(review, metrics.review)
+
+    def _samples_source(self, kafka: KafkaConfig, queue: JudgeQueue, metrics: Metrics) -> KafkaSource:
+        # Half the queue a fetch: the next fetch is in flight while one is admitted, so what is
+        # held stays under twice the queue whenever the pause comes.
+        fetch = min(kafka.max_poll_records, max(1, queue.queue_size // 2))
+        spec = SourceSpec(queue.samples_topic, queue.group_id, "earliest", fetch)
+        return KafkaSource(kafka, spec, self.tracker, metrics.consumer, self._on_revoked, self._on_assigned)
+
+    def _bound_labels(self, metrics: Metrics, slices: SlicesConfig) -> None:
+        """Labels read back from the samples topic are bounded again: anything may write to it."""
+        self.query_types = BoundedLabel.query_types(slices.query_types)
+        self.services = BoundedLabel.services(slices.services, slices.max_services)
+        # Results lines carry the release as the sample names it (cleaned again: anything may write
+        # to the topic); the estimate counters' label is bounded.
+        self.slices = slices
+        self.releases = BoundedLabel.releases(slices.releases, slices.max_releases)
+        # Their product is bounded too: past `max_label_sets` a new set's estimate counters fold.
+        self.estimate_budget = metrics.series_budget("estimate", slices.max_label_sets)
+        self._judge_labels = slices.classify == "judge"
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from monitor.ingest import dialects
 from monitor.ingest.assemble import Assembler, Finished
 from monitor.ingest.config import AssemblyConfig
 from monitor.ingest.decode import Decoded
+from monitor.ingest.decode.otlp_proto import pb_attrs
 from monitor.kafka.config import Encoding
 from monitor.kafka.offsets import OffsetTracker, release_all
 from monitor.plumbing.compiled import slots_layout
@@ -312,7 +313,7 @@ def _all_attrs(value: bytes) -> Iterator[dict[str, Any]]:
     for rs in data.resource_spans:
         for ss in rs.scope_spans:
             for sp in ss.spans:
-                yield decode_mod._pb_attrs(sp.attributes)
+                yield pb_attrs(sp.attributes)
 
 
 @needs_wire

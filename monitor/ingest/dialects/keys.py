@@ -1,6 +1,6 @@
 """The attribute keys the dialects read, and the limits on what they read.
 
-The compiled decoder (`_wire.c`) mirrors these: `decode.compiled_decoder` hands it `ATTRIBUTE_KEYS`,
+The compiled decoder (`_wire.c`) mirrors these: `decode.compiled.compiled_decoder` hands it `ATTRIBUTE_KEYS`,
 `INDEXED_PREFIXES` and `MERGED_EVENTS`, and its own mapping of the common OpenInference shapes
 copies the token, session and user keys and `MAX_TOKENS` (tests/ingest/test_decode_compiled.py
 holds the two to each other).
