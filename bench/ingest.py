@@ -40,15 +40,16 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
 
 All figures are Kafka messages per second. The clock starts when the first non-empty fetch
 returns, so the group join (~15 s with tansu) is excluded, and that first batch is not counted.
-(b) stops at the first consumer-loop turn (a batch, possibly empty, handed to the ingest stage) at
-which `ragmon_records_total`, read from the sidecar's registry, holds every trace and every message
-is done — its offset committable, so for `judged` every sampled record has been judged and written
-too —, with `assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted ("to last
-decode" is the rate up to the turn that processed the last message). The stage is handed an empty
-batch when its next trace falls due, so the tail is the grace; before 088ebce it was checked
-only at fetch calls, and the tail ran to the next fetch's return (~0.1 s more). Every role runs
-in its own subprocess (this file with `--role raw|sidecar`), in a fresh consumer group, so each
-peak RSS (`ru_maxrss`) is its own; the broker is a separate process and not counted. CPU µs/msg
+(b) stops when `ragmon_records_total`, read from the sidecar's registry, holds every trace and every
+message is done — its offset committable, so for `judged` every sampled record has been judged and
+written too —, with `assembly.grace_seconds` = 0.05: the tail wait is included, not subtracted
+("to last decode" is the rate up to the turn that processed the last message). That is checked at
+each consumer-loop turn (a batch, possibly empty, handed to the ingest stage) and, once the last
+message is decoded, every 5 ms: the last samples' acknowledgements come between turns, and turns
+come every 0.2 s once the topic is drained (before issue 40's second step the check was at turns
+only, which added up to 0.2 s to a drain with sampling on; before 088ebce at fetch calls only).
+Every role runs in its own subprocess (this file with `--role raw|sidecar`), in a fresh consumer
+group, so each peak RSS (`ru_maxrss`) is its own; the broker is a separate process and not counted. CPU µs/msg
 is process CPU time over the same window, a figure CPU steal on shared machines disturbs less than
 wall-clock rates; for the sidecar, "in the stage" is the part of it spent handling batches
 (`IngestStage._process`), the rest is the consumer (aiokafka) and the event loop. Records sampled
@@ -311,6 +312,15 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
     handled = 0
     stage_cpu = 0.0  # process CPU seconds inside the ingest stage, over the clock's window
 
+    def done(now: float) -> None:
+        """The clock stops once every record is counted and every message settled."""
+        counted = metric_total(registry, "ragmon_records_total") >= args.expect_traces
+        if "records" not in marks and counted and settled():
+            marks["records"] = now
+            marks["cpu"] = clock.cpu_us_per_msg()
+            marks["stage_cpu"] = stage_cpu / max(1, clock.fetched - clock.first_batch) * 1e6
+            stop.set()
+
     async def checked_process(batch: Any) -> None:
         # One call per consumer-loop turn (a batch, possibly empty, handed to the stage).
         nonlocal handled, stage_cpu
@@ -322,11 +332,16 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         if handled >= clock.expect:
             now = time.perf_counter()
             marks.setdefault("decoded", now)
-            if metric_total(registry, "ragmon_records_total") >= args.expect_traces and settled():
-                marks["records"] = now
-                marks["cpu"] = clock.cpu_us_per_msg()
-                marks["stage_cpu"] = stage_cpu / max(1, clock.fetched - clock.first_batch) * 1e6
-                stop.set()
+            done(now)
+
+    async def tail() -> None:
+        """After the last message is decoded, whether the drain is done every 5 ms: the last
+        samples are acknowledged between consumer-loop turns, which come only every 0.2 s once
+        the topic is drained, and a check at turns only added up to that to every drain."""
+        while not stop.is_set():
+            if "decoded" in marks:
+                done(time.perf_counter())
+            await asyncio.sleep(0.005)
 
     async def timed_fetch(timeout_ms: int) -> Any:
         t0 = time.perf_counter()
@@ -359,11 +374,13 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
     ingest._process = checked_process  # type: ignore[method-assign]
     ingest.sampler.decide = counted_decide  # type: ignore[method-assign]
     task = asyncio.create_task(sidecar.run(stop))
+    watcher = asyncio.create_task(tail())
     try:
         await asyncio.wait_for(stop.wait(), timeout=args.timeout)
     except TimeoutError:
         print(f"not complete after {args.timeout:.0f} s: {state()}", file=sys.stderr, flush=True)
         stop.set()
+    await watcher  # ends with `stop`
     await asyncio.wait({task}, timeout=SHUTDOWN_SECONDS)
     if not task.done():
         print(f"still running {SHUTDOWN_SECONDS:.0f} s after stop: {state()}", file=sys.stderr)
