@@ -120,6 +120,16 @@ static PyTypeObject RecordType = {
 
 /* --- checking a batch, then reading it ---------------------------------------------------- */
 
+/* A nullable byte string's length (negative: null) and its bytes passed; 0 past `end`. */
+static int nullable(ptr *pp, ptr end, int64_t *n)
+{
+    if (!varint(pp, end, n) || (*n > 0 && *n > end - *pp))
+        return 0;
+    if (*n > 0)
+        *pp += *n;
+    return 1;
+}
+
 /* Whether the `count` records in [q, end) (a batch's, after its header, decompressed) are ones this
  * file reads: every record's fields in bounds, each record's length what its fields add up to,
  * header keys valid UTF-8, and no byte after the last record. aiokafka raises on anything else:
@@ -134,21 +144,8 @@ static int records_ok(ptr q, ptr end, int32_t count)
             return 0;
         ptr start = q;
         if (!varint(&q, end, &attrs) || !varint(&q, end, &ts_delta) || !varint(&q, end, &offset_delta)
-            || !varint(&q, end, &key_len))
-            return 0;
-        if (key_len > 0) {
-            if (key_len > end - q)
-                return 0;
-            q += key_len;
-        }
-        if (!varint(&q, end, &value_len))
-            return 0;
-        if (value_len > 0) {
-            if (value_len > end - q)
-                return 0;
-            q += value_len;
-        }
-        if (!varint(&q, end, &n_headers) || n_headers < 0)
+            || !nullable(&q, end, &key_len) || !nullable(&q, end, &value_len) || !varint(&q, end, &n_headers)
+            || n_headers < 0)
             return 0;
         for (int64_t h = 0; h < n_headers; h++) {
             int64_t hk, hv;
@@ -161,13 +158,8 @@ static int records_ok(ptr q, ptr end, int32_t count)
             }
             Py_DECREF(s);
             q += hk;
-            if (!varint(&q, end, &hv))
+            if (!nullable(&q, end, &hv))
                 return 0;
-            if (hv > 0) {
-                if (hv > end - q)
-                    return 0;
-                q += hv;
-            }
         }
         if (q - start != length)
             return 0;
