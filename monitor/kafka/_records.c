@@ -2,7 +2,7 @@
  * `aiokafka.consumer.fetcher.PartitionRecords` yields for the batches a consumer of ours meets
  * (read `monitor/kafka/records.py` first).
  *
- * `Reader(buffer, topic, partition, fetch_offset, slow)` iterates the records of a fetch
+ * `Reader(buffer, topic, partition, fetch_offset, slow, decompress)` iterates the records of a fetch
  * response's record set for one partition, as `PartitionRecords` does with `check_crcs` off and
  * `read_uncommitted`: records below the fetch offset skipped, control batches skipped, the
  * position (`next_fetch_offset`) the record after the last one yielded, or the batch's next

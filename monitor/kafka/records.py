@@ -39,7 +39,6 @@ _SIGNATURE = (
     "isolation_level",
 )
 _STOCK = fetcher.PartitionRecords
-_STOCK_MEMORY = fetcher.MemoryRecords
 
 
 class _KeptRecords(MemoryRecords):  # type: ignore[misc]
@@ -55,7 +54,7 @@ class _KeptRecords(MemoryRecords):  # type: ignore[misc]
 def _slow(tp: TopicPartition, chunk: bytes, next_offset: int) -> tuple[list[Any], int]:
     """A batch the reader leaves to aiokafka (an older format, damaged): aiokafka's
     records of it and its position after it, or its exception."""
-    stock = _STOCK(tp, _STOCK_MEMORY(chunk), None, next_offset, None, None, False, fetcher.READ_UNCOMMITTED)
+    stock = _STOCK(tp, MemoryRecords(chunk), None, next_offset, None, None, False, fetcher.READ_UNCOMMITTED)
     return list(stock), stock.next_fetch_offset
 
 

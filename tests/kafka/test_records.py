@@ -105,7 +105,7 @@ def read(make: Any, buffer: bytes, fetch_offset: int, take: int | None = None) -
 def stock(buffer: bytes, fetch_offset: int) -> Any:
     # aiokafka's own (`install()` replaces the fetcher's names, so not through them)
     return records._STOCK(
-        TP, records._STOCK_MEMORY(buffer), None, fetch_offset, None, None, False, fetcher.READ_UNCOMMITTED
+        TP, records.MemoryRecords(buffer), None, fetch_offset, None, None, False, fetcher.READ_UNCOMMITTED
     )
 
 
