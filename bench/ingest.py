@@ -67,6 +67,15 @@ messages in flight) to stderr; one still running a minute after being stopped al
 asyncio tasks and exits (seen once in ~60 runs: every message prefetched, but the fetch never
 returned — likely aiokafka's `getmany` waiting on a group reassignment that never completed).
 
+`--workers K` runs each sidecar variant as K processes in one consumer group at once: K ingest
+replicas, as the Helm chart's `ingest.replicas` runs them, the stage on K cores (use
+`--partitions` a multiple of K). Each worker's records, messages handled and whether it has
+settled are in a shared-memory slot, and every worker stops when the group's add up: its own
+share of the partitions is the group's to choose. The figures are the group's: messages over the
+time from any worker's first non-empty fetch to the first worker to see the group done (one
+monotonic clock), CPU µs per message over the CPU of all workers, peak RSS summed. (a) stays one
+consumer: what reading the topic costs.
+
 Goals (issue 12): sidecar/raw >= 0.5 for rag3, >= 0.6 for span1, >= 0.8 for mix, peak RSS < 250
 MiB while 1M spans drain; and (the sampling issue) on/off >= 0.95. CPU µs are reported per message
 and per span.
@@ -112,7 +121,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 FULL_SPANS = 1_000_002
 QUICK_SPANS = 90_000
@@ -177,6 +186,57 @@ class Clock:
         """Process CPU time per counted message since the first fetch."""
         n = self.fetched - self.first_batch
         return (time.process_time() - self.first_cpu) / n * 1e6 if n > 0 else 0.0
+
+
+class Peers:
+    """`--workers`: each sidecar worker's progress in a shared-memory slot (records counted,
+    messages handled, settled), so that every worker sees when the group has drained the topic;
+    its own share of the partitions is the group's to choose."""
+
+    FIELDS = 3
+    created: ClassVar[set[str]] = set()  # segments this process made (and unlinks)
+
+    def __init__(self, shm: Any, workers: int) -> None:
+        self.shm = shm
+        self.workers = workers
+        self.slots = shm.buf.cast("d")  # worker i's fields at [i * FIELDS, (i + 1) * FIELDS)
+
+    @classmethod
+    def create(cls, workers: int) -> Peers:
+        from multiprocessing import shared_memory
+
+        shm = shared_memory.SharedMemory(create=True, size=workers * cls.FIELDS * 8)
+        cls.created.add(shm.name)
+        peers = cls(shm, workers)
+        for i in range(workers * cls.FIELDS):
+            peers.slots[i] = 0.0
+        return peers
+
+    @classmethod
+    def attach(cls, args: argparse.Namespace) -> Peers:
+        from multiprocessing import resource_tracker, shared_memory
+
+        shm = shared_memory.SharedMemory(name=args.peers)
+        if args.peers not in cls.created:
+            # The orchestrator owns the segment: a worker's tracker would unlink it on exit.
+            resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+        return cls(shm, args.workers)
+
+    def post(self, worker: int, records: int, handled: int, settled: bool) -> None:
+        at = worker * self.FIELDS
+        self.slots[at], self.slots[at + 1], self.slots[at + 2] = records, handled, float(settled)
+
+    def totals(self) -> tuple[float, float, bool]:
+        """Records counted, messages handled, and whether every worker has settled."""
+        s, f = self.slots, self.FIELDS
+        rows = range(0, self.workers * f, f)
+        return sum(s[i] for i in rows), sum(s[i + 1] for i in rows), all(s[i + 2] > 0 for i in rows)
+
+    def close(self, unlink: bool = False) -> None:
+        self.slots.release()
+        self.shm.close()
+        if unlink:
+            self.shm.unlink()
 
 
 def peak_rss_mib() -> float:
@@ -311,15 +371,26 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
     process = ingest._process
     handled = 0
     stage_cpu = 0.0  # process CPU seconds inside the ingest stage, over the clock's window
+    peers = Peers.attach(args) if args.workers > 1 else None
 
     def done(now: float) -> None:
-        """The clock stops once every record is counted and every message settled."""
-        counted = metric_total(registry, "ragmon_records_total") >= args.expect_traces
-        if "records" not in marks and counted and settled():
-            marks["records"] = now
-            marks["cpu"] = clock.cpu_us_per_msg()
-            marks["stage_cpu"] = stage_cpu / max(1, clock.fetched - clock.first_batch) * 1e6
-            stop.set()
+        """The clock stops once every record is counted and every message settled (with
+        `--workers`, the group's: every worker's own share is unknown)."""
+        if "records" in marks:
+            return
+        if peers is not None:
+            peers.post(args.worker, ingest.records_seen, handled, settled())
+            records, decoded, all_settled = peers.totals()
+            if decoded >= args.expect_messages:
+                marks.setdefault("decoded", now)
+            if records < args.expect_traces or not all_settled:
+                return
+        elif not (metric_total(registry, "ragmon_records_total") >= args.expect_traces and settled()):
+            return
+        marks["records"] = now
+        marks["cpu"] = clock.cpu_us_per_msg()
+        marks["stage_cpu"] = stage_cpu / max(1, clock.fetched - clock.first_batch) * 1e6
+        stop.set()
 
     async def checked_process(batch: Any) -> None:
         # One call per consumer-loop turn (a batch, possibly empty, handed to the stage).
@@ -339,7 +410,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         samples are acknowledged between consumer-loop turns, which come only every 0.2 s once
         the topic is drained, and a check at turns only added up to that to every drain."""
         while not stop.is_set():
-            if "decoded" in marks:
+            if "decoded" in marks or peers is not None:
                 done(time.perf_counter())
             await asyncio.sleep(0.005)
 
@@ -389,6 +460,8 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         sys.stderr.flush()
         os._exit(3)  # asyncio.run would wait for the stuck tasks again
     task.result()
+    if peers is not None:
+        peers.close()
     end = marks.get("records")
     return {
         "role": args.variant,
@@ -409,6 +482,12 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         "fetch_wait_seconds": clock.waited,
         "msgs_per_fetch": clock.msgs_per_fetch(),
         "peak_rss_mib": peak_rss_mib(),
+        # For combining `--workers`' results: one monotonic clock for every process here.
+        "first_at": clock.first,
+        "end_at": end,
+        "decoded_at": marks.get("decoded"),
+        "counted": clock.fetched - clock.first_batch,
+        "fetches": clock.fetches,
     }
 
 
@@ -827,9 +906,7 @@ def raw_consumer_settings() -> dict[str, Any]:
     return captured
 
 
-def run_role(role: str, argv: list[str], timeout: float) -> dict[str, Any]:
-    """One side of the measurement (`raw` or a sampling variant) in a fresh interpreter; its last
-    stdout line is the result."""
+def _role_command(role: str, argv: list[str]) -> tuple[list[str], list[str], dict[str, str]]:
     which = ["--role", "raw"] if role == "raw" else ["--role", "sidecar", "--variant", role]
     cmd = [sys.executable, os.path.abspath(__file__), *which, *argv]
     env = dict(os.environ)
@@ -839,21 +916,80 @@ def run_role(role: str, argv: list[str], timeout: float) -> dict[str, Any]:
         env["RAGMON_PURE_PYTHON"] = "1"
     elif role == "aiokafka":
         env["RAGMON_KAFKA_READER"] = "aiokafka"
+    return which, cmd, env
+
+
+def run_role(role: str, argv: list[str], timeout: float, workers: int = 1) -> dict[str, Any]:
+    """One side of the measurement (`raw` or a sampling variant) in a fresh interpreter, or
+    `workers` of them in one consumer group at once (a sidecar variant); each one's last stdout
+    line is its result."""
+    which, cmd, env = _role_command(role, argv)
+    peers = Peers.create(workers) if workers > 1 else None
+    procs = []
+    for i in range(workers):
+        extra = ["--workers", str(workers), "--worker", str(i), "--peers", peers.shm.name] if peers else []
+        procs.append(
+            subprocess.Popen(cmd + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        )
+    results = []
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout + 120, check=False, env=env
-        )
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        raise RuntimeError(f"{shlex.join(which)} timed out:\n{err[-4000:]}") from None
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise RuntimeError(f"{shlex.join(which)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not result["complete"]:
-        raise RuntimeError(
-            f"{shlex.join(which)} did not drain the topic in {timeout:.0f}s: {result}\n{proc.stderr[-4000:]}"
-        )
-    return result
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=timeout + 120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                raise RuntimeError(f"{shlex.join(which)} timed out:\n{err[-4000:]}") from None
+            if proc.returncode != 0 or not out.strip():
+                raise RuntimeError(f"{shlex.join(which)} failed ({proc.returncode}):\n{err[-4000:]}")
+            result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+            if not result["complete"]:
+                raise RuntimeError(
+                    f"{shlex.join(which)} did not drain the topic in {timeout:.0f}s: {result}\n{err[-4000:]}"
+                )
+            results.append(result)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        if peers is not None:
+            peers.close(unlink=True)
+    return results[0] if workers == 1 else combine_workers(results)
+
+
+def combine_workers(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The group's figures from its workers': messages over the span from the first worker's
+    first fetch to the drain's end; CPU summed over every worker (what the user pays), and peak
+    RSS too (the processes run side by side)."""
+    fetching = [r for r in results if r["first_at"] is not None]
+    first = min(r["first_at"] for r in fetching)
+    end = min(r["end_at"] for r in results if r["end_at"] is not None)
+    decoded = min((r["decoded_at"] for r in results if r["decoded_at"] is not None), default=None)
+    counted = sum(r["counted"] for r in fetching)
+    fetches = sum(r["fetches"] for r in fetching)
+
+    def per_msg(key: str) -> float:
+        return sum(r[key] * r["counted"] for r in fetching) / counted if counted else 0.0
+
+    return {
+        **{k: sum(r[k] for r in results) for k in ("sampled", "judged", "judge_skipped", "results_lines")},
+        "role": results[0]["role"],
+        "workers": len(results),
+        "fetched": sum(r["fetched"] for r in results),
+        "records": sum(r["records"] for r in results),
+        "rejected": sum(r["rejected"] for r in results),
+        "complete": True,
+        "join_seconds": max(r["join_seconds"] for r in results),
+        "drain_seconds": end - first,
+        "msgs_per_s": counted / (end - first),
+        "msgs_per_s_decoded": counted / (decoded - first) if decoded else 0.0,
+        "cpu_us_per_msg": per_msg("cpu_us_per_msg"),
+        "stage_cpu_us_per_msg": per_msg("stage_cpu_us_per_msg"),
+        "fetch_wait_seconds": max(r["fetch_wait_seconds"] for r in fetching),
+        "msgs_per_fetch": counted / fetches if fetches else 0.0,
+        "peak_rss_mib": sum(r["peak_rss_mib"] for r in results),
+        "per_worker_msgs": [r["counted"] for r in results],
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -914,12 +1050,16 @@ def measure(
         for role in ("raw", *(args.sampling if r % 2 == 0 else reversed(args.sampling))):
             group = ["--group", f"bench-{role}-{r}-{uuid.uuid4().hex[:6]}"]
             extra_args = raw_args if role == "raw" else sidecar_args
-            res = run_role(role, common + group + extra_args, args.timeout)
+            workers = 1 if role == "raw" else args.workers
+            res = run_role(role, common + group + extra_args, args.timeout, workers)
             runs[role].append(res)
             extra = ""
             if role != "raw":
                 extra = f" (to last decode {res['msgs_per_s_decoded']:,.0f}), {res['sampled']:,} sampled"
             in_stage = f" ({res['stage_cpu_us_per_msg']:.1f} in the stage)" if role != "raw" else ""
+            if "per_worker_msgs" in res:
+                shares = "/".join(f"{n:,}" for n in res["per_worker_msgs"])
+                extra += f", {res['workers']} workers: {shares} msgs"
             _say(
                 f"  run {r + 1}/{args.repeat} {role:6s}: {res['msgs_per_s']:>8,.0f} msgs/s{extra}, "
                 f"{res['cpu_us_per_msg']:.1f} CPU µs/msg{in_stage}, join {res['join_seconds']:.1f} s, "
@@ -1153,6 +1293,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variant", choices=VARIANTS, default="off", help=argparse.SUPPRESS)
     for name in ("--bootstrap", "--topic", "--group", "--consumer"):
         p.add_argument(name, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="sidecar processes a variant runs in one consumer group (the stage on more cores; default 1)",
+    )
+    p.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--peers", help=argparse.SUPPRESS)
     p.add_argument("--expect-messages", type=int, help=argparse.SUPPRESS)
     p.add_argument("--expect-traces", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

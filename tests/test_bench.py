@@ -56,6 +56,58 @@ def test_the_raw_consumer_is_set_up_as_the_sidecar_sets_up_its_own() -> None:
     assert not {"group_id", "bootstrap_servers", "client_id"} & settings.keys()
 
 
+def test_workers_see_the_group_drained_only_when_every_worker_has_settled() -> None:
+    """`--workers`: a worker's slot is seen by the others; the group is done only when the records
+    of all add up and every worker has settled; the figures combine over one clock."""
+    from argparse import Namespace
+
+    from bench.ingest import Peers, combine_workers
+
+    owner = Peers.create(2)
+    try:
+        one, two = (Peers.attach(Namespace(peers=owner.shm.name, workers=2)) for _ in range(2))
+        one.post(0, 60, 600, True)
+        assert two.totals() == (60, 600, False)  # the second has not posted: not settled
+        two.post(1, 40, 400, False)
+        assert one.totals() == (100, 1000, False)
+        two.post(1, 40, 400, True)
+        assert one.totals() == (100, 1000, True)
+        one.close()
+        two.close()
+    finally:
+        owner.close(unlink=True)
+
+    def worker(first: float | None, end: float, counted: int, cpu: float) -> dict[str, object]:
+        return {
+            "role": "on",
+            "first_at": first,
+            "end_at": end,
+            "decoded_at": end - 0.5,
+            "counted": counted,
+            "fetches": 10,
+            "cpu_us_per_msg": cpu,
+            "stage_cpu_us_per_msg": cpu / 2,
+            "sampled": 3,
+            "judged": 0,
+            "judge_skipped": 0,
+            "results_lines": 0,
+            "fetched": counted + 5,
+            "records": counted,
+            "rejected": 0,
+            "join_seconds": 15.0,
+            "fetch_wait_seconds": 1.0,
+            "peak_rss_mib": 100.0,
+        }
+
+    both = combine_workers([worker(10.0, 20.0, 3000, 30.0), worker(11.0, 20.004, 1000, 50.0)])
+    assert both["msgs_per_s"] == pytest.approx(4000 / 10.0)  # the first fetch of any to the first end seen
+    assert both["msgs_per_s_decoded"] == pytest.approx(4000 / 9.5)
+    assert both["cpu_us_per_msg"] == pytest.approx((3000 * 30 + 1000 * 50) / 4000)
+    assert both["peak_rss_mib"] == 200.0 and both["sampled"] == 6 and both["per_worker_msgs"] == [3000, 1000]
+    idle = combine_workers([worker(10.0, 20.0, 3000, 30.0), worker(None, 20.002, 0, 0.0)])
+    assert idle["msgs_per_s"] == pytest.approx(300.0) and idle["cpu_us_per_msg"] == pytest.approx(30.0)
+
+
 def test_leave_one_family_out_never_tunes_on_the_family_it_reports() -> None:
     """bench/lexical_judge.py --lofo: the setting a family is judged with is chosen on the other
     families alone. Setting 1 is far better on family `a` and worse on `b` and `c`: `a` held out
