@@ -330,7 +330,7 @@ def test_a_caught_up_stage_sends_its_queued_samples_at_once() -> None:
     finished are the last for now) hands them to the producer at once."""
 
     async def run() -> tuple[int, int, int, int]:
-        st, _output, _ = make_stage(account=True)
+        st, output, _ = make_stage(account=True)
         refs: list[Any] = []
         st.samples.add(b"trace", b"{}", refs)
         await st._flush(force=False)  # what a turn with messages does: too few to send yet
@@ -338,6 +338,7 @@ def test_a_caught_up_stage_sends_its_queued_samples_at_once() -> None:
         await st._process({})
         queued, in_flight = len(st.samples._queued), st.samples.in_flight
         await st.samples.cancel()  # the producer was never started: its send would retry
+        await output.close()  # nor left for the garbage collector to find unclosed
         return queued_after_busy_turn, in_flight_after_busy_turn, queued, in_flight
 
     assert asyncio.run(run()) == (1, 0, 0, 1)
