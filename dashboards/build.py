@@ -195,17 +195,24 @@ def pooled(stat_name: str, metric: str, by: str, rule: str = RULE, sel: str = SV
     return f"sum by ({by}) ({series})" if by else f"sum({series})"
 
 
-def estimate(
-    metric: str, by: str = "query_type", top: float = 1.0, rule: str = RULE, sel: str = SVC_QT
-) -> dict[str, str]:
-    """Hájek estimate, linearised-variance 95 % bounds (clamped to [0, top]) and Kish's effective
-    sample size, as deploy/prometheus/rules.yml computes them, from the pooled statistics."""
+def value_range(metric: str) -> tuple[float, float]:
+    """The range of a metric's per-answer value, which its estimate is clamped to as in
+    deploy/prometheus/rules.yml: 1-3 for the relevance metrics, 0-1 for the others."""
+    return (1.0, 3.0) if metric.endswith("relevance") else (0.0, 1.0)
+
+
+def estimate(metric: str, by: str = "query_type", rule: str = RULE, sel: str = SVC_QT) -> dict[str, str]:
+    """Hájek estimate (clamped to the metric's range), linearised-variance 95 % bounds (clamped to
+    [0, top of the range]) and Kish's effective sample size, as deploy/prometheus/rules.yml computes
+    them, from the pooled statistics. The clamp: `increase()` extrapolates Σw·y and Σw by different
+    factors while their counters are young, and their ratio can leave the range (the rules' header)."""
 
     def p(stat_name: str) -> str:
         return pooled(stat_name, metric, by, rule, sel)
 
+    low, top = value_range(metric)
     sw, sw2 = p("weight"), p("weight_squared")
-    est = f"({p('weighted_value')} / ({sw} > 0))"
+    est = f"clamp({p('weighted_value')} / ({sw} > 0), {low:g}, {top:g})"
     var = (
         f"(clamp_min({p('weight_squared_value_squared')}"
         f" - 2 * {est} * {p('weight_squared_value')} + {est} ^ 2 * {sw2}, 0) / {sw} ^ 2)"
@@ -219,10 +226,10 @@ def estimate(
     }
 
 
-def band(title: str, description: str, unit: str, metric: str, top: float = 1.0, **kw: Any) -> Json:
+def band(title: str, description: str, unit: str, metric: str, **kw: Any) -> Json:
     """One panel per selected query type: the estimate line in its interval, shaded between the
     bounds (a band needs one slice per panel: Grafana fills between two named series)."""
-    e = estimate(metric, top=top)
+    e = estimate(metric)
     hidden = {"custom__lineWidth": 0, "custom__hideFrom": {"legend": True, "tooltip": False, "viz": False}}
     return timeseries(
         f"{title} — $query_type",
@@ -654,7 +661,6 @@ def quality() -> Json:
             "fires when the upper bound stays below 2.5.",
             "none",
             "relevance",
-            top=3.0,
             defaults={"min": 1, "max": 3},
         ),
         timeseries(
@@ -967,7 +973,6 @@ def retrieval() -> Json:
             "below 2.3 (recording rules, per judge backend; selected services and backends pooled here).",
             "none",
             "context_relevance",
-            top=3.0,
             defaults={"min": 1, "max": 3},
         ),
         timeseries(

@@ -45,6 +45,7 @@ from support import (
 )
 
 from monitor.app.sidecar import Sidecar
+from monitor.contracts.estimate import ESTIMATE_METRICS
 from monitor.contracts.metrics import Metrics
 from monitor.contracts.model import Chunk, RagRecord
 from monitor.contracts.slices import DEFAULT_QUERY_TYPES
@@ -287,6 +288,185 @@ def test_a_wrong_metric_name_would_be_caught() -> None:
     assert set(selectors('rate(ragmon_record_total{service=~".*"}[1m])')) - allowed == {"ragmon_record_total"}
     with pytest.raises(ValueError):
         promql_parser.parse("sum by (query_type (rate(ragmon_records_total[1m]))")
+
+
+# -- b2. the estimate is clamped to its metric's range wherever it is divided --------------------
+
+# The range of each estimate's per-answer value y (monitor/contracts/estimate.py; the rules'
+# header): faithfulness a share of claims, the flags 0/1, the relevance metrics 1-3.
+VALUE_RANGE = {
+    "faithfulness": (0.0, 1.0),
+    "hallucination": (0.0, 1.0),
+    "refusal": (0.0, 1.0),
+    "false_refusal": (0.0, 1.0),
+    "relevance": (1.0, 3.0),
+    "context_relevance": (1.0, 3.0),
+}
+# Σw·y and Σw: the counters, or a recording rule's increase of them.
+ESTIMATE_PAIR = re.compile(r"^(?:\w+:)?ragmon_estimate_(weighted_value|weight)(?:_total|:increase\w+)$")
+CLAMPS = ("clamp", "clamp_min", "clamp_max")
+
+
+def rule_expressions() -> Iterator[tuple[str, str]]:
+    """(where, PromQL) of every recording and alerting rule."""
+    for path in (RULES, ALERTS):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                yield f"{path.name} / {rule.get('record') or rule['alert']}", rule["expr"]
+
+
+def estimate_statistic(node: Any) -> tuple[str, Any] | None:
+    """("weighted_value" or "weight", its selector) when `node` is the estimate's Σw·y or Σw:
+    the counter or a rule's increase of it, in increase()/rate(), summed, parenthesised, or
+    kept where positive (`> 0`, as a divisor is)."""
+    while True:
+        if isinstance(node, promql_parser.ParenExpr) or (
+            isinstance(node, promql_parser.AggregateExpr) and str(node.op) == "sum"
+        ):
+            node = node.expr
+        elif isinstance(node, promql_parser.Call) and node.func.name in ("increase", "rate"):
+            node = node.args[0]
+        elif isinstance(node, promql_parser.MatrixSelector):
+            node = node.vector_selector
+        elif (
+            isinstance(node, promql_parser.BinaryExpr)
+            and str(node.op) == ">"
+            and isinstance(node.rhs, promql_parser.NumberLiteral)
+        ):
+            node = node.lhs
+        else:
+            break
+    if isinstance(node, promql_parser.VectorSelector) and node.name:
+        m = ESTIMATE_PAIR.match(node.name)
+        if m:
+            return m[1], node
+    return None
+
+
+def metrics_selected(*selectors: Any) -> set[str]:
+    """The estimates' `metric` values every one of `selectors` admits (PromQL regexes anchored)."""
+    out = set(VALUE_RANGE)
+    for selector in selectors:
+        for matcher in selector.matchers.matchers:
+            if matcher.name != "metric":
+                continue
+            op = str(matcher.op).rsplit(".", 1)[-1]
+            match = {
+                "Equal": lambda v, x: x == v,
+                "NotEqual": lambda v, x: x != v,
+                "Re": lambda v, x: re.fullmatch(v, x) is not None,
+                "NotRe": lambda v, x: re.fullmatch(v, x) is None,
+            }[op]
+            out = {m for m in out if match(matcher.value, m)}
+    return out
+
+
+def children(node: Any) -> list[Any]:
+    if isinstance(node, promql_parser.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, promql_parser.Call):
+        return list(node.args)
+    if isinstance(node, promql_parser.AggregateExpr):
+        return [node.expr] + ([node.param] if node.param is not None else [])
+    if isinstance(node, promql_parser.ParenExpr | promql_parser.UnaryExpr | promql_parser.SubqueryExpr):
+        return [node.expr]
+    return []
+
+
+def estimate_divisions(expr: str) -> list[tuple[set[str], tuple[float, float]]]:
+    """For every Σw·y / Σw in `expr`: the metrics it divides for, and the range it is clamped to
+    (the clamp, clamp_min and clamp_max applied directly to the quotient; ±inf where none)."""
+    found: list[tuple[set[str], tuple[float, float]]] = []
+
+    def visit(node: Any, clamped: tuple[float, float]) -> None:
+        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "/":
+            top, bottom = estimate_statistic(node.lhs), estimate_statistic(node.rhs)
+            if top and bottom and (top[0], bottom[0]) == ("weighted_value", "weight"):
+                found.append((metrics_selected(top[1], bottom[1]), clamped))
+        for i, child in enumerate(children(node)):
+            inner = (-math.inf, math.inf)
+            if isinstance(node, promql_parser.ParenExpr):
+                inner = clamped
+            elif isinstance(node, promql_parser.Call) and node.func.name in CLAMPS and i == 0:
+                bounds = [a.val for a in node.args[1:]]
+                lo, hi = clamped
+                if node.func.name == "clamp":
+                    lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+                elif node.func.name == "clamp_min":
+                    lo = max(lo, bounds[0])
+                else:
+                    hi = min(hi, bounds[0])
+                inner = (lo, hi)
+            visit(child, inner)
+
+    visit(promql_parser.parse(expr), (-math.inf, math.inf))
+    return found
+
+
+def unclamped_estimates(where: str, expr: str) -> list[str]:
+    """What is wrong with each Σw·y / Σw of `expr`: one range of metrics per quotient, clamped to it."""
+    problems = []
+    for metrics, clamped in estimate_divisions(expr):
+        ranges = {VALUE_RANGE[m] for m in metrics}
+        if len(ranges) != 1:
+            problems.append(f"{where}: Σw·y / Σw over metrics {sorted(metrics)} of ranges {sorted(ranges)}")
+        elif clamped != (want := ranges.pop()):
+            got = "unclamped" if clamped == (-math.inf, math.inf) else f"clamped to {clamped}"
+            problems.append(f"{where}: Σw·y / Σw for {sorted(metrics)} {got}, not clamped to {want}")
+    return problems
+
+
+def test_every_estimate_is_clamped_to_its_metric_range() -> None:
+    """`increase()` stretches a young Σw·y and Σw counter by different factors (the rules'
+    header), so their ratio can leave the metric's range: every panel and every rule that divides
+    the pair clamps the quotient to the range of the metrics it covers (one range per quotient:
+    the rules split the relevance metrics off), the same in the panels as in the rules."""
+    assert set(VALUE_RANGE) == set(ESTIMATE_METRICS), "a new estimate metric: give its range here"
+    problems: list[str] = []
+    panel_divisions = 0
+    for board in dashboards().values():
+        for where, expr in queries(board):
+            divisions = estimate_divisions(expr)
+            panel_divisions += len(divisions)
+            if "ragmon_estimate_weighted_value" in expr:
+                assert divisions, f"{where}: reads Σw·y, but no Σw·y / Σw was recognised: {expr}"
+            problems += unclamped_estimates(where, expr)
+    rule_divisions: dict[str, int] = {}
+    for where, expr in rule_expressions():
+        if divisions := estimate_divisions(expr):
+            rule_divisions[where] = len(divisions)
+        problems += unclamped_estimates(where, expr)
+    assert not problems, "\n".join(problems)
+    # Not vacuous: the estimate rules of both levels divide once per range, and the quality and
+    # retrieval panels divide (the bands' bounds hold the estimate three times each).
+    assert rule_divisions == {
+        "rules.yml / service_query_type_metric:ragmon_estimate:ratio1h": 2,
+        "rules.yml / release_query_type_metric:ragmon_estimate:ratio1h": 2,
+    }
+    assert panel_divisions >= 30
+
+
+def test_an_unclamped_estimate_would_be_caught() -> None:
+    def problems(expr: str) -> int:
+        return len(unclamped_estimates("x", expr))
+
+    wy = 'sum by (query_type) (increase(ragmon_estimate_weighted_value_total{metric="faithfulness"}[1h]))'
+    w = 'sum by (query_type) (increase(ragmon_estimate_weight_total{metric="faithfulness"}[1h]))'
+    rule = "service_query_type_metric:ragmon_estimate_{}:increase1h"
+    rel = f'{rule.format("weighted_value")}{{metric=~".*relevance"}} / {rule.format("weight")}'
+    both = f"{rule.format('weighted_value')} / {rule.format('weight')}"
+    assert problems(f"clamp({wy} / ({w} > 0), 0, 1)") == 0
+    assert problems(f"clamp_max(clamp_min(({wy} / {w}), 0), 1) + 0") == 0
+    assert problems(f"clamp({rel}, 1, 3)") == 0
+    # The quotient unclamped, the clamp around something larger, relevance clamped from 0 (as once
+    # in a77f88b), both ranges under one clamp.
+    assert problems(f"{wy} / ({w} > 0)") == 1
+    assert problems(f"clamp({wy} / ({w} > 0) + 0, 0, 1)") == 1
+    assert problems(f"clamp({rel}, 0, 3)") == 1
+    assert problems(f"clamp({both}, 0, 3)") == 1
+    # Other quotients of the statistics are not the estimate: the effective sample size, a variance.
+    ess = f"{w} ^ 2 / sum(increase(ragmon_estimate_weight_squared_total[1h]))"
+    assert estimate_divisions(ess) == [] and estimate_divisions(f"clamp_min({wy}, 0) / {w} ^ 2") == []
 
 
 # -- c. a real Prometheus, scraping a live sidecar, has data for every panel -----------------------

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from aiokafka import TopicPartition
 from support import ESTIMATE_STATS, REPO, eventually, result_lines, running, settings_for
+from test_dashboards import build, substitute
 
 from monitor.app.sidecar import Sidecar
 from monitor.demo.broker import EmbeddedBroker
@@ -248,6 +249,99 @@ def test_the_release_rules_pool_services_and_keep_releases_apart(tmp_path: Path)
                 }
             )
     spec = tmp_path / "release.test.yml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(RULES)],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+            }
+        )
+    )
+    run = subprocess.run(["promtool", "test", "rules", str(spec)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
+def test_a_young_pair_of_counters_keeps_the_estimate_in_its_range(tmp_path: Path) -> None:
+    """`increase()` extrapolates a counter first seen inside the window back no further than to
+    where its own first value and increase put its zero (and half a scrape interval when that is
+    further than 1.1 of one): a young Σw·y and Σw are stretched by different factors and their
+    ratio leaves the metric's range. The rules clamp the estimate to it; an ordinary pair is
+    unchanged. Each slice has its own service and release: both levels read the same, and so
+    does the dashboards' estimate (which divides the pooled statistics itself) for that service."""
+    # (service, metric, Σw values, Σw·y values, the true ratio, the estimate recorded): the young
+    # pairs appear at minute 80, scraped every minute to the evaluation at 90.
+    young = "_x80 "
+    slices = [
+        # Σw: first 20 of an increase of 100 (zero 120 s before: too far, 30 s added, ×1.05 = 105);
+        # Σw·y: first 8 (48 s: ×1.08 = 108): 108 / 105 = 1.029 for a true 108 / 120 = 0.9.
+        ("young-faith", "faithfulness", young + "20+10x10", young + "8+10x10", 0.9, 1.0),
+        # Σw 105 as above, Σw·y: first 30 of 300 (60 s: ×1.1 = 330): 3.14 for a true 2.75.
+        ("young-rel-high", "relevance", young + "20+10x10", young + "30+30x10", 2.75, 3.0),
+        # Σw: first 8 of 100 (×1.08 = 108), Σw·y: first 24 of 100 (×1.05 = 105): 0.97 for 1.15.
+        ("young-rel-low", "context_relevance", young + "8+10x10", young + "24+10x10", 124 / 108, 1.0),
+        # Counters older than the window: exact increases, the estimate unclamped.
+        ("old-faith", "faithfulness", "0+10x100", "0+7x100", 0.7, 0.7),
+        ("old-rel", "relevance", "0+10x100", "0+22x100", 2.2, 2.2),
+    ]
+    series, tests = [], []
+    for service, metric, weight, weighted_value, truth, want in slices:
+        key = (service, "lookup", metric, "x")
+        for name, values in (("weight", weight), ("weighted_value", weighted_value)):
+            series.append(
+                {
+                    "series": f"ragmon_estimate_{name}_total{labels(key, release=f'r-{service}')}",
+                    "values": values,
+                }
+            )
+        tests.append(
+            {
+                "expr": f'{LEVEL}:ragmon_estimate:ratio1h{{service="{service}"}}',
+                "eval_time": "90m",
+                "exp_samples": [{"labels": f"{LEVEL}:ragmon_estimate:ratio1h{labels(key)}", "value": want}],
+            }
+        )
+        level = "release_query_type_metric"
+        rkey = {"release": f"r-{service}", "query_type": "lookup", "metric": metric, "judge": "x"}
+        rlabels = "{" + ",".join(f'{k}="{v}"' for k, v in rkey.items()) + "}"
+        tests.append(
+            {
+                "expr": f'{level}:ragmon_estimate:ratio1h{{release="r-{service}"}}',
+                "eval_time": "90m",
+                "exp_samples": [{"labels": f"{level}:ragmon_estimate:ratio1h{rlabels}", "value": want}],
+            }
+        )
+        tests.append(
+            {
+                "expr": substitute(build.estimate(metric)["estimate"], service=service),
+                "eval_time": "90m",
+                "exp_samples": [{"labels": '{query_type="lookup"}', "value": want}],
+            }
+        )
+        # The premise: the true ratio (everything the counters gathered, a young one's since it
+        # appeared) is in range, and the unclamped quotient of the increases is out for the young.
+        tests.append(
+            {
+                "expr": f'ragmon_estimate_weighted_value_total{{service="{service}"}}'
+                f' / ragmon_estimate_weight_total{{service="{service}"}}',
+                "eval_time": "90m",
+                "exp_samples": [{"labels": labels(key, release=f"r-{service}"), "value": truth}],
+            }
+        )
+        low, top = (1.0, 3.0) if metric.endswith("relevance") else (0.0, 1.0)
+        quotient = (
+            f'{LEVEL}:ragmon_estimate_weighted_value:increase1h{{service="{service}"}}'
+            f' / {LEVEL}:ragmon_estimate_weight:increase1h{{service="{service}"}}'
+        )
+        out = service.startswith("young")
+        tests.append(
+            {
+                "expr": f"({quotient} < bool {low}) + ({quotient} > bool {top})",
+                "eval_time": "90m",
+                "exp_samples": [{"labels": labels(key), "value": 1 if out else 0}],
+            }
+        )
+    spec = tmp_path / "young.test.yml"
     spec.write_text(
         yaml.safe_dump(
             {

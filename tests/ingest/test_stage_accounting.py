@@ -15,6 +15,7 @@ no score, late and future start times, windows rolling, drift slices freezing an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import re
@@ -321,3 +322,23 @@ def test_init_takes_named_arguments_and_the_window_seam_is_declared() -> None:
     assert {"frozen", "need", "counts_seen", "count_ring", "count_bins", "pos", "until_check"} <= set(
         RecordWindow.C_SEAM
     )
+
+
+def test_a_caught_up_stage_sends_its_queued_samples_at_once() -> None:
+    """A turn with messages leaves a few samples queued for a fuller produce request (500, or
+    a quarter second); a turn with nothing fetched (caught up: the traces the grace period just
+    finished are the last for now) hands them to the producer at once."""
+
+    async def run() -> tuple[int, int, int, int]:
+        st, output, _ = make_stage(account=True)
+        refs: list[Any] = []
+        st.samples.add(b"trace", b"{}", refs)
+        await st._flush(force=False)  # what a turn with messages does: too few to send yet
+        queued_after_busy_turn, in_flight_after_busy_turn = len(st.samples._queued), st.samples.in_flight
+        await st._process({})
+        queued, in_flight = len(st.samples._queued), st.samples.in_flight
+        await st.samples.cancel()  # the producer was never started: its send would retry
+        await output.close()  # nor left for the garbage collector to find unclosed
+        return queued_after_busy_turn, in_flight_after_busy_turn, queued, in_flight
+
+    assert asyncio.run(run()) == (1, 0, 0, 1)
