@@ -35,6 +35,9 @@ By default 1,000,002 spans are drained (`--quick`: 90,000), then
       aiokafka `on` with `RAGMON_KAFKA_READER=aiokafka`: records made by aiokafka's own
               per-record Python instead of the compiled record reader (monitor/kafka/records.py),
               to compare the reader with in the same run (on/aiokafka);
+      streams `on` with `RAGMON_KAFKA_RESPONSES=aiokafka`: fetch responses read by asyncio's own
+              stream reader instead of the chunked one (monitor/kafka/responses.py), to compare
+              with in the same run (on/streams);
       python  `off` with `RAGMON_PURE_PYTHON=1`: the pure-Python decoder and assembler, to compare
               the compiled ones with in the same run (off/python).
 
@@ -57,15 +60,16 @@ are counted by wrapping `sidecar.sampler.decide` (non-None returns), in every va
 wrapper's cost is the same in each; `judged` also reports the judge's requests
 (`ragmon_judge_requests_total`, one per judged record), skips and results lines.
 
-Each repeat runs raw, then the variants in the order off, on, aiokafka, judged, reversed every other repeat
-(raw off on judged, raw judged on off, ...): `on` always runs next to `off`, and a steady drift of
-the machine (seen: -20 % CPU per message over 15 minutes) cancels over two repeats, so prefer an
-even `--repeat`. Ratios between variants are the medians of the per-repeat ratios, whose two runs
-are neighbours in time; the ratio of the medians is printed too. (b)/(a) is the ratio of the
-medians. A sidecar not done after `--timeout` prints where it stands (records, open traces,
-messages in flight) to stderr; one still running a minute after being stopped also prints its
-asyncio tasks and exits (seen once in ~60 runs: every message prefetched, but the fetch never
-returned — likely aiokafka's `getmany` waiting on a group reassignment that never completed).
+Each repeat runs raw, then the variants in the order off, on, aiokafka, streams, judged, reversed
+every other repeat (raw off on judged, raw judged on off, ...): `on` always runs next to `off`,
+and a steady drift of the machine (seen: -20 % CPU per message over 15 minutes) cancels over two
+repeats, so prefer an even `--repeat`. Ratios between variants are the medians of the per-repeat
+ratios, whose two runs are neighbours in time; the ratio of the medians is printed too. (b)/(a) is
+the ratio of the medians. A sidecar not done after `--timeout` prints where it stands (records,
+open traces, messages in flight) to stderr; one still running a minute after being stopped also
+prints its asyncio tasks and exits (seen once in ~60 runs: every message prefetched, but the fetch
+never returned — likely aiokafka's `getmany` waiting on a group reassignment that never
+completed).
 
 `--workers K` runs each sidecar variant as K processes in one consumer group at once: K ingest
 replicas, as the Helm chart's `ingest.replicas` runs them, the stage on K cores (use
@@ -134,7 +138,8 @@ SHUTDOWN_SECONDS = 60.0  # a sidecar still running this long after `stop` dumps 
 RSS_LIMIT_MIB = 250.0
 GOAL_SAMPLING_RATIO = 0.95  # on/off msgs/s
 GOALS_ON = {"span1": 0.8, "mix": 0.95}  # the sidecar with sampling on / raw msgs/s, issue 40
-VARIANTS = ("off", "on", "aiokafka", "judged", "python")  # the sidecar's variants; "off" is the baseline
+# The sidecar's variants; "off" is the baseline.
+VARIANTS = ("off", "on", "aiokafka", "streams", "judged", "python")
 # The `on` and `judged` policy; priority-signal multipliers stay at their defaults.
 SAMPLING_ON: dict[str, Any] = {"rate": 0.05, "min_per_window": 20, "low_score_threshold": 0.7}
 
@@ -912,10 +917,13 @@ def _role_command(role: str, argv: list[str]) -> tuple[list[str], list[str], dic
     env = dict(os.environ)
     env.pop("RAGMON_PURE_PYTHON", None)
     env.pop("RAGMON_KAFKA_READER", None)
+    env.pop("RAGMON_KAFKA_RESPONSES", None)
     if role == "python":
         env["RAGMON_PURE_PYTHON"] = "1"
     elif role == "aiokafka":
         env["RAGMON_KAFKA_READER"] = "aiokafka"
+    elif role == "streams":
+        env["RAGMON_KAFKA_RESPONSES"] = "aiokafka"
     return which, cmd, env
 
 
@@ -1164,6 +1172,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "judged_off": compare(runs, "judged", "off") if "judged" in runs else None,
             "off_python": compare(runs, "off", "python") if "python" in runs else None,
             "on_aiokafka": compare(runs, "on", "aiokafka") if "aiokafka" in runs else None,
+            "on_streams": compare(runs, "on", "streams") if "streams" in runs else None,
         },
         "runs": runs,
     }
@@ -1214,6 +1223,7 @@ def print_table(rep: dict[str, Any]) -> None:
     labels = {
         "on": "sampling on, judge none",
         "aiokafka": "sampling on, aiokafka's records",
+        "streams": "sampling on, asyncio's stream reader",
         "judged": "sampling on, lexical judge",
     }
     if "python" in roles:
@@ -1234,6 +1244,8 @@ def print_table(rep: dict[str, Any]) -> None:
         rows += _ab_rows("compiled/python", ab["off_python"], None)
     if ab["on_aiokafka"] is not None:
         rows += _ab_rows("record reader/aiokafka's", ab["on_aiokafka"], None)
+    if ab.get("on_streams") is not None:
+        rows += _ab_rows("chunked responses/asyncio's", ab["on_streams"], None)
     names = " / ".join(roles)
     rows.append((f"CPU µs/msg {names}", " / ".join(f"{cpu[r]:.1f}" for r in roles)))
     per_span = rep["messages"] / rep["spans"]

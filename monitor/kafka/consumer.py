@@ -29,6 +29,7 @@ from monitor.kafka.client import client_kwargs
 from monitor.kafka.config import KafkaConfig
 from monitor.kafka.offsets import OffsetTracker
 from monitor.kafka.records import install as install_record_reader
+from monitor.kafka.responses import install as install_response_reader
 from monitor.plumbing.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class KafkaSource:
         delay = 0.25
         fetch_limit = self._cfg.max_message_bytes + 64 * 1024
         install_record_reader()  # the ingest stage logs which reader it is
+        install_response_reader()
         spec = self.spec
         while not stop.is_set():
             settings: dict[str, Any] = {

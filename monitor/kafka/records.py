@@ -10,12 +10,6 @@ and exceptions (tests/kafka/test_records.py compares them batch by batch, and on
 batches), made in C. Any other consumer gets aiokafka's own. It replaces two names in
 `aiokafka.consumer.fetcher` and `FetchResult.getall`, after checking they are the ones it was
 written against; where they are not, it leaves aiokafka alone and says why.
-
-`install()` also raises the limit of aiokafka's connection readers (`conn.READER_LIMIT`, 64 KiB),
-with the reader or without: past twice the limit buffered, asyncio pauses the socket, and
-aiokafka's `readexactly` of the response resumes it at once, since a response is read whole. A
-5.7 MB fetch response (the production mix) took ~45 such pauses, each two `epoll_ctl` calls and a
-loop turn; with 4 MiB, none. The buffer grows to the response either way, so memory does not.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ import inspect
 import os
 from typing import Any
 
-from aiokafka import codec, conn
+from aiokafka import codec
 from aiokafka.consumer import fetcher
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
@@ -45,7 +39,6 @@ _SIGNATURE = (
     "isolation_level",
 )
 _STOCK = fetcher.PartitionRecords
-_READER_LIMIT = 4 * 1024 * 1024  # a connection's asyncio reader pauses its socket past twice this
 
 
 class _KeptRecords(MemoryRecords):  # type: ignore[misc]
@@ -161,9 +154,7 @@ else:
 
 
 def install() -> str:
-    """Have aiokafka's fetcher use the compiled reader and its connections read responses
-    without pausing (idempotent); a word for the log."""
-    conn.READER_LIMIT = max(conn.READER_LIMIT, _READER_LIMIT)
+    """Have aiokafka's fetcher use the compiled reader (idempotent); a word for the log."""
     if READER is not None:
         fetcher.PartitionRecords = _partition_records
         fetcher.MemoryRecords = _KeptRecords

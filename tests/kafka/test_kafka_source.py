@@ -207,12 +207,13 @@ async def test_the_source_reads_plain_and_gzip_batches_with_the_compiled_reader(
     stop = asyncio.Event()
     got: dict[tuple[int, int], tuple[bytes, bytes]] = {}
     kinds: set[str] = set()
-    limits: set[int] = set()
+    readers: set[tuple[str, int]] = set()
 
     async def handle(batch: Batch) -> None:
         assert source._consumer is not None
-        # The connections read a fetch response whole: no socket pause every 128 KiB.
-        limits.update(c._reader._limit for c in source._consumer._client._conns.values() if c._reader)
+        # The connections keep a response's chunks and read it whole: no socket pause every 128 KiB.
+        conns = source._consumer._client._conns.values()
+        readers.update((type(c._reader).__name__, c._reader._limit) for c in conns if c._reader)
         for tp, messages in batch.items():
             for m in messages:
                 kinds.add(type(m).__module__)
@@ -226,4 +227,4 @@ async def test_the_source_reads_plain_and_gzip_batches_with_the_compiled_reader(
     await _consume(source, stop, handle)
     assert got == sent
     assert kinds == {"monitor.kafka._records"}
-    assert limits == {4 * 1024 * 1024}
+    assert readers == {("_ChunkedReader", 4 * 1024 * 1024)}
