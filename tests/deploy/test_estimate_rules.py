@@ -96,6 +96,21 @@ def exported(sidecar: Sidecar) -> dict[tuple[str, Key], float]:
     return out
 
 
+def promtool_test(spec: Path, series: list[dict[str, Any]], tests: list[dict[str, Any]]) -> None:
+    """`tests` against the rules over `series` (1-minute scrapes and evaluations), by promtool."""
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(RULES)],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+            }
+        )
+    )
+    run = subprocess.run(["promtool", "test", "rules", str(spec)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
 def labels(key: Key, **more: str) -> str:
     pairs = {"service": key[0], "query_type": key[1], "metric": key[2], "judge": key[3], **more}
     return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
@@ -176,20 +191,7 @@ async def test_two_judge_replicas_add_up_to_the_estimate_of_their_union(
                 "exp_samples": [],
             }
         )
-    spec = tmp_path / "estimates.test.yml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [str(RULES)],
-                "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-            }
-        )
-    )
-    run = await asyncio.to_thread(
-        subprocess.run, ["promtool", "test", "rules", str(spec)], capture_output=True, text=True
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    await asyncio.to_thread(promtool_test, tmp_path / "estimates.test.yml", series, tests)
 
 
 def test_the_release_rules_pool_services_and_keep_releases_apart(tmp_path: Path) -> None:
@@ -248,18 +250,7 @@ def test_the_release_rules_pool_services_and_keep_releases_apart(tmp_path: Path)
                     ],
                 }
             )
-    spec = tmp_path / "release.test.yml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [str(RULES)],
-                "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-            }
-        )
-    )
-    run = subprocess.run(["promtool", "test", "rules", str(spec)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    promtool_test(tmp_path / "release.test.yml", series, tests)
 
 
 def test_a_young_pair_of_counters_keeps_the_estimate_in_its_range(tmp_path: Path) -> None:
@@ -341,15 +332,4 @@ def test_a_young_pair_of_counters_keeps_the_estimate_in_its_range(tmp_path: Path
                 "exp_samples": [{"labels": labels(key), "value": 1 if out else 0}],
             }
         )
-    spec = tmp_path / "young.test.yml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [str(RULES)],
-                "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-            }
-        )
-    )
-    run = subprocess.run(["promtool", "test", "rules", str(spec)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    promtool_test(tmp_path / "young.test.yml", series, tests)
