@@ -1,15 +1,15 @@
 """Kafka responses read off a connection as the chunks the socket delivered, joined once a frame.
 
 aiokafka reads each response with asyncio's `StreamReader.readexactly(size)`, which gathers what
-the socket delivers (256 KiB a read) in one bytearray. For a multi-megabyte fetch response CPython
-resizes that bytearray to the exact size it needs at every read, moving what it already holds each
-time: a 5.7 MB response (the production mix) cost ~15 ms of CPU to read on this machine, against
-~1.5 ms for reading it into a buffer of its size (bench/RESULTS.md, issue 40), and a raw consumer
-spends most of its CPU there. `install()` has aiokafka's connections keep the chunks in a list
-instead and join a frame's bytes once, and raises the reader's limit (`conn.READER_LIMIT`, 64
-KiB): past twice the limit buffered, asyncio paused the socket and `readexactly` resumed it at
-once, since a response is read whole (~45 pauses for that response, two `epoll_ctl` calls and a
-loop turn each). The buffer holds a response either way, so memory does not grow.
+the socket delivers (256 KiB a read) in one bytearray, regrown as each read is appended, then
+copies the response out of it. `install()` has aiokafka's connections keep the chunks in a list
+instead and join a frame's bytes once: on the production mix (5.7 MB fetch responses) 4.3 µs a
+message less CPU outside the stage, 1.11x the messages a second (`python bench/ingest.py
+--workload mix --sampling off,on,streams`, bench/RESULTS.md, issue 40). It also raises the
+reader's limit (`conn.READER_LIMIT`, 64 KiB): past twice the limit buffered, asyncio paused the
+socket and `readexactly` resumed it at once, since a response is read whole (~45 pauses for one
+such response, two `epoll_ctl` calls and a loop turn each). The buffer holds a response either
+way, so memory does not grow.
 
 The reader is asyncio's own, its class changed to `_ChunkedReader` when aiokafka's protocol for
 the connection is made: waiting, end of stream, exceptions and the transport's pausing stay
