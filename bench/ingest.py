@@ -74,7 +74,7 @@ completed).
 `--workers K` runs each sidecar variant as K processes in one consumer group at once: K ingest
 replicas, as the Helm chart's `ingest.replicas` runs them, the stage on K cores (use
 `--partitions` a multiple of K). Each worker's records, messages handled and whether it has
-settled are in a shared-memory slot, and every worker stops when the group's add up: its own
+settled are in a slot of a file every worker maps, and every worker stops when the group's add up: its own
 share of the partitions is the group's to choose. The figures are the group's: messages over the
 time from any worker's first non-empty fetch to the first worker to see the group done (one
 monotonic clock), CPU µs per message over the CPU of all workers, peak RSS summed. (a) stays one
@@ -125,7 +125,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 FULL_SPANS = 1_000_002
 QUICK_SPANS = 90_000
@@ -194,38 +194,25 @@ class Clock:
 
 
 class Peers:
-    """`--workers`: each sidecar worker's progress in a shared-memory slot (records counted,
-    messages handled, settled), so that every worker sees when the group has drained the topic;
-    its own share of the partitions is the group's to choose."""
+    """`--workers`: each sidecar worker's progress in a slot of a file all of them map (records
+    counted, messages handled, settled), so that every worker sees when the group has drained the
+    topic; its own share of the partitions is the group's to choose. The orchestrator makes the
+    file in its temporary directory, which removes it."""
 
     FIELDS = 3
-    created: ClassVar[set[str]] = set()  # segments this process made (and unlinks)
 
-    def __init__(self, shm: Any, workers: int) -> None:
-        self.shm = shm
+    def __init__(self, path: str, workers: int) -> None:
+        import mmap
+
+        with open(path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), workers * self.FIELDS * 8)
         self.workers = workers
-        self.slots = shm.buf.cast("d")  # worker i's fields at [i * FIELDS, (i + 1) * FIELDS)
+        self.slots = memoryview(self._map).cast("d")  # worker i's at [i * FIELDS, (i + 1) * FIELDS)
 
     @classmethod
-    def create(cls, workers: int) -> Peers:
-        from multiprocessing import shared_memory
-
-        shm = shared_memory.SharedMemory(create=True, size=workers * cls.FIELDS * 8)
-        cls.created.add(shm.name)
-        peers = cls(shm, workers)
-        for i in range(workers * cls.FIELDS):
-            peers.slots[i] = 0.0
-        return peers
-
-    @classmethod
-    def attach(cls, args: argparse.Namespace) -> Peers:
-        from multiprocessing import resource_tracker, shared_memory
-
-        shm = shared_memory.SharedMemory(name=args.peers)
-        if args.peers not in cls.created:
-            # The orchestrator owns the segment: a worker's tracker would unlink it on exit.
-            resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-        return cls(shm, args.workers)
+    def create(cls, path: str, workers: int) -> None:
+        with open(path, "wb") as f:
+            f.write(bytes(workers * cls.FIELDS * 8))  # zeros: nothing counted, none settled
 
     def post(self, worker: int, records: int, handled: int, settled: bool) -> None:
         at = worker * self.FIELDS
@@ -237,11 +224,9 @@ class Peers:
         rows = range(0, self.workers * f, f)
         return sum(s[i] for i in rows), sum(s[i + 1] for i in rows), all(s[i + 2] > 0 for i in rows)
 
-    def close(self, unlink: bool = False) -> None:
+    def close(self) -> None:
         self.slots.release()
-        self.shm.close()
-        if unlink:
-            self.shm.unlink()
+        self._map.close()
 
 
 def peak_rss_mib() -> float:
@@ -376,7 +361,7 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
     process = ingest._process
     handled = 0
     stage_cpu = 0.0  # process CPU seconds inside the ingest stage, over the clock's window
-    peers = Peers.attach(args) if args.workers > 1 else None
+    peers = Peers(args.peers, args.workers) if args.workers > 1 else None
 
     def done(now: float) -> None:
         """The clock stops once every record is counted and every message settled (with
@@ -384,7 +369,9 @@ async def drain_sidecar(args: argparse.Namespace, results: str) -> dict[str, Any
         if "records" in marks:
             return
         if peers is not None:
-            peers.post(args.worker, ingest.records_seen, handled, settled())
+            # Settled is worked out (the tracker walked) only once the group's records add up.
+            records, _, _ = peers.totals()
+            peers.post(args.worker, ingest.records_seen, handled, records >= args.expect_traces and settled())
             records, decoded, all_settled = peers.totals()
             if decoded >= args.expect_messages:
                 marks.setdefault("decoded", now)
@@ -932,10 +919,12 @@ def run_role(role: str, argv: list[str], timeout: float, workers: int = 1) -> di
     `workers` of them in one consumer group at once (a sidecar variant); each one's last stdout
     line is its result."""
     which, cmd, env = _role_command(role, argv)
-    peers = Peers.create(workers) if workers > 1 else None
+    tmp = tempfile.TemporaryDirectory(prefix="ingest-bench-peers-")
+    peers = os.path.join(tmp.name, "peers")
+    Peers.create(peers, workers)
     procs = []
     for i in range(workers):
-        extra = ["--workers", str(workers), "--worker", str(i), "--peers", peers.shm.name] if peers else []
+        extra = ["--workers", str(workers), "--worker", str(i), "--peers", peers] if workers > 1 else []
         procs.append(
             subprocess.Popen(cmd + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         )
@@ -960,8 +949,7 @@ def run_role(role: str, argv: list[str], timeout: float, workers: int = 1) -> di
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        if peers is not None:
-            peers.close(unlink=True)
+        tmp.cleanup()
     return results[0] if workers == 1 else combine_workers(results)
 
 

@@ -56,26 +56,22 @@ def test_the_raw_consumer_is_set_up_as_the_sidecar_sets_up_its_own() -> None:
     assert not {"group_id", "bootstrap_servers", "client_id"} & settings.keys()
 
 
-def test_workers_see_the_group_drained_only_when_every_worker_has_settled() -> None:
+def test_workers_see_the_group_drained_only_when_every_worker_has_settled(tmp_path: Path) -> None:
     """`--workers`: a worker's slot is seen by the others; the group is done only when the records
     of all add up and every worker has settled; the figures combine over one clock."""
-    from argparse import Namespace
-
     from bench.ingest import Peers, combine_workers
 
-    owner = Peers.create(2)
-    try:
-        one, two = (Peers.attach(Namespace(peers=owner.shm.name, workers=2)) for _ in range(2))
-        one.post(0, 60, 600, True)
-        assert two.totals() == (60, 600, False)  # the second has not posted: not settled
-        two.post(1, 40, 400, False)
-        assert one.totals() == (100, 1000, False)
-        two.post(1, 40, 400, True)
-        assert one.totals() == (100, 1000, True)
-        one.close()
-        two.close()
-    finally:
-        owner.close(unlink=True)
+    path = str(tmp_path / "peers")
+    Peers.create(path, 2)
+    one, two = Peers(path, 2), Peers(path, 2)
+    one.post(0, 60, 600, True)
+    assert two.totals() == (60, 600, False)  # the second has not posted: not settled
+    two.post(1, 40, 400, False)
+    assert one.totals() == (100, 1000, False)
+    two.post(1, 40, 400, True)
+    assert one.totals() == (100, 1000, True)
+    one.close()
+    two.close()
 
     def worker(first: float | None, end: float, counted: int, cpu: float) -> dict[str, object]:
         return {
